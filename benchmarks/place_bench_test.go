@@ -1,0 +1,161 @@
+package benchmarks
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/topo"
+)
+
+// reportLatency reports p50-ns and p99-ns over the recorded decisions.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*50/100]), "p50-ns")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ns")
+}
+
+// BenchmarkPlace times gang.Place for every standard gang on every standard
+// cluster after each standard fill. Place does not change the snapshot, so
+// every decision sees the same state, as on a fresh copy-on-write snapshot.
+func BenchmarkPlace(b *testing.B) {
+	for _, sc := range standardCases() {
+		b.Run(sc.name(), func(b *testing.B) {
+			s := filledSnapshot(b, sc.shape, sc.fill)
+			req, err := Gang(sc.gang)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rl, _ := s.Cluster().Level(sc.shape.PreferredName)
+			var p gang.Placer
+			var res gang.Result
+			lat := make([]time.Duration, 0, 10000)
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := time.Now()
+				res, err = p.Place(s, &req)
+				lat = append(lat, time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportLatency(b, lat)
+			racks := 0
+			if res.Found {
+				racks = res.Spread[rl]
+			}
+			b.ReportMetric(float64(racks), "racks")
+			b.ReportMetric(float64(Bound(s, req)), "bound-racks")
+			b.ReportMetric(b2f(res.Found), "found")
+		})
+	}
+}
+
+func b2f(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// BenchmarkPlaceScaling places gang B after skewed60 on B2K-shaped clusters
+// of 256 to 16,384 nodes: the cost must follow the domains read, not GPUs.
+func BenchmarkPlaceScaling(b *testing.B) {
+	for nodes := 256; nodes <= 16384; nodes *= 2 {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			sh := Scaling(nodes)
+			s := filledSnapshot(b, sh, Skewed60)
+			req, _ := Gang("B")
+			var p gang.Placer
+			lat := make([]time.Duration, 0, 10000)
+			var res gang.Result
+			var err error
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := time.Now()
+				res, err = p.Place(s, &req)
+				lat = append(lat, time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportLatency(b, lat)
+			b.ReportMetric(b2f(res.Found), "found")
+			b.ReportMetric(float64(s.Cluster().NumDomains(1)+s.Cluster().NumDomains(2)), "domains")
+		})
+	}
+}
+
+// BenchmarkApplyUndo times booking and releasing a placement.
+func BenchmarkApplyUndo(b *testing.B) {
+	s := filledSnapshot(b, B2K, Skewed60).Clone()
+	req, _ := Gang("B")
+	res, err := gang.Place(s, &req)
+	if err != nil || !res.Found {
+		b.Fatal(err, res.Reason)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := res.Apply(s); err != nil {
+			b.Fatal(err)
+		}
+		if err := res.Undo(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkModelMemory reports the heap bytes per GPU of the cluster model
+// plus one snapshot after the standard fill.
+func BenchmarkModelMemory(b *testing.B) {
+	for _, sh := range []ClusterShape{B2K, B12K} {
+		b.Run("cluster="+sh.Name, func(b *testing.B) {
+			var perGPU float64
+			for b.Loop() {
+				var m0, m1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m0)
+				c, err := sh.Build()
+				if err != nil {
+					b.Fatal(err)
+				}
+				s := c.NewSnapshot()
+				if _, err := ApplyFill(s, sh, Random60); err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&m1)
+				perGPU = float64(m1.HeapAlloc-m0.HeapAlloc) / float64(c.NumGPUs())
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(perGPU, "B/GPU")
+		})
+	}
+}
+
+// BenchmarkClone times a copy-on-write snapshot plus one small write.
+func BenchmarkClone(b *testing.B) {
+	s := filledSnapshot(b, B12K, Random60)
+	var free uint32
+	for g := range uint32(s.Cluster().NumGPUs()) {
+		if s.IsFree(g) {
+			free = g
+			break
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c := s.Clone()
+		if err := c.Allocate([]uint32{free}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var _ = topo.Ready

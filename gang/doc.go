@@ -1,0 +1,42 @@
+// Package gang places one job, a gang of members, on a topology snapshot:
+// all members or none.
+//
+// A Request has one or more groups (members x GPUs per member, GPU model,
+// node selector, host CPU and memory) and a topology constraint with a
+// required level and a preferred level at the same time: "inside one block,
+// on the fewest racks". Place answers with per-member nodes and exact GPU
+// indices, or with a Reason in numbers ("at most 23 of 32 members fit in any
+// block").
+//
+// # How it is fast
+//
+// Place reads the per-domain counters of the topo.Snapshot: for each domain
+// of the required level, the member capacity of each preferred domain inside
+// it is sum_k h[k]*floor(k/s) over the domain's free-GPU histogram. The
+// fewest preferred domains that hold the gang are taken greedily from the
+// largest, which is exact for one group; picks are then swapped for smaller
+// domains while the sum still suffices (tightest fit). Only then are nodes
+// visited, and only the nodes of the chosen domains. The cost grows with the
+// number of domains read and the nodes of the chosen domains, not with the
+// GPUs of the cluster. Members of groups with selectors or host resources
+// take a slower path that scans nodes of candidate domains.
+//
+// # Policy
+//
+// See Place. In short: one required domain; fewest preferred domains (the
+// finest level above nodes when no preferred level is given); the tightest
+// fit so big free domains stay whole; members pack onto the nodes with the
+// fewest free GPUs that hold them; lower indices win ties, so the same
+// input always gives the same answer.
+//
+// # Apply and undo
+//
+// A Result is computed without changing the snapshot. Result.Apply books
+// it (all or nothing) and Result.Undo releases it, so callers can try a
+// placement on a clone, or on the live snapshot, and roll back.
+//
+// # Concurrency
+//
+// Place is safe for concurrent use on distinct snapshots. A Placer holds
+// scratch buffers and belongs to one goroutine.
+package gang

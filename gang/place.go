@@ -1,0 +1,556 @@
+package gang
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/berthsched/berth/topo"
+)
+
+// ErrUnsupported is returned for members this placer cannot place yet:
+// fractional (GPUMilli) and MIG-profile members.
+var ErrUnsupported = errors.New("gang: fractional and MIG members are not supported by Place")
+
+// Placer places gangs. Its zero value is ready to use; it keeps scratch
+// buffers between calls, so reuse one Placer per goroutine to avoid
+// allocations. A Placer is not safe for concurrent use.
+type Placer struct {
+	s  *topo.Snapshot
+	c  *topo.Cluster
+	nl int // node pseudo-level = len(Levels)
+	lr int // required level (0: the cluster root; nl: node)
+	lp int // preferred level, or -1 for none
+
+	groups []groupInfo
+	order  []int // groups by GPUs per member, descending
+
+	caps   []domCap
+	chosen []int32
+	best   []int32
+	takes  []take
+	// trial packing scratch
+	tnodes []topo.NodeID
+	tavail []int32
+	tcpu   []int64
+	tmem   []int64
+	tpos   []int32
+	spread []topo.NodeID
+}
+
+type groupInfo struct {
+	g       *Group
+	per     int // GPUs per member
+	model   int // model index, -1 any
+	noModel bool
+	slow    bool // capacity needs a node scan
+	reach   int  // members that fit in the whole cluster (multi-group only)
+}
+
+type domCap struct {
+	cap int32
+	idx int32
+}
+
+type take struct {
+	group int32
+	node  topo.NodeID
+	n     int32
+}
+
+var placers = sync.Pool{New: func() any { return new(Placer) }}
+
+// Place finds where a gang goes on snapshot s, without changing s.
+//
+// Policy, in order: every member inside one domain of the required level;
+// the fewest domains of the preferred level (for single-group gangs this is
+// exactly the best possible; for multi-group gangs it is a greedy bound);
+// among equal spreads the tightest fit (the domain with the least free
+// GPUs, then the chosen preferred domains with the least free GPUs), so that
+// big free domains stay whole; within the chosen domains members pack onto
+// the nodes with the fewest free GPUs that still hold them, so members that
+// want a whole node take whole free nodes and smaller members fill partly
+// used nodes first. GPUs within a node are the lowest free ones, inside one
+// GPU-level domain (NVLink island) when one holds the member. Ties break on
+// the lower index: same snapshot and request, same answer.
+//
+// A gang that does not fit is a Result with Found false and a Reason, not
+// an error. Errors are for invalid requests (ErrBadGroup, ErrUnknownLevel,
+// ...) and ErrUnsupported.
+func Place(s *topo.Snapshot, r *Request) (Result, error) {
+	p := placers.Get().(*Placer)
+	res, err := p.Place(s, r)
+	p.s, p.c = nil, nil
+	placers.Put(p)
+	return res, err
+}
+
+// Place is the package-level Place using p's scratch buffers.
+func (p *Placer) Place(s *topo.Snapshot, r *Request) (Result, error) {
+	if err := r.Validate(); err != nil {
+		return Result{}, err
+	}
+	p.s, p.c = s, s.Cluster()
+	p.nl = len(p.c.Levels())
+	if err := p.resolve(r); err != nil {
+		return Result{}, err
+	}
+	// Members larger than any node, or matching no node at all.
+	for gi := range p.groups {
+		g := &p.groups[gi]
+		if g.per > p.c.MaxGPUsPerNode() {
+			return Result{Reason: Reason{Code: MemberTooLarge, Group: gi, Level: p.levelName(p.lr), Fit: p.c.MaxGPUsPerNode(), Need: g.per}}, nil
+		}
+	}
+	p.takes = p.takes[:0]
+	var res Result
+	if len(p.groups) == 1 {
+		res = p.placeOne()
+	} else {
+		res = p.placeMulti()
+	}
+	if !res.Found {
+		if res.Reason.Code == NoCapacity && res.Reason.Fit == 0 && !p.anyNodeMatches(res.Reason.Group) {
+			res.Reason.Code = NoMatchingNodes
+		}
+		return res, nil
+	}
+	p.emit(&res)
+	return res, nil
+}
+
+func (p *Placer) levelName(l int) string {
+	if l >= p.nl {
+		return topo.LevelNode
+	}
+	return p.c.Levels()[l]
+}
+
+func (p *Placer) level(name string) (int, error) {
+	if name == topo.LevelNode {
+		return p.nl, nil
+	}
+	l, err := p.c.Level(name)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrUnknownLevel, err)
+	}
+	return l, nil
+}
+
+func (p *Placer) resolve(r *Request) error {
+	p.lr, p.lp = 0, -1
+	if r.Required != "" {
+		l, err := p.level(r.Required)
+		if err != nil {
+			return err
+		}
+		p.lr = l
+	}
+	if r.Preferred != "" {
+		l, err := p.level(r.Preferred)
+		if err != nil {
+			return err
+		}
+		if l <= p.lr {
+			return &FieldError{Group: -1, Field: "Preferred", Err: ErrBadTopology,
+				Msg: fmt.Sprintf("preferred level %q is not finer than required level %q", r.Preferred, p.levelName(p.lr))}
+		}
+		p.lp = l
+	} else if finest := p.nl - 1; finest > p.lr {
+		p.lp = finest // compact by default: fewest domains of the finest level above nodes
+	}
+	p.groups = p.groups[:0]
+	p.order = p.order[:0]
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		if g.GPUMilli > 0 || g.MIGProfile != "" {
+			return fmt.Errorf("%w (group %d)", ErrUnsupported, i)
+		}
+		gi := groupInfo{g: g, per: g.GPUsPerMember, model: -1}
+		if g.GPUModel != "" {
+			m, ok := p.c.ModelIndex(g.GPUModel)
+			gi.model, gi.noModel = m, !ok
+		}
+		gi.slow = len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 || g.GPUsPerMember == 0 || gi.noModel
+		p.groups = append(p.groups, gi)
+		p.order = append(p.order, i)
+	}
+	if len(p.groups) > 1 {
+		// Largest members first, then the most constrained group (least
+		// capacity in the cluster), so that flexible groups take what is left.
+		for i := range p.groups {
+			p.groups[i].reach = p.capacity(0, 0, &p.groups[i])
+		}
+		slices.SortStableFunc(p.order, func(a, b int) int {
+			if d := p.groups[b].per - p.groups[a].per; d != 0 {
+				return d
+			}
+			return p.groups[a].reach - p.groups[b].reach
+		})
+	}
+	return nil
+}
+
+// nodeCap is how many members of group gi node n holds now.
+func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
+	if !gi.slow && gi.model < 0 {
+		return p.s.NodeAvailable(n) / gi.per
+	}
+	if gi.noModel || (gi.model >= 0 && p.c.NodeModel(n) != gi.model) {
+		return 0
+	}
+	if p.s.NodeState(n) != topo.Ready {
+		return 0
+	}
+	if len(gi.g.Selector) > 0 && !p.c.MatchesSelector(n, gi.g.Selector) {
+		return 0
+	}
+	k := p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB)
+	if gi.per > 0 {
+		k = min(k, p.s.NodeAvailable(n)/gi.per)
+	}
+	return k
+}
+
+// capacity is how many members of group gi domain d of level l holds now.
+func (p *Placer) capacity(l, d int, gi *groupInfo) int {
+	if l == p.nl {
+		return p.nodeCap(topo.NodeID(d), gi)
+	}
+	if !gi.slow {
+		return p.s.DomainCapacity(l, d, gi.per, gi.model)
+	}
+	info := p.c.Domain(l, d)
+	n := 0
+	for id := info.FirstNode; id < info.EndNode; id++ {
+		n += p.nodeCap(id, gi)
+	}
+	return n
+}
+
+func (p *Placer) numDomains(l int) int {
+	if l == p.nl {
+		return p.c.NumNodes()
+	}
+	return p.c.NumDomains(l)
+}
+
+func (p *Placer) free(l, d int) int {
+	if l == p.nl {
+		return p.s.NodeAvailable(topo.NodeID(d))
+	}
+	return p.s.DomainFree(l, d)
+}
+
+// span returns the range of domains of level `to` inside domain d of `from`.
+func (p *Placer) span(from, d, to int) (int, int) {
+	if to == p.nl {
+		if from == p.nl {
+			return d, d + 1
+		}
+		info := p.c.Domain(from, d)
+		return int(info.FirstNode), int(info.EndNode)
+	}
+	return p.c.Descendants(from, d, to)
+}
+
+// key orders candidate domains: fewer preferred domains, then fewer free
+// GPUs in the required domain, then fewer free GPUs in the chosen preferred
+// domains, then lower index.
+type key struct{ spread, freeD, freeChosen, d int }
+
+func (a key) less(b key) bool {
+	if a.spread != b.spread {
+		return a.spread < b.spread
+	}
+	if a.freeD != b.freeD {
+		return a.freeD < b.freeD
+	}
+	if a.freeChosen != b.freeChosen {
+		return a.freeChosen < b.freeChosen
+	}
+	return a.d < b.d
+}
+
+func (p *Placer) placeOne() Result {
+	gi := &p.groups[0]
+	need := gi.g.Members
+	bestFit := 0
+	found := false
+	var best key
+	p.best = p.best[:0]
+	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
+		total := p.capacity(p.lr, d, gi)
+		bestFit = max(bestFit, total)
+		if total < need {
+			continue
+		}
+		k := key{freeD: p.free(p.lr, d), d: d}
+		if p.lp >= 0 {
+			k.spread, k.freeChosen = p.choose(d, gi, need)
+		}
+		if !found || k.less(best) {
+			found, best = true, k
+			p.best = append(p.best[:0], p.chosen...)
+		}
+	}
+	if !found {
+		return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: bestFit, Need: need}}
+	}
+	p.packOne(best.d, gi, need)
+	return Result{Found: true, Domain: best.d}
+}
+
+// choose picks the fewest preferred domains inside required domain d whose
+// capacity reaches need (largest first), then swaps picks for smaller
+// unpicked domains while the sum still reaches need (tightest fit). It
+// leaves the picks in p.chosen and returns their count and free GPUs.
+func (p *Placer) choose(d int, gi *groupInfo, need int) (spread, freeChosen int) {
+	lo, hi := p.span(p.lr, d, p.lp)
+	p.caps = p.caps[:0]
+	for i := lo; i < hi; i++ {
+		if c := p.capacity(p.lp, i, gi); c > 0 {
+			p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
+		}
+	}
+	caps := p.caps
+	slices.SortFunc(caps, func(a, b domCap) int {
+		if a.cap != b.cap {
+			return int(b.cap - a.cap)
+		}
+		return int(a.idx - b.idx)
+	})
+	m, sum := 0, 0
+	for m < len(caps) && sum < need {
+		sum += int(caps[m].cap)
+		m++
+	}
+	// Tighten: from the smallest pick up, replace a pick by the smallest
+	// unpicked domain that keeps the sum >= need. Unpicked domains are
+	// caps[m:], sorted descending, and stay sorted after each swap
+	// because a swap only exchanges a pick for a smaller unpicked domain
+	// and re-sorting the tail is done by insertion.
+	slack := sum - need
+	for j := m - 1; j >= 0 && slack > 0; j-- {
+		want := int(caps[j].cap) - slack
+		for u := len(caps) - 1; u >= m; u-- {
+			if int(caps[u].cap) >= want {
+				if caps[u].cap < caps[j].cap {
+					slack -= int(caps[j].cap - caps[u].cap)
+					caps[j], caps[u] = caps[u], caps[j]
+					// keep caps[m:] sorted descending
+					for v := u; v > m && (caps[v].cap > caps[v-1].cap || (caps[v].cap == caps[v-1].cap && caps[v].idx < caps[v-1].idx)); v-- {
+						caps[v], caps[v-1] = caps[v-1], caps[v]
+					}
+					for v := u; v+1 < len(caps) && (caps[v].cap < caps[v+1].cap || (caps[v].cap == caps[v+1].cap && caps[v].idx > caps[v+1].idx)); v++ {
+						caps[v], caps[v+1] = caps[v+1], caps[v]
+					}
+				}
+				break
+			}
+		}
+	}
+	p.chosen = p.chosen[:0]
+	for _, c := range caps[:m] {
+		p.chosen = append(p.chosen, c.idx)
+		freeChosen += p.free(p.lp, int(c.idx))
+	}
+	slices.Sort(p.chosen)
+	return m, freeChosen
+}
+
+// nodeRanges calls f for every node of the chosen preferred domains (or of
+// required domain d when there is no preferred level), in ascending order.
+func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
+	if p.lp < 0 {
+		lo, hi := p.span(p.lr, d, p.nl)
+		for n := lo; n < hi; n++ {
+			f(topo.NodeID(n))
+		}
+		return
+	}
+	for _, c := range p.best {
+		lo, hi := p.span(p.lp, int(c), p.nl)
+		for n := lo; n < hi; n++ {
+			f(topo.NodeID(n))
+		}
+	}
+}
+
+// packOne takes need members from the nodes of the chosen domains, nodes
+// with the fewest free GPUs first (ties: lower node ID).
+func (p *Placer) packOne(d int, gi *groupInfo, need int) {
+	var byFree [topo.MaxGPUsPerNode + 1]int
+	p.nodeRanges(d, func(n topo.NodeID) {
+		if c := p.nodeCap(n, gi); c > 0 {
+			byFree[p.s.NodeAvailable(n)] += c
+		}
+	})
+	cut, rem := 0, need
+	for k := range byFree {
+		if byFree[k] >= rem {
+			cut = k
+			break
+		}
+		rem -= byFree[k]
+	}
+	p.nodeRanges(d, func(n topo.NodeID) {
+		c := p.nodeCap(n, gi)
+		if c == 0 {
+			return
+		}
+		switch k := p.s.NodeAvailable(n); {
+		case k < cut:
+		case k == cut && rem > 0:
+			c = min(c, rem)
+			rem -= c
+		default:
+			return
+		}
+		p.takes = append(p.takes, take{group: 0, node: n, n: int32(c)})
+	})
+}
+
+// anyNodeMatches reports whether some node could hold a member of group gi
+// were it empty and ready.
+func (p *Placer) anyNodeMatches(gi int) bool {
+	g := &p.groups[gi]
+	if g.noModel {
+		return false
+	}
+	for n := range p.c.NumNodes() {
+		id := topo.NodeID(n)
+		info := p.c.Node(id)
+		if g.model >= 0 && p.c.NodeModel(id) != g.model {
+			continue
+		}
+		if info.GPUs < g.per || !p.c.MatchesSelector(id, g.g.Selector) {
+			continue
+		}
+		if (info.CPUMilli > 0 && info.CPUMilli < g.g.CPUMilli) || (info.MemoryMiB > 0 && info.MemoryMiB < g.g.MemoryMiB) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// emit turns p.takes into assignments with exact GPUs, and the spread.
+func (p *Placer) emit(res *Result) {
+	total, members := 0, 0
+	for _, t := range p.takes {
+		total += int(t.n) * p.groups[t.group].per
+		members += int(t.n)
+	}
+	res.gpus = make([]uint32, 0, total)
+	res.Members = make([]Assignment, 0, members)
+	// Per node, GPUs handed out so far in this placement (takes of one
+	// node may come from several groups).
+	var lastNode topo.NodeID = -1
+	var used uint64
+	for _, t := range p.takes {
+		gi := &p.groups[t.group]
+		if t.node != lastNode {
+			lastNode, used = t.node, p.usedBy(res, t.node)
+		}
+		first, _ := p.c.NodeGPUs(t.node)
+		freeMask := p.s.NodeFreeMask(t.node) &^ used
+		for range t.n {
+			m := p.pickGPUs(t.node, freeMask, gi.per)
+			freeMask &^= m
+			used |= m
+			start := len(res.gpus)
+			for mm := m; mm != 0; mm &= mm - 1 {
+				res.gpus = append(res.gpus, first+uint32(bits.TrailingZeros64(mm)))
+			}
+			res.Members = append(res.Members, Assignment{
+				Group: t.group, Node: t.node, GPUs: res.gpus[start:len(res.gpus):len(res.gpus)],
+			})
+		}
+	}
+	for gi := range p.groups {
+		if g := p.groups[gi].g; g.CPUMilli > 0 || g.MemoryMiB > 0 {
+			res.hosts = make([]hostReq, len(p.groups))
+			for gj := range p.groups {
+				res.hosts[gj] = hostReq{p.groups[gj].g.CPUMilli, p.groups[gj].g.MemoryMiB}
+			}
+			break
+		}
+	}
+	p.spreadOf(res)
+}
+
+// usedBy returns the GPUs of node n already given to members of res (only
+// possible in multi-group gangs, whose takes are grouped by group).
+func (p *Placer) usedBy(res *Result, n topo.NodeID) uint64 {
+	if len(p.groups) == 1 {
+		return 0
+	}
+	first, _ := p.c.NodeGPUs(n)
+	var m uint64
+	for i := range res.Members {
+		if res.Members[i].Node == n {
+			for _, g := range res.Members[i].GPUs {
+				m |= 1 << (g - first)
+			}
+		}
+	}
+	return m
+}
+
+// pickGPUs chooses per GPUs among free: inside the tightest GPU-level
+// domain that holds them all when the node has GPU levels, else the lowest.
+func (p *Placer) pickGPUs(n topo.NodeID, free uint64, per int) uint64 {
+	if gl := len(p.c.GPULevels()); gl > 0 && per > 0 {
+		masks := p.c.GPUDomainMasks(n, gl-1)
+		bestMask, bestFree := uint64(0), 65
+		for _, m := range masks {
+			if f := bits.OnesCount64(free & m); f >= per && f < bestFree {
+				bestMask, bestFree = m, f
+			}
+		}
+		if bestMask != 0 {
+			return lowest(free&bestMask, per)
+		}
+	}
+	return lowest(free, per)
+}
+
+func lowest(m uint64, n int) uint64 {
+	var out uint64
+	for ; n > 0 && m != 0; n-- {
+		b := m & -m
+		out |= b
+		m &^= b
+	}
+	return out
+}
+
+func (p *Placer) spreadOf(res *Result) {
+	p.spread = p.spread[:0]
+	for _, t := range p.takes {
+		p.spread = append(p.spread, t.node)
+	}
+	if len(p.groups) > 1 {
+		slices.Sort(p.spread)
+	}
+	res.Spread = make([]int, p.nl)
+	for l := range p.nl {
+		last := -1
+		for _, n := range p.spread {
+			if d := p.c.DomainOf(n, l); d != last {
+				res.Spread[l]++
+				last = d
+			}
+		}
+	}
+	last := topo.NodeID(-1)
+	for _, n := range p.spread {
+		if n != last {
+			res.Nodes++
+			last = n
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package gang
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Request asks for one gang: one or more groups of members, all placed or none.
+//
+// A member is one process (a pod, a SLURM task) that runs on exactly one node.
+type Request struct {
+	// Groups are the member groups. At least one.
+	Groups []Group
+	// Required names a topology level (e.g. "block"): every member must land
+	// inside one domain of that level. Empty: no requirement.
+	Required string
+	// Preferred names a topology level finer than Required (e.g. "rack"):
+	// the placement uses the fewest domains of that level that can hold the
+	// gang. Empty: the finest level above the node is used, so gangs are
+	// always compact.
+	Preferred string
+}
+
+// Group is a set of identical members.
+type Group struct {
+	// Name is informational (e.g. "worker").
+	Name string
+	// Members is the number of members. At least one.
+	Members int
+	// GPUsPerMember is the number of whole GPUs each member needs on its
+	// node. Zero for CPU-only members or for fractional members (GPUMilli or
+	// MIGProfile set).
+	GPUsPerMember int
+	// GPUMilli asks for a fraction of one GPU per member, in thousandths
+	// (1..999): a shared GPU (time-slicing / MPS) or, where the GPU is in MIG
+	// mode, the smallest MIG instance that holds that fraction.
+	GPUMilli int
+	// MIGProfile asks for one MIG instance of this profile per member
+	// (e.g. "1g.10gb").
+	MIGProfile string
+	// CPUMilli and MemoryMiB are per-member host resources; zero means none.
+	CPUMilli  int64
+	MemoryMiB int64
+	// GPUModel restricts members to nodes with this GPU model; empty: any.
+	GPUModel string
+	// Selector restricts members to nodes carrying all of these labels.
+	Selector map[string]string
+}
+
+// Errors returned by Request.Validate, wrapped with details.
+var (
+	ErrNoGroups     = errors.New("gang: request has no groups")
+	ErrBadGroup     = errors.New("gang: invalid group")
+	ErrBadTopology  = errors.New("gang: invalid topology constraint")
+	ErrUnknownLevel = errors.New("gang: unknown topology level")
+)
+
+// FieldError names the field of a request that is invalid.
+type FieldError struct {
+	Group int    // index of the group, -1 for request-level fields
+	Field string // e.g. "Members"
+	Err   error  // a sentinel of this package
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	if e.Group < 0 {
+		return fmt.Sprintf("%v: %s: %s", e.Err, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%v: group %d: %s: %s", e.Err, e.Group, e.Field, e.Msg)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate checks the request on its own, without a cluster: counts are
+// positive, fractional and whole-GPU asks are not mixed. Levels are checked
+// against a cluster by Place.
+func (r *Request) Validate() error {
+	if len(r.Groups) == 0 {
+		return &FieldError{Group: -1, Field: "Groups", Err: ErrNoGroups, Msg: "at least one group is needed"}
+	}
+	if r.Required != "" && r.Required == r.Preferred {
+		return &FieldError{Group: -1, Field: "Preferred", Err: ErrBadTopology, Msg: "preferred level equals required level"}
+	}
+	for i := range r.Groups {
+		if err := r.Groups[i].validate(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *Group) validate(i int) error {
+	bad := func(field, msg string, args ...any) error {
+		return &FieldError{Group: i, Field: field, Err: ErrBadGroup, Msg: fmt.Sprintf(msg, args...)}
+	}
+	switch {
+	case g.Members <= 0:
+		return bad("Members", "must be positive, got %d", g.Members)
+	case g.GPUsPerMember < 0:
+		return bad("GPUsPerMember", "must not be negative, got %d", g.GPUsPerMember)
+	case g.GPUMilli < 0 || g.GPUMilli >= 1000:
+		return bad("GPUMilli", "must be in 0..999 (use GPUsPerMember for whole GPUs), got %d", g.GPUMilli)
+	case g.CPUMilli < 0:
+		return bad("CPUMilli", "must not be negative, got %d", g.CPUMilli)
+	case g.MemoryMiB < 0:
+		return bad("MemoryMiB", "must not be negative, got %d", g.MemoryMiB)
+	}
+	kinds := 0
+	if g.GPUsPerMember > 0 {
+		kinds++
+	}
+	if g.GPUMilli > 0 {
+		kinds++
+	}
+	if g.MIGProfile != "" {
+		kinds++
+	}
+	if kinds > 1 {
+		return bad("GPUsPerMember", "whole GPUs, GPUMilli and MIGProfile are mutually exclusive")
+	}
+	if kinds == 0 && g.CPUMilli == 0 && g.MemoryMiB == 0 {
+		return bad("GPUsPerMember", "member asks for nothing")
+	}
+	return nil
+}
+
+// GPUs is the number of whole GPUs the request asks for (fractional members
+// not counted).
+func (r *Request) GPUs() int {
+	n := 0
+	for i := range r.Groups {
+		n += r.Groups[i].Members * r.Groups[i].GPUsPerMember
+	}
+	return n
+}

@@ -1,0 +1,161 @@
+package gang
+
+import (
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/berthsched/berth/topo"
+)
+
+// Assignment is where one member goes.
+type Assignment struct {
+	Group int32
+	Node  topo.NodeID
+	// GPUs are the member's GPU indices, ascending. The slice shares its
+	// backing array with the other members of the Result.
+	GPUs []uint32
+}
+
+// Code classifies why a gang was not placed.
+type Code uint8
+
+const (
+	// Placed: no reason, the gang was placed.
+	Placed Code = iota
+	// NoCapacity: not enough free capacity (in whole members) in any domain
+	// of the required level, or in the cluster.
+	NoCapacity
+	// NoMatchingNodes: no ready node satisfies the group's GPU model,
+	// selector or host resources at all.
+	NoMatchingNodes
+	// MemberTooLarge: a member asks for more GPUs than any node has.
+	MemberTooLarge
+	// GroupsConflict: every group fits alone somewhere, but no domain holds
+	// all groups together.
+	GroupsConflict
+)
+
+func (c Code) String() string {
+	switch c {
+	case Placed:
+		return "placed"
+	case NoCapacity:
+		return "no-capacity"
+	case NoMatchingNodes:
+		return "no-matching-nodes"
+	case MemberTooLarge:
+		return "member-too-large"
+	case GroupsConflict:
+		return "groups-conflict"
+	}
+	return fmt.Sprintf("Code(%d)", uint8(c))
+}
+
+// Reason explains a "no" in numbers.
+type Reason struct {
+	Code  Code
+	Group int    // the group that does not fit (-1: the gang as a whole)
+	Level string // the level the numbers refer to ("cluster" when none is required)
+	// Fit is the most members of Group that fit in any one domain of Level;
+	// Need is how many are asked for.
+	Fit, Need int
+}
+
+func (r Reason) String() string {
+	switch r.Code {
+	case Placed:
+		return "placed"
+	case MemberTooLarge:
+		return fmt.Sprintf("group %d: a member needs %d GPUs, the largest node has %d", r.Group, r.Need, r.Fit)
+	case NoMatchingNodes:
+		return fmt.Sprintf("group %d: no ready node matches its GPU model, selector and host resources", r.Group)
+	case GroupsConflict:
+		return fmt.Sprintf("each group fits alone, but no %s holds all groups together", r.Level)
+	}
+	if r.Level == topo.LevelCluster {
+		return fmt.Sprintf("group %d: only %d of %d members fit in the cluster", r.Group, r.Fit, r.Need)
+	}
+	return fmt.Sprintf("group %d: at most %d of %d members fit in any %s", r.Group, r.Fit, r.Need, r.Level)
+}
+
+// Result is the answer of Place: a placement, or a reason.
+type Result struct {
+	Found bool
+	// Members lists one assignment per member, by group, then by node.
+	Members []Assignment
+	// Reason says why not, when !Found.
+	Reason Reason
+	// Domain is the index of the domain of the required level that holds
+	// the gang (0, the cluster, when none is required).
+	Domain int
+	// Spread counts, per level of the cluster (Cluster.Levels), the domains
+	// the gang spans; Nodes counts its nodes.
+	Spread []int
+	Nodes  int
+	gpus   []uint32
+	hosts  []hostReq // per group
+}
+
+type hostReq struct{ cpuMilli, memMiB int64 }
+
+// Host returns the host CPU (milli) and memory (MiB) that member i books.
+func (r *Result) Host(i int) (cpuMilli, memMiB int64) {
+	if r.hosts == nil {
+		return 0, 0
+	}
+	h := r.hosts[r.Members[i].Group]
+	return h.cpuMilli, h.memMiB
+}
+
+// GPUs returns every GPU of the placement, grouped by member. Read-only.
+func (r *Result) GPUs() []uint32 { return r.gpus }
+
+// GPUSet returns the GPUs of the placement as a new bitmap.
+func (r *Result) GPUSet() *roaring.Bitmap { return roaring.BitmapOf(r.gpus...) }
+
+// Apply books the placement on s, all or nothing: on error s is unchanged.
+// Apply a Result only to the snapshot it was computed on (or a clone with the
+// same free GPUs); the error then means the snapshot changed in between.
+func (r *Result) Apply(s *topo.Snapshot) error {
+	if !r.Found {
+		return fmt.Errorf("gang: apply of a result that was not found")
+	}
+	if err := s.Allocate(r.gpus); err != nil {
+		return err
+	}
+	if r.hosts == nil {
+		return nil
+	}
+	for i := range r.Members {
+		cpu, mem := r.Host(i)
+		if err := s.AllocateHost(r.Members[i].Node, cpu, mem); err != nil {
+			for j := i - 1; j >= 0; j-- {
+				cpu, mem := r.Host(j)
+				_ = s.ReleaseHost(r.Members[j].Node, cpu, mem) // booked above: cannot fail
+			}
+			_ = s.Release(r.gpus) // booked above: cannot fail
+			return err
+		}
+	}
+	return nil
+}
+
+// Undo releases what Apply booked.
+func (r *Result) Undo(s *topo.Snapshot) error {
+	if !r.Found {
+		return fmt.Errorf("gang: undo of a result that was not found")
+	}
+	if err := s.Release(r.gpus); err != nil {
+		return err
+	}
+	if r.hosts == nil {
+		return nil
+	}
+	for i := range r.Members {
+		cpu, mem := r.Host(i)
+		if err := s.ReleaseHost(r.Members[i].Node, cpu, mem); err != nil {
+			return err
+		}
+	}
+	return nil
+}

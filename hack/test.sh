@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The project's whole test run: formatting, vet, race tests, a short run of
+# every fuzz target and every benchmark once. Used by CI (.ci/run) and by
+# developers: `bash hack/test.sh`. FUZZTIME (default 5s) sets the fuzz budget
+# per target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS=${GOFLAGS:-}
+FUZZTIME=${FUZZTIME:-5s}
+
+echo "== toolchain"
+go version
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "not gofmt-formatted:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== core builds without cgo"
+CGO_ENABLED=0 go build ./topo/ ./gang/ $(for d in queue mig engine; do [ -d "$d" ] && echo "./$d/"; done)
+
+echo "== go test -race"
+go test -race -count=1 ./...
+
+echo "== fuzz (each target for $FUZZTIME)"
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  grep -l '^func Fuzz' "$dir"/*_test.go >/dev/null 2>&1 || continue
+  for target in $(grep -h -o '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go | sed 's/^func //' | sort -u); do
+    echo "-- $pkg $target"
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"
+  done
+done
+
+echo "== benchmarks once"
+go test -run '^$' -bench . -benchtime 1x ./...
+
+echo "== all passed"

@@ -1,0 +1,471 @@
+package topo
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/RoaringBitmap/roaring/v2"
+)
+
+// Snapshot is the allocatable state of a Cluster: which GPUs are allocated,
+// node states, host resources, and the per-domain counters that make
+// placement a matter of array reads.
+//
+// A Snapshot is owned by one goroutine at a time. Clone is cheap and
+// copy-on-write: the clone and the original share pages of state until one
+// of them writes a page, so what-if placement (reservations, preemption,
+// backfill) can clone, mutate and drop freely.
+type Snapshot struct {
+	c     *Cluster
+	tok   *cowToken
+	nodes []*nodePage
+	cnt   []*cntPage
+	// allocated counts GPUs booked, on nodes of any state.
+	allocated int
+}
+
+type cowToken struct{ _ byte }
+
+const pageShift = 6
+const pageSize = 1 << pageShift
+
+type nodePage struct {
+	tok   *cowToken
+	free  [pageSize]uint64 // unallocated GPUs, bit i = GPU base+i
+	state [pageSize]NodeState
+	cpu   [pageSize]int64 // free host CPU milli
+	mem   [pageSize]int64 // free host memory MiB
+}
+
+// cntPage holds the counters of pageSize domains of one level.
+type cntPage struct {
+	tok *cowToken
+	v   []int32
+}
+
+// NewSnapshot returns the state of a cluster with nothing allocated and
+// every node in the state its spec gave.
+func (c *Cluster) NewSnapshot() *Snapshot {
+	s := &Snapshot{c: c, tok: new(cowToken)}
+	s.nodes = make([]*nodePage, (len(c.nodes)+pageSize-1)/pageSize)
+	for i := range s.nodes {
+		s.nodes[i] = &nodePage{tok: s.tok}
+	}
+	nl := len(c.levels)
+	s.cnt = make([]*cntPage, 0)
+	for l := range nl {
+		np := (len(c.doms[l]) + pageSize - 1) / pageSize
+		for range np {
+			s.cnt = append(s.cnt, &cntPage{tok: s.tok, v: make([]int32, pageSize*c.stride)})
+		}
+	}
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		p := s.nodes[i>>pageShift]
+		p.free[i&(pageSize-1)] = mask(int(n.gpus))
+		p.state[i&(pageSize-1)] = n.state0
+		p.cpu[i&(pageSize-1)] = n.cpuMilli
+		p.mem[i&(pageSize-1)] = n.hostMiB
+		if n.state0 == Ready {
+			s.count(NodeID(i), int(n.gpus), +1)
+		}
+	}
+	return s
+}
+
+func mask(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<uint(n) - 1
+}
+
+// Cluster returns the cluster this is a snapshot of.
+func (s *Snapshot) Cluster() *Cluster { return s.c }
+
+// Clone returns a copy-on-write copy. Both s and the clone may be written
+// afterwards without affecting each other; each copies a page of state the
+// first time it writes it. Cost: O(nodes/64 + domains/64) pointer copies.
+func (s *Snapshot) Clone() *Snapshot {
+	s.tok = new(cowToken) // every page is now shared: copy before writing
+	return &Snapshot{
+		c: s.c, tok: new(cowToken),
+		nodes:     append([]*nodePage(nil), s.nodes...),
+		cnt:       append([]*cntPage(nil), s.cnt...),
+		allocated: s.allocated,
+	}
+}
+
+func (s *Snapshot) nodePageW(id NodeID) *nodePage {
+	i := int(id) >> pageShift
+	p := s.nodes[i]
+	if p.tok != s.tok {
+		cp := *p
+		cp.tok = s.tok
+		p = &cp
+		s.nodes[i] = p
+	}
+	return p
+}
+
+// cntBase returns the page index and offset of a domain's counters.
+func (s *Snapshot) cntAt(level, d int) (page, off int) {
+	return s.c.cntBase[level] + d>>pageShift, (d & (pageSize - 1)) * s.c.stride
+}
+
+func (s *Snapshot) cntW(level, d int) []int32 {
+	pi, off := s.cntAt(level, d)
+	p := s.cnt[pi]
+	if p.tok != s.tok {
+		p = &cntPage{tok: s.tok, v: append([]int32(nil), p.v...)}
+		s.cnt[pi] = p
+	}
+	return p.v[off : off+s.c.stride]
+}
+
+func (s *Snapshot) cntR(level, d int) []int32 {
+	pi, off := s.cntAt(level, d)
+	return s.cnt[pi].v[off : off+s.c.stride]
+}
+
+// count adds (sign +1) or removes (-1) a ready node with k free GPUs from
+// the counters of every domain above it.
+func (s *Snapshot) count(id NodeID, k int, sign int32) {
+	c := s.c
+	n := &c.nodes[id]
+	whole := int32(0)
+	if k == int(n.gpus) {
+		whole = sign
+	}
+	nl := len(c.levels)
+	h0 := 2 + k
+	hm := -1
+	if c.hists > 1 {
+		hm = 2 + (1+int(n.model))*(c.maxGPUs+1) + k
+	}
+	for l := range nl {
+		v := s.cntW(l, int(c.nodeDom[int(id)*nl+l]))
+		v[0] += sign * int32(k)
+		v[1] += whole
+		v[h0] += sign
+		if hm >= 0 {
+			v[hm] += sign
+		}
+	}
+}
+
+// NodeState returns the state of a node.
+func (s *Snapshot) NodeState(id NodeID) NodeState {
+	return s.nodes[int(id)>>pageShift].state[int(id)&(pageSize-1)]
+}
+
+// NodeFreeMask returns the unallocated GPUs of a node (whatever its state)
+// as a mask: bit i is GPU FirstGPU+i.
+func (s *Snapshot) NodeFreeMask(id NodeID) uint64 {
+	return s.nodes[int(id)>>pageShift].free[int(id)&(pageSize-1)]
+}
+
+// NodeAvailable returns the allocatable free GPUs of a node: its
+// unallocated GPUs if it is ready, else 0.
+func (s *Snapshot) NodeAvailable(id NodeID) int {
+	p := s.nodes[int(id)>>pageShift]
+	if p.state[int(id)&(pageSize-1)] != Ready {
+		return 0
+	}
+	return bits.OnesCount64(p.free[int(id)&(pageSize-1)])
+}
+
+// NodeHostFree returns a node's free host CPU (milli) and memory (MiB).
+// Nodes whose spec tracks neither return zeros.
+func (s *Snapshot) NodeHostFree(id NodeID) (cpuMilli, memMiB int64) {
+	p := s.nodes[int(id)>>pageShift]
+	return p.cpu[int(id)&(pageSize-1)], p.mem[int(id)&(pageSize-1)]
+}
+
+// HostFits reports whether a node has room for n members of the given host
+// request. Untracked resources (zero capacity in the spec) always fit.
+func (s *Snapshot) HostFits(id NodeID, cpuMilli, memMiB int64) int {
+	n := &s.c.nodes[id]
+	p := s.nodes[int(id)>>pageShift]
+	fit := int(^uint(0) >> 1)
+	if cpuMilli > 0 && n.cpuMilli > 0 {
+		fit = min(fit, int(p.cpu[int(id)&(pageSize-1)]/cpuMilli))
+	}
+	if memMiB > 0 && n.hostMiB > 0 {
+		fit = min(fit, int(p.mem[int(id)&(pageSize-1)]/memMiB))
+	}
+	return fit
+}
+
+// DomainFree returns the allocatable free GPUs of domain d of a level.
+func (s *Snapshot) DomainFree(level, d int) int { return int(s.cntR(level, d)[0]) }
+
+// DomainWholeNodes returns the number of ready nodes of a domain with all
+// their GPUs free.
+func (s *Snapshot) DomainWholeNodes(level, d int) int { return int(s.cntR(level, d)[1]) }
+
+// DomainHistogram returns, for domain d of a level, h[k] = the number of
+// ready nodes with exactly k free GPUs, k = 0..MaxGPUsPerNode(); model < 0
+// counts every model, else only nodes of that model index. The slice is a
+// view that must not be modified and is valid until the next write to s.
+func (s *Snapshot) DomainHistogram(level, d, model int) []int32 {
+	v := s.cntR(level, d)
+	g := s.c.maxGPUs + 1
+	h := 0
+	if model >= 0 && s.c.hists > 1 {
+		h = 1 + model
+	}
+	return v[2+h*g : 2+(h+1)*g]
+}
+
+// DomainCapacity returns how many members of `per` GPUs each (per >= 1)
+// fit in domain d of a level, on nodes of the model (model < 0: any),
+// counting whole members per node: sum over k of h[k] * floor(k/per).
+func (s *Snapshot) DomainCapacity(level, d, per, model int) int {
+	if per == 1 && (model < 0 || s.c.hists == 1) {
+		return int(s.cntR(level, d)[0])
+	}
+	h := s.DomainHistogram(level, d, model)
+	n := 0
+	for k := per; k < len(h); k++ {
+		n += int(h[k]) * (k / per)
+	}
+	return n
+}
+
+// Free returns the number of allocatable free GPUs of the cluster.
+func (s *Snapshot) Free() int { return s.DomainFree(0, 0) }
+
+// Allocated returns the number of allocated GPUs (on nodes of any state).
+func (s *Snapshot) Allocated() int { return s.allocated }
+
+// FreeSet returns a new bitmap of the allocatable free GPUs (unallocated,
+// on ready nodes), owned by the caller. It costs O(nodes).
+func (s *Snapshot) FreeSet() *roaring.Bitmap {
+	words := make([]uint64, (s.c.totalGPUs+63)/64)
+	for i := range s.c.nodes {
+		p := s.nodes[i>>pageShift]
+		if p.state[i&(pageSize-1)] != Ready {
+			continue
+		}
+		m, base := p.free[i&(pageSize-1)], s.c.nodes[i].base
+		w, off := base/64, base%64
+		words[w] |= m << off
+		if off != 0 && int(off)+int(s.c.nodes[i].gpus) > 64 {
+			words[w+1] |= m >> (64 - off)
+		}
+	}
+	return roaring.FromDense(words, false)
+}
+
+// FreeInRange returns a new bitmap of the allocatable free GPUs of domain d
+// of a level.
+func (s *Snapshot) FreeInDomain(level, d int) *roaring.Bitmap {
+	b := roaring.New()
+	x := &s.c.doms[level][d]
+	for id := x.nodeLo; id < x.nodeHi; id++ {
+		if s.NodeState(id) != Ready {
+			continue
+		}
+		base := s.c.nodes[id].base
+		for m := s.NodeFreeMask(id); m != 0; m &= m - 1 {
+			b.Add(base + uint32(bits.TrailingZeros64(m)))
+		}
+	}
+	return b
+}
+
+// IsFree reports whether GPU g is allocatable and free.
+func (s *Snapshot) IsFree(g uint32) bool {
+	if int(g) >= len(s.c.gpuNode) {
+		return false
+	}
+	id := s.c.gpuNode[g]
+	return s.NodeState(id) == Ready && s.NodeFreeMask(id)&(1<<(g-s.c.nodes[id].base)) != 0
+}
+
+// Allocate books the listed GPUs, all or nothing: it fails without change if
+// a GPU is unknown, listed twice, already allocated or on a node that is not
+// ready. The slice is not retained.
+func (s *Snapshot) Allocate(gpus []uint32) error {
+	if err := s.check(gpus, true); err != nil {
+		return err
+	}
+	s.apply(gpus, true)
+	return nil
+}
+
+// Release returns the listed GPUs, all or nothing: it fails without change
+// if a GPU is unknown, listed twice or not allocated. GPUs of nodes that are
+// not ready are released but do not become allocatable.
+func (s *Snapshot) Release(gpus []uint32) error {
+	if err := s.check(gpus, false); err != nil {
+		return err
+	}
+	s.apply(gpus, false)
+	return nil
+}
+
+// AllocateBitmap is Allocate for a bitmap.
+func (s *Snapshot) AllocateBitmap(b *roaring.Bitmap) error { return s.Allocate(b.ToArray()) }
+
+// ReleaseBitmap is Release for a bitmap.
+func (s *Snapshot) ReleaseBitmap(b *roaring.Bitmap) error { return s.Release(b.ToArray()) }
+
+// check validates gpus without writing. Lists grouped by node in ascending
+// node order (as placements are) are checked in one pass; other orders fall
+// back to a map of per-node masks.
+func (s *Snapshot) check(gpus []uint32, alloc bool) error {
+	c := s.c
+	var lastNode NodeID = -1
+	var seen uint64
+	var multi map[NodeID]uint64
+	for i, g := range gpus {
+		if int(g) >= len(c.gpuNode) {
+			return fmt.Errorf("%w: %d (cluster has %d GPUs)", ErrUnknownGPU, g, len(c.gpuNode))
+		}
+		id := c.gpuNode[g]
+		bit := uint64(1) << (g - c.nodes[id].base)
+		if id != lastNode {
+			if id < lastNode && multi == nil {
+				// Out of order: rebuild the masks seen so far.
+				multi = make(map[NodeID]uint64)
+				for _, h := range gpus[:i] {
+					hid := c.gpuNode[h]
+					multi[hid] |= 1 << (h - c.nodes[hid].base)
+				}
+			} else if multi != nil && lastNode >= 0 {
+				multi[lastNode] = seen
+			}
+			lastNode = id
+			if multi != nil {
+				seen = multi[id]
+			} else {
+				seen = 0
+			}
+		}
+		if seen&bit != 0 {
+			return fmt.Errorf("%w: %d", ErrDuplicateInSet, g)
+		}
+		seen |= bit
+		free := s.NodeFreeMask(id)&bit != 0
+		if alloc {
+			if !free {
+				return fmt.Errorf("%w: GPU %d on node %q", ErrAllocated, g, c.nodes[id].name)
+			}
+			if st := s.NodeState(id); st != Ready {
+				return fmt.Errorf("%w: node %q is %v", ErrNodeNotReady, c.nodes[id].name, st)
+			}
+		} else if free {
+			return fmt.Errorf("%w: GPU %d on node %q", ErrNotAllocated, g, c.nodes[id].name)
+		}
+	}
+	return nil
+}
+
+// apply flips the GPUs, node by node, keeping counters in step.
+func (s *Snapshot) apply(gpus []uint32, alloc bool) {
+	c := s.c
+	for i := 0; i < len(gpus); {
+		id := c.gpuNode[gpus[i]]
+		base := c.nodes[id].base
+		var m uint64
+		j := i
+		for ; j < len(gpus) && c.gpuNode[gpus[j]] == id; j++ {
+			m |= 1 << (gpus[j] - base)
+		}
+		s.flip(id, m, alloc)
+		i = j
+	}
+}
+
+func (s *Snapshot) flip(id NodeID, m uint64, alloc bool) {
+	p := s.nodePageW(id)
+	slot := int(id) & (pageSize - 1)
+	old := p.free[slot]
+	nw := old | m
+	if alloc {
+		nw = old &^ m
+		s.allocated += bits.OnesCount64(m)
+	} else {
+		s.allocated -= bits.OnesCount64(m)
+	}
+	p.free[slot] = nw
+	if p.state[slot] != Ready {
+		return
+	}
+	s.count(id, bits.OnesCount64(old), -1)
+	s.count(id, bits.OnesCount64(nw), +1)
+}
+
+// SetNodeState changes a node's state. Leaving Ready takes its free GPUs out
+// of the allocatable set; entering Ready puts them back. Allocations on the
+// node are untouched.
+func (s *Snapshot) SetNodeState(id NodeID, st NodeState) error {
+	if id < 0 || int(id) >= len(s.c.nodes) {
+		return fmt.Errorf("%w: id %d", ErrUnknownNode, id)
+	}
+	if st >= numStates {
+		return fmt.Errorf("%w: %d", ErrBadState, st)
+	}
+	old := s.NodeState(id)
+	if old == st {
+		return nil
+	}
+	p := s.nodePageW(id)
+	slot := int(id) & (pageSize - 1)
+	p.state[slot] = st
+	k := bits.OnesCount64(p.free[slot])
+	switch {
+	case old == Ready:
+		s.count(id, k, -1)
+	case st == Ready:
+		s.count(id, k, +1)
+	}
+	return nil
+}
+
+// AllocateHost books host CPU and memory on a node. Untracked resources
+// (zero capacity in the spec) are not booked.
+func (s *Snapshot) AllocateHost(id NodeID, cpuMilli, memMiB int64) error {
+	return s.host(id, cpuMilli, memMiB, true)
+}
+
+// ReleaseHost returns host CPU and memory booked by AllocateHost.
+func (s *Snapshot) ReleaseHost(id NodeID, cpuMilli, memMiB int64) error {
+	return s.host(id, cpuMilli, memMiB, false)
+}
+
+func (s *Snapshot) host(id NodeID, cpuMilli, memMiB int64, alloc bool) error {
+	if id < 0 || int(id) >= len(s.c.nodes) {
+		return fmt.Errorf("%w: id %d", ErrUnknownNode, id)
+	}
+	if cpuMilli < 0 || memMiB < 0 {
+		return fmt.Errorf("%w: cpu %d memory %d", ErrBadResource, cpuMilli, memMiB)
+	}
+	n := &s.c.nodes[id]
+	if n.cpuMilli == 0 {
+		cpuMilli = 0
+	}
+	if n.hostMiB == 0 {
+		memMiB = 0
+	}
+	if cpuMilli == 0 && memMiB == 0 {
+		return nil
+	}
+	slot := int(id) & (pageSize - 1)
+	r := s.nodes[int(id)>>pageShift]
+	if alloc {
+		if r.cpu[slot] < cpuMilli || r.mem[slot] < memMiB {
+			return fmt.Errorf("%w: node %q has cpu %d memory %d, asked %d / %d",
+				ErrInsufficient, n.name, r.cpu[slot], r.mem[slot], cpuMilli, memMiB)
+		}
+		cpuMilli, memMiB = -cpuMilli, -memMiB
+	} else if r.cpu[slot]+cpuMilli > n.cpuMilli || r.mem[slot]+memMiB > n.hostMiB {
+		return fmt.Errorf("%w: node %q", ErrOverRelease, n.name)
+	}
+	p := s.nodePageW(id)
+	p.cpu[slot] += cpuMilli
+	p.mem[slot] += memMiB
+	return nil
+}

@@ -1,0 +1,212 @@
+package topo
+
+import (
+	"errors"
+	"fmt"
+)
+
+// NodeState says whether a node takes new work.
+type NodeState uint8
+
+const (
+	// Ready nodes are allocatable.
+	Ready NodeState = iota
+	// Cordoned nodes keep their running work but take no new work.
+	Cordoned
+	// Draining nodes keep their running work until it ends and take no new work.
+	Draining
+	// Down nodes are gone: their GPUs are not allocatable. Work on them is
+	// the caller's to requeue; the GPUs it held stay booked until released.
+	Down
+	numStates
+)
+
+func (s NodeState) String() string {
+	switch s {
+	case Ready:
+		return "ready"
+	case Cordoned:
+		return "cordoned"
+	case Draining:
+		return "draining"
+	case Down:
+		return "down"
+	}
+	return fmt.Sprintf("NodeState(%d)", uint8(s))
+}
+
+// ParseNodeState is the inverse of NodeState.String.
+func ParseNodeState(s string) (NodeState, error) {
+	for st := Ready; st < numStates; st++ {
+		if st.String() == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q", ErrBadState, s)
+}
+
+// MaxGPUsPerNode bounds the GPUs of one node. Real nodes have 4 to 16; the
+// bound lets a node's free GPUs be one machine word.
+const MaxGPUsPerNode = 64
+
+// Reserved level names: "cluster" is the implicit root level (one domain
+// holding everything) and "node" is the node level itself.
+const (
+	LevelCluster = "cluster"
+	LevelNode    = "node"
+)
+
+// Spec declares a cluster. It is plain data: build it by hand, from a
+// backend's inventory or from a file, then pass it to New.
+type Spec struct {
+	// Levels are the topology levels above the node, coarsest first, e.g.
+	// {"block", "rack"} or {"block", "nvlink"}.
+	Levels []string
+	// GPULevels are optional levels below the node, coarsest first, e.g.
+	// {"nvlink-island"} or {"numa"}.
+	GPULevels []string
+	// Nodes in any order. Node IDs are assigned in topology order (see New).
+	Nodes []NodeSpec
+}
+
+// NodeSpec declares one node.
+type NodeSpec struct {
+	Name string
+	// Domains names the node's domain at each level of Spec.Levels. A
+	// domain is identified by its whole path, so rack "r1" under block "b0"
+	// and rack "r1" under block "b1" are different racks.
+	Domains []string
+	// GPUs is the number of GPUs, 1..MaxGPUsPerNode.
+	GPUs         int
+	GPUModel     string
+	GPUMemoryMiB int64
+	// CPUMilli and MemoryMiB are the node's allocatable host resources.
+	// Zero means "not tracked": host requests then always fit.
+	CPUMilli  int64
+	MemoryMiB int64
+	Labels    map[string]string
+	State     NodeState
+	// GPUDomains gives, for each level of Spec.GPULevels, the group of each
+	// GPU of the node (len GPUs; small non-negative integers, local to the
+	// node), e.g. {{0,0,0,0,1,1,1,1}} for two NVLink islands of four.
+	GPUDomains [][]int
+}
+
+// Errors of New. They come wrapped in a *SpecError that names the place.
+var (
+	ErrDuplicateNode  = errors.New("topo: duplicate node name")
+	ErrDuplicateLevel = errors.New("topo: duplicate level name")
+	ErrReservedLevel  = errors.New("topo: reserved level name")
+	ErrEmptyName      = errors.New("topo: empty name")
+	ErrMissingDomain  = errors.New("topo: missing domain")
+	ErrBadGPUCount    = errors.New("topo: GPU count out of range")
+	ErrBadResource    = errors.New("topo: negative resource")
+	ErrBadState       = errors.New("topo: unknown node state")
+	ErrBadGPUDomains  = errors.New("topo: bad GPU domains")
+)
+
+// Errors of lookups and of Snapshot operations.
+var (
+	ErrUnknownLevel   = errors.New("topo: unknown level")
+	ErrUnknownNode    = errors.New("topo: unknown node")
+	ErrUnknownGPU     = errors.New("topo: unknown GPU")
+	ErrAllocated      = errors.New("topo: GPU already allocated")
+	ErrNotAllocated   = errors.New("topo: GPU not allocated")
+	ErrNodeNotReady   = errors.New("topo: node not ready")
+	ErrInsufficient   = errors.New("topo: insufficient host resources")
+	ErrOverRelease    = errors.New("topo: host resources released beyond capacity")
+	ErrDuplicateInSet = errors.New("topo: GPU listed twice")
+)
+
+// SpecError says which part of a Spec is invalid.
+type SpecError struct {
+	Node  int    // index into Spec.Nodes, -1 for spec-level fields
+	Name  string // node or level name involved
+	Field string
+	Err   error // one of the sentinels above
+	Msg   string
+}
+
+func (e *SpecError) Error() string {
+	where := e.Field
+	if e.Node >= 0 {
+		where = fmt.Sprintf("node %d (%q) %s", e.Node, e.Name, e.Field)
+	} else if e.Name != "" {
+		where = fmt.Sprintf("%s %q", e.Field, e.Name)
+	}
+	if e.Msg == "" {
+		return fmt.Sprintf("%v: %s", e.Err, where)
+	}
+	return fmt.Sprintf("%v: %s: %s", e.Err, where, e.Msg)
+}
+
+func (e *SpecError) Unwrap() error { return e.Err }
+
+// Validate checks the spec without building it.
+func (s *Spec) Validate() error {
+	seen := make(map[string]bool, len(s.Levels)+len(s.GPULevels))
+	for _, lv := range [][]string{s.Levels, s.GPULevels} {
+		for _, l := range lv {
+			switch {
+			case l == "":
+				return &SpecError{Node: -1, Field: "level", Err: ErrEmptyName}
+			case l == LevelCluster || l == LevelNode:
+				return &SpecError{Node: -1, Name: l, Field: "level", Err: ErrReservedLevel}
+			case seen[l]:
+				return &SpecError{Node: -1, Name: l, Field: "level", Err: ErrDuplicateLevel}
+			}
+			seen[l] = true
+		}
+	}
+	names := make(map[string]int, len(s.Nodes))
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		bad := func(field string, err error, msg string, args ...any) error {
+			return &SpecError{Node: i, Name: n.Name, Field: field, Err: err, Msg: fmt.Sprintf(msg, args...)}
+		}
+		if n.Name == "" {
+			return bad("Name", ErrEmptyName, "")
+		}
+		if j, dup := names[n.Name]; dup {
+			return bad("Name", ErrDuplicateNode, "also node %d", j)
+		}
+		names[n.Name] = i
+		if len(n.Domains) != len(s.Levels) {
+			return bad("Domains", ErrMissingDomain, "%d domains for %d levels %v", len(n.Domains), len(s.Levels), s.Levels)
+		}
+		for l, d := range n.Domains {
+			if d == "" {
+				return bad("Domains", ErrMissingDomain, "no domain at level %q", s.Levels[l])
+			}
+		}
+		if n.GPUs <= 0 || n.GPUs > MaxGPUsPerNode {
+			return bad("GPUs", ErrBadGPUCount, "%d not in 1..%d", n.GPUs, MaxGPUsPerNode)
+		}
+		if n.GPUMemoryMiB < 0 {
+			return bad("GPUMemoryMiB", ErrBadResource, "%d", n.GPUMemoryMiB)
+		}
+		if n.CPUMilli < 0 {
+			return bad("CPUMilli", ErrBadResource, "%d", n.CPUMilli)
+		}
+		if n.MemoryMiB < 0 {
+			return bad("MemoryMiB", ErrBadResource, "%d", n.MemoryMiB)
+		}
+		if n.State >= numStates {
+			return bad("State", ErrBadState, "%d", n.State)
+		}
+		if len(n.GPUDomains) != len(s.GPULevels) {
+			return bad("GPUDomains", ErrBadGPUDomains, "%d entries for %d GPU levels", len(n.GPUDomains), len(s.GPULevels))
+		}
+		for l, groups := range n.GPUDomains {
+			if len(groups) != n.GPUs {
+				return bad("GPUDomains", ErrBadGPUDomains, "level %q: %d entries for %d GPUs", s.GPULevels[l], len(groups), n.GPUs)
+			}
+			for _, g := range groups {
+				if g < 0 || g >= MaxGPUsPerNode {
+					return bad("GPUDomains", ErrBadGPUDomains, "level %q: group %d out of range", s.GPULevels[l], g)
+				}
+			}
+		}
+	}
+	return nil
+}
