@@ -194,16 +194,16 @@ func checkPlacement(t *testing.T, s *topo.Snapshot, r *gang.Request, res gang.Re
 		reqLevel, _ = c.Level(r.Required)
 	}
 	seen := map[uint32]bool{}
-	for _, m := range res.Members {
+	for i, m := range res.Members {
 		g := &r.Groups[m.Group]
 		count[m.Group]++
-		require.Len(t, m.GPUs, g.GPUsPerMember)
+		require.Len(t, res.MemberGPUs(i), g.GPUsPerMember)
 		require.Equal(t, res.Domain, c.DomainOf(m.Node, reqLevel), "inside the required domain")
 		if g.GPUModel != "" {
 			require.Equal(t, g.GPUModel, c.Node(m.Node).GPUModel)
 		}
 		require.True(t, c.MatchesSelector(m.Node, g.Selector))
-		for _, gpu := range m.GPUs {
+		for _, gpu := range res.MemberGPUs(i) {
 			n, err := c.NodeOfGPU(gpu)
 			require.NoError(t, err)
 			require.Equal(t, m.Node, n)

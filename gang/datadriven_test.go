@@ -205,8 +205,8 @@ func describe(s *topo.Snapshot, res gang.Result) string {
 			j++
 		}
 		var gpus []string
-		for _, mm := range res.Members[i:j] {
-			gpus = append(gpus, fmt.Sprint(mm.GPUs))
+		for k := i; k < j; k++ {
+			gpus = append(gpus, fmt.Sprint(res.MemberGPUs(k)))
 		}
 		fmt.Fprintf(&b, "  group %d: %s x%d %s\n", m.Group, c.NodeName(m.Node), j-i, strings.Join(gpus, " "))
 		i = j

@@ -466,7 +466,7 @@ func (p *Placer) emit(res *Result) {
 				res.gpus = append(res.gpus, first+uint32(bits.TrailingZeros64(mm)))
 			}
 			res.Members = append(res.Members, Assignment{
-				Group: t.group, Node: t.node, GPUs: res.gpus[start:len(res.gpus):len(res.gpus)],
+				Group: t.group, Node: t.node, GPULo: int32(start), GPUHi: int32(len(res.gpus)),
 			})
 		}
 	}
@@ -492,7 +492,7 @@ func (p *Placer) usedBy(res *Result, n topo.NodeID) uint64 {
 	var m uint64
 	for i := range res.Members {
 		if res.Members[i].Node == n {
-			for _, g := range res.Members[i].GPUs {
+			for _, g := range res.MemberGPUs(i) {
 				m |= 1 << (g - first)
 			}
 		}

@@ -8,12 +8,14 @@ import (
 )
 
 // Assignment is where one member goes.
+//
+// It holds no pointers (the GPUs live in the Result, see Result.MemberGPUs),
+// so a placement of hundreds of members costs the garbage collector nothing.
 type Assignment struct {
 	Group int32
 	Node  topo.NodeID
-	// GPUs are the member's GPU indices, ascending. The slice shares its
-	// backing array with the other members of the Result.
-	GPUs []uint32
+	// The member's GPUs are Result.GPUs()[GPULo:GPUHi].
+	GPULo, GPUHi int32
 }
 
 // Code classifies why a gang was not placed.
@@ -105,6 +107,12 @@ func (r *Result) Host(i int) (cpuMilli, memMiB int64) {
 	}
 	h := r.hosts[r.Members[i].Group]
 	return h.cpuMilli, h.memMiB
+}
+
+// MemberGPUs returns the GPU indices of member i, ascending. Read-only.
+func (r *Result) MemberGPUs(i int) []uint32 {
+	m := &r.Members[i]
+	return r.gpus[m.GPULo:m.GPUHi:m.GPUHi]
 }
 
 // GPUs returns every GPU of the placement, grouped by member. Read-only.
