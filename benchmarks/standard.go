@@ -9,31 +9,17 @@ import (
 	"hash/fnv"
 	"math/bits"
 
+	"github.com/berthsched/berth/benchmarks/workload"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
 )
 
 // SplitMix64 is the generator of every standard input: its state starts at
-// the seed.
-type SplitMix64 struct{ state uint64 }
+// the seed (BENCHMARKS.md).
+type SplitMix64 = workload.SplitMix64
 
 // NewSplitMix64 returns a generator seeded with seed.
-func NewSplitMix64(seed uint64) *SplitMix64 { return &SplitMix64{state: seed} }
-
-// Next returns the next 64-bit output.
-func (r *SplitMix64) Next() uint64 {
-	r.state += 0x9e3779b97f4a7c15
-	z := r.state
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
-}
-
-// Draw maps one output to [0, n) as the high 64 bits of x*n.
-func (r *SplitMix64) Draw(n uint64) uint64 {
-	hi, _ := bits.Mul64(r.Next(), n)
-	return hi
-}
+func NewSplitMix64(seed uint64) *SplitMix64 { return workload.NewSplitMix64(seed) }
 
 // ClusterShape names a standard cluster.
 type ClusterShape struct {

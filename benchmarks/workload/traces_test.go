@@ -1,0 +1,184 @@
+package workload
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tracePath returns the path of a shared trace. A missing trace fails the
+// test: the replay numbers depend on these files, so their absence must be
+// seen, not skipped.
+func tracePath(tb testing.TB, rel string) string {
+	tb.Helper()
+	p, err := TracePath(rel)
+	require.NoError(tb, err, "the shared traces are required (set $%s)", TracesEnv)
+	_, err = os.Stat(p)
+	require.NoError(tb, err, "trace file missing")
+	return p
+}
+
+func TestTracesDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(TracesEnv, dir)
+	got, err := TracesDir()
+	require.NoError(t, err)
+	assert.Equal(t, dir, got)
+	p, err := TracePath(ITPCluster04)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dir, ITPCluster04), p)
+
+	t.Setenv(TracesEnv, filepath.Join(dir, "missing"))
+	_, err = TracesDir()
+	assert.ErrorIs(t, err, ErrNoTraces)
+
+	// Without the variable, the search relative to the working directory
+	// finds the shared traces from this package directory.
+	t.Setenv(TracesEnv, "")
+	got, err = TracesDir()
+	require.NoError(t, err)
+	assert.FileExists(t, filepath.Join(got, "README.md"))
+}
+
+func TestTraceNASA(t *testing.T) {
+	tr, err := OpenSWF(tracePath(t, SWFNASA))
+	require.NoError(t, err)
+	// README: 18,239 jobs; 173 of them ran 0 s and are dropped.
+	assert.Equal(t, 18239, len(tr.Jobs)+len(tr.Dropped))
+	assert.Len(t, tr.Dropped, 173)
+	for _, d := range tr.Dropped {
+		require.Equal(t, "run time <= 0", d.Reason)
+	}
+	mp, ok := tr.HeaderInt("MaxProcs")
+	require.True(t, ok)
+	assert.Equal(t, 128, mp)
+	assert.Equal(t, "2.2", tr.Header["Version"])
+
+	sizes := map[int]int{}
+	var longest, last time.Duration
+	for _, j := range tr.Jobs {
+		sizes[j.GPUs]++
+		longest = max(longest, j.Runtime)
+		last = max(last, j.Submit)
+		require.Zero(t, j.Estimate, "the log has no estimates")
+		require.Positive(t, j.Runtime)
+	}
+	for _, d := range tr.Dropped { // the README's counts include the dropped jobs
+		sizes[swfDroppedSize(t, tr, d)]++
+	}
+	// README: powers of two, 1 most common with 4,935 jobs, 420 use all 128.
+	assert.Equal(t, 4935, sizes[1])
+	assert.Equal(t, 420, sizes[128])
+	for s := range sizes {
+		assert.Contains(t, []int{1, 2, 4, 8, 16, 32, 64, 128}, s)
+	}
+	assert.Equal(t, 62643*time.Second, longest) // 17.4 h
+	assert.InDelta(t, 92.0, last.Hours()/24, 0.05)
+}
+
+// swfDroppedSize re-reads the processor count of a dropped job from the
+// file (dropped jobs carry only their line).
+func swfDroppedSize(t *testing.T, tr *Trace, d Dropped) int {
+	t.Helper()
+	if swfLines == nil {
+		f, err := os.Open(tr.Name)
+		require.NoError(t, err)
+		defer f.Close()
+		zr, err := gzip.NewReader(f)
+		require.NoError(t, err)
+		sc := bufio.NewScanner(zr)
+		for sc.Scan() {
+			swfLines = append(swfLines, sc.Text())
+		}
+		require.NoError(t, sc.Err())
+	}
+	fields := strings.Fields(swfLines[d.Line-1])
+	n, err := strconv.Atoi(fields[swfAlloc])
+	require.NoError(t, err)
+	return n
+}
+
+var swfLines []string
+
+func TestTraceITP(t *testing.T) {
+	tr, err := OpenITP(tracePath(t, ITPCluster04))
+	require.NoError(t, err)
+	assert.Empty(t, tr.Dropped)
+	require.Len(t, tr.Jobs, 15802)
+	sizes := map[int]int{}
+	var gpuSeconds float64
+	runs := make([]time.Duration, 0, len(tr.Jobs))
+	for i, j := range tr.Jobs {
+		sizes[j.GPUs]++
+		gpuSeconds += float64(j.GPUs) * j.Runtime.Seconds()
+		runs = append(runs, j.Runtime)
+		if i > 0 {
+			require.GreaterOrEqual(t, j.Submit, tr.Jobs[i-1].Submit, "submission times are sorted")
+		}
+	}
+	assert.Equal(t, map[int]int{1: 11924, 8: 2779, 4: 532, 32: 254, 16: 182, 2: 125, 64: 6}, sizes)
+	assert.Equal(t, 5810*time.Second, tr.Jobs[0].Submit)
+	assert.Equal(t, 5142627*time.Second, tr.Jobs[len(tr.Jobs)-1].Submit)
+	assert.InDelta(t, 705683, gpuSeconds/3600, 1)
+
+	// The synthetic generator's runtime table is the nearest-rank quantiles
+	// of this trace.
+	slices.Sort(runs)
+	for _, q := range ITPRuntimeQuantiles() {
+		pm := int(q.P*1000 + 0.5) // per mille
+		rank := max(1, (pm*len(runs)+999)/1000)
+		assert.Equal(t, runs[rank-1], q.Runtime, "quantile %v", q.P)
+	}
+	assert.Equal(t, 600*time.Second, runs[0])
+	assert.Equal(t, 7949*time.Second, runs[len(runs)/2])
+	assert.Equal(t, 1237189*time.Second, runs[len(runs)-1])
+}
+
+func TestTraceOpenb(t *testing.T) {
+	nodes, err := OpenOpenbNodes(tracePath(t, OpenbNodes))
+	require.NoError(t, err)
+	require.Len(t, nodes, 1213)
+	gpus := 0
+	shapes := map[string]int{}
+	for _, n := range nodes {
+		gpus += n.GPUs
+		shapes[fmt.Sprintf("%sx%d", n.Model, n.GPUs)]++
+	}
+	assert.Equal(t, 6212, gpus)
+	assert.Equal(t, 549, shapes["G2x8"])
+	assert.Equal(t, 387, shapes["T4x2"])
+
+	tr, err := OpenOpenbPods(tracePath(t, OpenbPods))
+	require.NoError(t, err)
+	require.Len(t, tr.Jobs, 8152)
+	byGPU := map[int]int{}
+	share := 0
+	var demand int64
+	var lastCreate time.Duration
+	for _, p := range tr.Jobs {
+		byGPU[p.NumGPU]++
+		if p.Shared() {
+			share++
+		}
+		if p.NumGPU > 1 {
+			require.Equal(t, 1000, p.GPUMilli, "multi-GPU pods ask for whole GPUs")
+		}
+		require.Nil(t, p.GPUModels, "gpu_spec is empty throughout")
+		demand += p.DemandMilli()
+		lastCreate = max(lastCreate, p.Submit)
+	}
+	assert.Equal(t, map[int]int{0: 1088, 1: 6989, 2: 16, 4: 15, 8: 44}, byGPU)
+	assert.Equal(t, 3078, share)
+	assert.Equal(t, int64(6086800), demand) // 6,086.8 GPUs
+	assert.Equal(t, 12901761*time.Second, lastCreate)
+}
