@@ -1,0 +1,318 @@
+package queue
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/btree"
+)
+
+// PendingConfig configures a Pending set.
+type PendingConfig struct {
+	// AgingPeriod is how long a job waits to gain one point of priority in
+	// the order within a queue (and in StrictPriority across queues), so
+	// that no job starves behind a stream of higher-priority work: a job of
+	// priority p submitted at s ranks as p + (now-s)/AgingPeriod. Aging is
+	// linear and uncapped, so the order it gives does not change with now
+	// and needs no re-sorting. Zero: no aging (priority, then FIFO).
+	AgingPeriod time.Duration
+}
+
+// i128 is a signed 128-bit integer, for aging keys that must not overflow.
+type i128 struct {
+	hi int64
+	lo uint64
+}
+
+func mul128(a, b int64) i128 {
+	hi, lo := bits.Mul64(absU(a), absU(b))
+	r := i128{int64(hi), lo}
+	if (a < 0) != (b < 0) {
+		r = r.neg()
+	}
+	return r
+}
+
+func (x i128) neg() i128 {
+	lo, borrow := bits.Sub64(0, x.lo, 0)
+	return i128{-x.hi - int64(borrow), lo}
+}
+
+func (x i128) sub64(v int64) i128 {
+	lo, borrow := bits.Sub64(x.lo, uint64(v), 0)
+	return i128{x.hi - v>>63 - int64(borrow), lo}
+}
+
+func (x i128) cmp(y i128) int {
+	if c := cmp.Compare(x.hi, y.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.lo, y.lo)
+}
+
+// entry is a pending job with its precomputed order key and demand. Fields
+// other than gone are immutable once the entry is in a tree, so snapshots
+// can share entries with the owner.
+type entry struct {
+	job    *Job
+	d      *demand
+	key    i128 // larger first: priority (aged)
+	submit int64
+	gone   bool     // removed; written and read by the owner only
+	vec    []Amount // d.vec, or a copy in small: one cache miss less per pick
+	small  [4]Amount
+}
+
+// less is the order within a queue and an account: aged priority, then
+// submit time, then ID.
+func less(a, b *entry) bool {
+	if c := a.key.cmp(b.key); c != 0 {
+		return c > 0
+	}
+	if a.submit != b.submit {
+		return a.submit < b.submit
+	}
+	return a.job.ID < b.job.ID
+}
+
+const btreeDegree = 32
+
+// Rejection is a submitted job that Drain could not add, and why.
+type Rejection struct {
+	Job *Job
+	Err error
+}
+
+// Pending is the set of pending jobs of one Tree, ordered within each
+// queue and each account by aged priority, then submit time, then ID, in
+// google/btree sets. Policies order it across queues (see Policy).
+//
+// Concurrency: a Pending is owned by one goroutine (the engine); only
+// Snapshot may be called from any goroutine. Publish (and Drain) hand a
+// read-only, copy-on-write Snapshot to observers through an atomic pointer,
+// so readers never block the owner.
+type Pending struct {
+	tree      *Tree
+	aging     int64
+	byID      map[string]*entry
+	byQueue   []*btree.BTreeG[*entry] // by node index; nil for cohorts
+	byAccount []*btree.BTreeG[*entry] // by account index
+	snap      atomic.Pointer[Snapshot]
+	version   uint64
+	drainBuf  []*Job
+	rejects   []Rejection
+	qIndex    map[string]int // snapshot queue positions, shared by snapshots
+}
+
+// NewPending returns an empty pending set over t.
+func NewPending(t *Tree, cfg PendingConfig) (*Pending, error) {
+	if t == nil {
+		return nil, fmt.Errorf("%w: nil tree", ErrInvalidTree)
+	}
+	if cfg.AgingPeriod < 0 {
+		return nil, fmt.Errorf("%w: AgingPeriod must not be negative, got %v", ErrInvalidTree, cfg.AgingPeriod)
+	}
+	p := &Pending{
+		tree:      t,
+		aging:     int64(cfg.AgingPeriod),
+		byID:      map[string]*entry{},
+		byQueue:   make([]*btree.BTreeG[*entry], len(t.nodes)),
+		byAccount: make([]*btree.BTreeG[*entry], len(t.accounts)),
+		qIndex:    map[string]int{},
+	}
+	fl := btree.NewFreeListG[*entry](btree.DefaultFreeListSize)
+	for i, q := range t.queues {
+		p.byQueue[q] = btree.NewWithFreeListG(btreeDegree, less, fl)
+		p.qIndex[t.nodes[q].name] = i
+	}
+	for i := range t.accounts {
+		p.byAccount[i] = btree.NewWithFreeListG(btreeDegree, less, fl)
+	}
+	p.Publish(time.Time{})
+	return p, nil
+}
+
+// Tree returns the tree the set belongs to.
+func (p *Pending) Tree() *Tree { return p.tree }
+
+// Len is the number of pending jobs.
+func (p *Pending) Len() int { return len(p.byID) }
+
+// QueueLen is the number of pending jobs in a queue.
+func (p *Pending) QueueLen(queue string) int {
+	i, ok := p.tree.nodeIdx[queue]
+	if !ok || p.byQueue[i] == nil {
+		return 0
+	}
+	return p.byQueue[i].Len()
+}
+
+// Add validates j (Job.Validate and Tree.ValidateJob) and adds it. Errors:
+// *FieldError (ErrInvalidJob, ErrUnknownQueue, ErrUnknownAccount), or
+// ErrDuplicateJob when a pending job has the same ID. From here on the
+// package owns j (see Job).
+func (p *Pending) Add(j *Job) error {
+	if err := j.Validate(); err != nil {
+		return err
+	}
+	d, err := p.tree.demandOf(j)
+	if err != nil {
+		return err
+	}
+	if _, dup := p.byID[j.ID]; dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
+	}
+	sub := j.Submit.UnixNano()
+	e := &entry{job: j, d: d, submit: sub, vec: d.vec}
+	if len(d.vec) <= len(e.small) {
+		e.vec = e.small[:len(d.vec):len(d.vec)]
+		copy(e.vec, d.vec)
+	}
+	if p.aging > 0 {
+		e.key = mul128(int64(j.Priority), p.aging).sub64(sub)
+	} else {
+		e.key = i128{hi: int64(j.Priority)}
+	}
+	p.byID[j.ID] = e
+	p.byQueue[d.queue].ReplaceOrInsert(e)
+	p.byAccount[d.account].ReplaceOrInsert(e)
+	p.version++
+	return nil
+}
+
+// Remove takes a job out of the set (bound, cancelled); false when no such
+// job is pending. Cursors stay valid and skip removed jobs.
+func (p *Pending) Remove(id string) (*Job, bool) {
+	e, ok := p.byID[id]
+	if !ok {
+		return nil, false
+	}
+	delete(p.byID, id)
+	p.byQueue[e.d.queue].Delete(e)
+	p.byAccount[e.d.account].Delete(e)
+	e.gone = true
+	p.version++
+	return e.job, true
+}
+
+// Get returns a pending job by ID.
+func (p *Pending) Get(id string) (*Job, bool) {
+	e, ok := p.byID[id]
+	if !ok {
+		return nil, false
+	}
+	return e.job, true
+}
+
+// Ascend calls fn for the pending jobs of a queue in queue order until fn
+// returns false. fn must not change the set.
+func (p *Pending) Ascend(queue string, fn func(*Job) bool) {
+	i, ok := p.tree.nodeIdx[queue]
+	if !ok || p.byQueue[i] == nil {
+		return
+	}
+	p.byQueue[i].Ascend(func(e *entry) bool { return fn(e.job) })
+}
+
+// AscendAccount calls fn for the pending jobs of an account (its own, not
+// its sub-accounts') in order until fn returns false.
+func (p *Pending) AscendAccount(account string, fn func(*Job) bool) {
+	i, ok := p.tree.acctIdx[account]
+	if !ok {
+		return
+	}
+	p.byAccount[i].Ascend(func(e *entry) bool { return fn(e.job) })
+}
+
+// Before reports whether pending job a comes before pending job b in the
+// order within queues (aged priority, submit, ID); for policies written
+// outside this package. Unknown IDs compare by ID.
+func (p *Pending) Before(a, b *Job) bool {
+	ea, ok1 := p.byID[a.ID]
+	eb, ok2 := p.byID[b.ID]
+	if !ok1 || !ok2 {
+		return a.ID < b.ID
+	}
+	return less(ea, eb)
+}
+
+// Drain moves every job waiting in the intake into the set, advances the
+// tree's decayed usage to now, and publishes a snapshot. Jobs that cannot
+// be added come back as rejections (the engine reports them); the slice is
+// reused by the next Drain.
+func (p *Pending) Drain(in *Intake, now time.Time) []Rejection {
+	p.rejects = p.rejects[:0]
+	p.drainBuf = in.Drain(p.drainBuf[:0])
+	for i, j := range p.drainBuf {
+		if err := p.Add(j); err != nil {
+			p.rejects = append(p.rejects, Rejection{Job: j, Err: err})
+		}
+		p.drainBuf[i] = nil
+	}
+	p.tree.Advance(now)
+	p.Publish(now)
+	return p.rejects
+}
+
+// walker walks one btree in order, in batches, tolerating removals between
+// steps (removed entries are skipped).
+type walker struct {
+	tr    *btree.BTreeG[*entry]
+	buf   []*entry
+	i     int
+	end   bool
+	pivot *entry
+	fn    func(*entry) bool
+}
+
+const walkBatch = 32
+
+func (w *walker) reset(tr *btree.BTreeG[*entry]) {
+	if w.fn == nil {
+		w.fn = w.collect
+	}
+	w.tr, w.buf, w.i, w.pivot = tr, w.buf[:0], 0, nil
+	w.end = tr == nil || tr.Len() == 0
+}
+
+func (w *walker) collect(e *entry) bool {
+	if e == w.pivot {
+		return true
+	}
+	w.buf = append(w.buf, e)
+	return len(w.buf) < walkBatch
+}
+
+// peek returns the next entry without consuming it; nil at the end.
+func (w *walker) peek() *entry {
+	for {
+		for w.i < len(w.buf) {
+			if e := w.buf[w.i]; !e.gone {
+				return e
+			}
+			w.i++
+		}
+		if w.end {
+			return nil
+		}
+		w.pivot = nil
+		if n := len(w.buf); n > 0 {
+			w.pivot = w.buf[n-1]
+		}
+		w.buf, w.i = w.buf[:0], 0
+		if w.pivot == nil {
+			w.tr.Ascend(w.fn)
+		} else {
+			w.tr.AscendGreaterOrEqual(w.pivot, w.fn)
+		}
+		if len(w.buf) < walkBatch {
+			w.end = true
+		}
+	}
+}
+
+// advance consumes the entry peek returned.
+func (w *walker) advance() { w.i++ }
