@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/topo"
 	"github.com/cockroachdb/datadriven"
 )
@@ -75,9 +76,21 @@ func TestScenarios(t *testing.T) {
 						n.Labels[k] = v
 					}
 				}
+				if arg("mig") != "" {
+					n.MIG = true
+					n.MIGLayout = strings.ReplaceAll(arg("mig"), ",", " ")
+					if n.MIGLayout == "on" {
+						n.MIGLayout = ""
+					}
+				}
+				if v := arg("ts"); v != "" {
+					r, _ := strconv.Atoi(v)
+					n.Sharing = mig.Sharing{Mode: mig.TimeSlicing, Replicas: r}
+				}
 				spec.Nodes = append(spec.Nodes, n)
 				return ""
 			case "build":
+				spec.ShareFreeGPUs = arg("sharefree") != ""
 				return build(t, d, spec, &s)
 			case "alloc":
 				id := node()
@@ -114,7 +127,11 @@ func TestScenarios(t *testing.T) {
 				if err := last.Apply(s); err != nil {
 					return "error: " + err.Error()
 				}
-				return fmt.Sprintf("free %d", s.Free())
+				out := fmt.Sprintf("free %d", s.Free())
+				for _, g := range last.Grants() {
+					out += fmt.Sprintf("\n  gpu %d: %v", g.GPU, grant(g))
+				}
+				return out
 			case "undo":
 				if err := last.Undo(s); err != nil {
 					return "error: " + err.Error()
@@ -167,6 +184,8 @@ func parseRequest(t *testing.T, d *datadriven.TestData) gang.Request {
 			g.GPUsPerMember = n
 		case "milli":
 			g.GPUMilli = n
+		case "profile":
+			g.MIGProfile = v
 		case "model":
 			g.GPUModel = v
 		case "selector":
@@ -212,4 +231,14 @@ func describe(s *topo.Snapshot, res gang.Result) string {
 		i = j
 	}
 	return b.String()
+}
+
+func grant(g mig.Grant) string {
+	if g.IsShare() {
+		return fmt.Sprintf("share %d milli", g.Share.Milli)
+	}
+	if g.Created {
+		return fmt.Sprintf("instance %v (create)", g.Instance)
+	}
+	return fmt.Sprintf("instance %v", g.Instance)
 }

@@ -7,12 +7,13 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/topo"
 )
 
-// ErrUnsupported is returned for members this placer cannot place yet:
-// fractional (GPUMilli) and MIG-profile members.
-var ErrUnsupported = errors.New("gang: fractional and MIG members are not supported by Place")
+// ErrUnsupported is returned for requests this placer cannot place yet:
+// fractional (GPUMilli) or MIG-profile groups inside multi-group gangs.
+var ErrUnsupported = errors.New("gang: unsupported request")
 
 // Placer places gangs. Its zero value is ready to use; it keeps scratch
 // buffers between calls, so reuse one Placer per goroutine to avoid
@@ -46,7 +47,9 @@ type groupInfo struct {
 	model   int // model index, -1 any
 	noModel bool
 	slow    bool // capacity needs a node scan
-	reach   int  // members that fit in the whole cluster (multi-group only)
+	frac    bool // members want a MIG instance or a share (mreq)
+	mreq    mig.Request
+	reach   int // members that fit in the whole cluster (multi-group only)
 }
 
 type domCap struct {
@@ -165,15 +168,19 @@ func (p *Placer) resolve(r *Request) error {
 	p.order = p.order[:0]
 	for i := range r.Groups {
 		g := &r.Groups[i]
-		if g.GPUMilli > 0 || g.MIGProfile != "" {
-			return fmt.Errorf("%w (group %d)", ErrUnsupported, i)
-		}
 		gi := groupInfo{g: g, per: g.GPUsPerMember, model: -1}
+		if g.GPUMilli > 0 || g.MIGProfile != "" {
+			if len(r.Groups) > 1 {
+				return fmt.Errorf("%w: group %d: fractional and MIG members only in single-group gangs", ErrUnsupported, i)
+			}
+			gi.frac = true
+			gi.mreq = mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile}
+		}
 		if g.GPUModel != "" {
 			m, ok := p.c.ModelIndex(g.GPUModel)
 			gi.model, gi.noModel = m, !ok
 		}
-		gi.slow = len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 || g.GPUsPerMember == 0 || gi.noModel
+		gi.slow = len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 || g.GPUsPerMember == 0 || gi.noModel || gi.frac
 		p.groups = append(p.groups, gi)
 		p.order = append(p.order, i)
 	}
@@ -210,6 +217,14 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	k := p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB)
 	if gi.per > 0 {
 		k = min(k, p.s.NodeAvailable(n)/gi.per)
+	}
+	if gi.frac && k > 0 {
+		first, g := p.c.NodeGPUs(n)
+		f := 0
+		for i := range uint32(g) {
+			f += p.s.SharedFits(first+i, gi.mreq)
+		}
+		k = min(k, f)
 	}
 	return k
 }
@@ -429,6 +444,9 @@ func (p *Placer) anyNodeMatches(gi int) bool {
 		if info.GPUs < g.per || !p.c.MatchesSelector(id, g.g.Selector) {
 			continue
 		}
+		if g.frac && !p.canShare(id, g) {
+			continue
+		}
 		if (info.CPUMilli > 0 && info.CPUMilli < g.g.CPUMilli) || (info.MemoryMiB > 0 && info.MemoryMiB < g.g.MemoryMiB) {
 			continue
 		}
@@ -456,6 +474,10 @@ func (p *Placer) emit(res *Result) {
 			lastNode, used = t.node, p.usedBy(res, t.node)
 		}
 		first, _ := p.c.NodeGPUs(t.node)
+		if gi.frac {
+			p.emitShared(res, t)
+			continue
+		}
 		freeMask := p.s.NodeFreeMask(t.node) &^ used
 		for range t.n {
 			m := p.pickGPUs(t.node, freeMask, gi.per)
@@ -469,6 +491,9 @@ func (p *Placer) emit(res *Result) {
 				Group: t.group, Node: t.node, GPULo: int32(start), GPUHi: int32(len(res.gpus)),
 			})
 		}
+	}
+	if p.groups[0].frac {
+		res.frac, res.mreq = true, p.groups[0].mreq
 	}
 	for gi := range p.groups {
 		if g := p.groups[gi].g; g.CPUMilli > 0 || g.MemoryMiB > 0 {
@@ -552,5 +577,64 @@ func (p *Placer) spreadOf(res *Result) {
 			res.Nodes++
 			last = n
 		}
+	}
+}
+
+// emitShared gives the t.n members of a fractional take a GPU each: GPUs
+// already in MIG mode or shared first, fullest (fewest fits) first, then
+// free GPUs from the lowest index, so shared GPUs fill up before new ones
+// are opened.
+func (p *Placer) emitShared(res *Result, t take) {
+	gi := &p.groups[t.group]
+	first, g := p.c.NodeGPUs(t.node)
+	left := int(t.n)
+	for pass := 0; pass < 2 && left > 0; pass++ {
+		for left > 0 {
+			best, bestFit := uint32(0), 0
+			for i := range uint32(g) {
+				gpu := first + i
+				if p.s.IsSharedGPU(gpu) != (pass == 0) || p.isTaken(res, gpu) {
+					continue
+				}
+				if f := p.s.SharedFits(gpu, gi.mreq); f > 0 && (bestFit == 0 || f < bestFit) {
+					best, bestFit = gpu, f
+				}
+			}
+			if bestFit == 0 {
+				break
+			}
+			for range min(bestFit, left) {
+				res.gpus = append(res.gpus, best)
+				res.Members = append(res.Members, Assignment{Group: t.group, Node: t.node, GPULo: int32(len(res.gpus) - 1), GPUHi: int32(len(res.gpus))})
+				left--
+			}
+		}
+	}
+}
+
+// isTaken reports whether an earlier member of res already uses gpu (each
+// GPU is filled once, to what it can hold, so it is never picked twice).
+func (p *Placer) isTaken(res *Result, gpu uint32) bool {
+	for _, x := range res.gpus {
+		if x == gpu {
+			return true
+		}
+	}
+	return false
+}
+
+// canShare reports whether node id could ever hold a member of fractional
+// group g: its GPUs are in MIG mode with a profile for the request, or
+// shared, or free GPUs may be shared.
+func (p *Placer) canShare(id topo.NodeID, g *groupInfo) bool {
+	cfg, ok := p.c.NodeGPUConfig(id)
+	switch {
+	case !ok:
+		return p.c.SharesFreeGPUs() && g.mreq.Profile == ""
+	case cfg.MIG:
+		_, err := cfg.Model.Resolve(g.mreq)
+		return err == nil
+	default:
+		return g.mreq.Profile == ""
 	}
 }

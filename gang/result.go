@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -96,7 +97,17 @@ type Result struct {
 	Nodes  int
 	gpus   []uint32
 	hosts  []hostReq // per group
+	// Fractional / MIG members: one GPU each (a GPU appears once per member
+	// sharing it); Apply takes the instances or shares and keeps the grants.
+	frac   bool
+	mreq   mig.Request
+	grants []mig.Grant
 }
+
+// Grants returns, after Apply of a fractional or MIG placement, the MIG
+// instance or share each member holds (same order as Members). A grant with
+// Created set is an instance the backend must create.
+func (r *Result) Grants() []mig.Grant { return r.grants }
 
 type hostReq struct{ cpuMilli, memMiB int64 }
 
@@ -128,7 +139,11 @@ func (r *Result) Apply(s *topo.Snapshot) error {
 	if !r.Found {
 		return fmt.Errorf("gang: apply of a result that was not found")
 	}
-	if err := s.Allocate(r.gpus); err != nil {
+	if r.frac {
+		if err := r.applyShared(s); err != nil {
+			return err
+		}
+	} else if err := s.Allocate(r.gpus); err != nil {
 		return err
 	}
 	if r.hosts == nil {
@@ -141,7 +156,7 @@ func (r *Result) Apply(s *topo.Snapshot) error {
 				cpu, mem := r.Host(j)
 				_ = s.ReleaseHost(r.Members[j].Node, cpu, mem) // booked above: cannot fail
 			}
-			_ = s.Release(r.gpus) // booked above: cannot fail
+			_ = r.releaseGPUs(s) // booked above: cannot fail
 			return err
 		}
 	}
@@ -153,7 +168,7 @@ func (r *Result) Undo(s *topo.Snapshot) error {
 	if !r.Found {
 		return fmt.Errorf("gang: undo of a result that was not found")
 	}
-	if err := s.Release(r.gpus); err != nil {
+	if err := r.releaseGPUs(s); err != nil {
 		return err
 	}
 	if r.hosts == nil {
@@ -165,5 +180,37 @@ func (r *Result) Undo(s *topo.Snapshot) error {
 			return err
 		}
 	}
+	return nil
+}
+
+func (r *Result) applyShared(s *topo.Snapshot) error {
+	r.grants = make([]mig.Grant, 0, len(r.Members))
+	for _, g := range r.gpus {
+		gr, err := s.AllocateShared(g, r.mreq)
+		if err != nil {
+			for j := len(r.grants) - 1; j >= 0; j-- {
+				_ = s.ReleaseShared(r.grants[j]) // granted above: cannot fail
+			}
+			r.grants = nil
+			return err
+		}
+		r.grants = append(r.grants, gr)
+	}
+	return nil
+}
+
+func (r *Result) releaseGPUs(s *topo.Snapshot) error {
+	if !r.frac {
+		return s.Release(r.gpus)
+	}
+	if len(r.grants) != len(r.Members) {
+		return fmt.Errorf("gang: undo of a fractional placement that was not applied")
+	}
+	for j := len(r.grants) - 1; j >= 0; j-- {
+		if err := s.ReleaseShared(r.grants[j]); err != nil {
+			return err
+		}
+	}
+	r.grants = nil
 	return nil
 }

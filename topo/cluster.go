@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/berthsched/berth/mig"
 )
 
 // NodeID is a node's dense index in a Cluster.
@@ -34,6 +35,10 @@ type Cluster struct {
 
 	maxGPUs   int
 	totalGPUs int
+	// shared: some GPUs are in MIG mode or shared, or ShareFreeGPUs is set;
+	// snapshots then carry a mig.Pool.
+	shared    bool
+	shareFree bool
 	// stride of one domain's counters: free, whole, hist[h][0..maxGPUs].
 	hists   int // number of histograms per domain: 1, or 1+len(models)
 	stride  int
@@ -50,7 +55,8 @@ type nodeInfo struct {
 	cpuMilli int64
 	hostMiB  int64
 	labels   map[string]string
-	sub      [][]uint64 // per GPU level: per group, the GPU mask (bit i = GPU base+i)
+	sub      [][]uint64     // per GPU level: per group, the GPU mask (bit i = GPU base+i)
+	gpuCfg   *mig.GPUConfig // MIG or sharing of every GPU of the node; nil: exclusive
 }
 
 type domain struct {
@@ -112,6 +118,8 @@ func New(spec Spec) (*Cluster, error) {
 		gpuLevels:  append([]string(nil), spec.GPULevels...),
 		nodeByName: make(map[string]NodeID, len(spec.Nodes)),
 		modelIdx:   make(map[string]int),
+		shareFree:  spec.ShareFreeGPUs,
+		shared:     spec.ShareFreeGPUs,
 	}
 	c.levelIdx = make(map[string]int, len(c.levels))
 	for i, l := range c.levels {
@@ -192,6 +200,10 @@ func (c *Cluster) addNode(spec *Spec, si int, path []int32) {
 	}
 	if len(n.Labels) > 0 {
 		info.labels = maps.Clone(n.Labels)
+	}
+	info.gpuCfg, _ = n.gpuConfig() // validated by Spec.Validate
+	if info.gpuCfg != nil {
+		c.shared = true
 	}
 	if len(n.GPUDomains) > 0 {
 		info.sub = make([][]uint64, len(n.GPUDomains))
@@ -349,3 +361,15 @@ func (c *Cluster) GPUDomainMasks(id NodeID, gpuLevel int) []uint64 {
 	}
 	return c.nodes[id].sub[gpuLevel]
 }
+
+// NodeGPUConfig returns the MIG / sharing configuration of node id's GPUs,
+// or false when they are plain exclusive GPUs.
+func (c *Cluster) NodeGPUConfig(id NodeID) (mig.GPUConfig, bool) {
+	if cfg := c.nodes[id].gpuCfg; cfg != nil {
+		return *cfg, true
+	}
+	return mig.GPUConfig{}, false
+}
+
+// SharesFreeGPUs reports whether Spec.ShareFreeGPUs was set.
+func (c *Cluster) SharesFreeGPUs() bool { return c.shareFree }

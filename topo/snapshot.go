@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/berthsched/berth/mig"
 )
 
 // Snapshot is the allocatable state of a Cluster: which GPUs are allocated,
@@ -20,8 +21,13 @@ type Snapshot struct {
 	tok   *cowToken
 	nodes []*nodePage
 	cnt   []*cntPage
-	// allocated counts GPUs booked, on nodes of any state.
+	// allocated counts GPUs booked (whole, or for MIG / sharing), on nodes
+	// of any state.
 	allocated int
+	// pool holds what is inside GPUs in MIG mode or shared; nil when the
+	// cluster has none. Copied on first write after Clone (poolTok).
+	pool    *mig.Pool
+	poolTok *cowToken
 }
 
 type cowToken struct{ _ byte }
@@ -33,8 +39,9 @@ type nodePage struct {
 	tok   *cowToken
 	free  [pageSize]uint64 // unallocated GPUs, bit i = GPU base+i
 	state [pageSize]NodeState
-	cpu   [pageSize]int64 // free host CPU milli
-	mem   [pageSize]int64 // free host memory MiB
+	auto  [pageSize]uint64 // GPUs booked because ShareFreeGPUs made them shared
+	cpu   [pageSize]int64  // free host CPU milli
+	mem   [pageSize]int64  // free host memory MiB
 }
 
 // cntPage holds the counters of pageSize domains of one level.
@@ -59,15 +66,27 @@ func (c *Cluster) NewSnapshot() *Snapshot {
 			s.cnt = append(s.cnt, &cntPage{tok: s.tok, v: make([]int32, pageSize*c.stride)})
 		}
 	}
+	if c.shared {
+		s.pool, s.poolTok = mig.NewPool(c.totalGPUs), s.tok
+	}
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		p := s.nodes[i>>pageShift]
-		p.free[i&(pageSize-1)] = mask(int(n.gpus))
+		free := mask(int(n.gpus))
+		if n.gpuCfg != nil {
+			// MIG or shared GPUs are never handed out whole.
+			free = 0
+			s.allocated += int(n.gpus)
+			for g := n.base; g < n.base+uint32(n.gpus); g++ {
+				_ = s.pool.Configure(g, *n.gpuCfg) // validated by Spec.Validate
+			}
+		}
+		p.free[i&(pageSize-1)] = free
 		p.state[i&(pageSize-1)] = n.state0
 		p.cpu[i&(pageSize-1)] = n.cpuMilli
 		p.mem[i&(pageSize-1)] = n.hostMiB
 		if n.state0 == Ready {
-			s.count(NodeID(i), int(n.gpus), +1)
+			s.count(NodeID(i), bits.OnesCount64(free), +1)
 		}
 	}
 	return s
@@ -93,6 +112,7 @@ func (s *Snapshot) Clone() *Snapshot {
 		nodes:     append([]*nodePage(nil), s.nodes...),
 		cnt:       append([]*cntPage(nil), s.cnt...),
 		allocated: s.allocated,
+		pool:      s.pool,
 	}
 }
 
@@ -358,6 +378,8 @@ func (s *Snapshot) check(gpus []uint32, alloc bool) error {
 			}
 		} else if free {
 			return fmt.Errorf("%w: GPU %d on node %q", ErrNotAllocated, g, c.nodes[id].name)
+		} else if c.nodes[id].gpuCfg != nil || s.nodes[int(id)>>pageShift].auto[int(id)&(pageSize-1)]&bit != 0 {
+			return fmt.Errorf("%w: GPU %d on node %q: release its shares instead", ErrSharedGPU, g, c.nodes[id].name)
 		}
 	}
 	return nil

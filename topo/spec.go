@@ -3,6 +3,8 @@ package topo
 import (
 	"errors"
 	"fmt"
+
+	"github.com/berthsched/berth/mig"
 )
 
 // NodeState says whether a node takes new work.
@@ -67,6 +69,13 @@ type Spec struct {
 	GPULevels []string
 	// Nodes in any order. Node IDs are assigned in topology order (see New).
 	Nodes []NodeSpec
+	// ShareFreeGPUs lets fractional members (a share of one GPU) take any
+	// free GPU of a node that is not itself configured for MIG or sharing:
+	// the GPU is then time-sliced with exact thousandths accounting until
+	// its last share leaves, and whole-GPU members cannot take it meanwhile.
+	// This is the GPU-share model of the openb trace (Alibaba's
+	// gpushare scheduler).
+	ShareFreeGPUs bool
 }
 
 // NodeSpec declares one node.
@@ -86,6 +95,16 @@ type NodeSpec struct {
 	MemoryMiB int64
 	Labels    map[string]string
 	State     NodeState
+	// MIG puts every GPU of the node in MIG mode: GPUModel must be a model
+	// package mig knows (e.g. "H100-80GB"). MIGLayout optionally names the
+	// instances present on each GPU, in mig.ParseLayout syntax ("3g 2g 1g
+	// 1g"); empty means none yet (placement may create them).
+	MIG       bool
+	MIGLayout string
+	// Sharing shares every GPU of the node (not in MIG mode) by
+	// time-slicing or MPS. GPUs in MIG mode or shared are never handed out
+	// whole: fractional and MIG members take them (see Snapshot.AllocateShared).
+	Sharing mig.Sharing
 	// GPUDomains gives, for each level of Spec.GPULevels, the group of each
 	// GPU of the node (len GPUs; small non-negative integers, local to the
 	// node), e.g. {{0,0,0,0,1,1,1,1}} for two NVLink islands of four.
@@ -103,6 +122,7 @@ var (
 	ErrBadResource    = errors.New("topo: negative resource")
 	ErrBadState       = errors.New("topo: unknown node state")
 	ErrBadGPUDomains  = errors.New("topo: bad GPU domains")
+	ErrBadSharing     = errors.New("topo: bad MIG or sharing configuration")
 )
 
 // Errors of lookups and of Snapshot operations.
@@ -116,6 +136,8 @@ var (
 	ErrInsufficient   = errors.New("topo: insufficient host resources")
 	ErrOverRelease    = errors.New("topo: host resources released beyond capacity")
 	ErrDuplicateInSet = errors.New("topo: GPU listed twice")
+	ErrSharedGPU      = errors.New("topo: GPU is in MIG mode or shared")
+	ErrNotShared      = errors.New("topo: GPU cannot take a share")
 )
 
 // SpecError says which part of a Spec is invalid.
@@ -194,6 +216,9 @@ func (s *Spec) Validate() error {
 		if n.State >= numStates {
 			return bad("State", ErrBadState, "%d", n.State)
 		}
+		if _, err := n.gpuConfig(); err != nil {
+			return bad("MIG", ErrBadSharing, "%v", err)
+		}
 		if len(n.GPUDomains) != len(s.GPULevels) {
 			return bad("GPUDomains", ErrBadGPUDomains, "%d entries for %d GPU levels", len(n.GPUDomains), len(s.GPULevels))
 		}
@@ -209,4 +234,36 @@ func (s *Spec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// gpuConfig returns the mig configuration of the node's GPUs, nil for
+// plain exclusive GPUs.
+func (n *NodeSpec) gpuConfig() (*mig.GPUConfig, error) {
+	if !n.MIG && n.MIGLayout == "" && n.Sharing.Mode == mig.Exclusive {
+		return nil, nil
+	}
+	if n.MIG || n.MIGLayout != "" {
+		if !n.MIG {
+			return nil, fmt.Errorf("MIGLayout %q without MIG", n.MIGLayout)
+		}
+		if n.Sharing.Mode != mig.Exclusive {
+			return nil, fmt.Errorf("MIG and %v sharing together", n.Sharing.Mode)
+		}
+		m, err := mig.LookupModel(n.GPUModel)
+		if err != nil {
+			return nil, err
+		}
+		cfg := &mig.GPUConfig{Model: m, MIG: true, Layout: mig.EmptyLayout(m)}
+		if n.MIGLayout != "" {
+			if cfg.Layout, err = mig.ParseLayout(m, n.MIGLayout); err != nil {
+				return nil, err
+			}
+		}
+		return cfg, cfg.Validate()
+	}
+	cfg := &mig.GPUConfig{Sharing: n.Sharing}
+	if m, err := mig.LookupModel(n.GPUModel); err == nil {
+		cfg.Model = m
+	}
+	return cfg, cfg.Validate()
 }

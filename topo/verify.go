@@ -26,7 +26,10 @@ func (s *Snapshot) Verify() error {
 		}
 		alloc += int(n.gpus) - bits.OnesCount64(m)
 		if n.state0 == Ready {
-			want.count(id, int(n.gpus), -1)
+			want.count(id, bits.OnesCount64(want.NodeFreeMask(id)), -1)
+		}
+		if err := s.verifyShared(id); err != nil {
+			return err
 		}
 		if st == Ready {
 			want.count(id, bits.OnesCount64(m), +1)

@@ -1,0 +1,84 @@
+package topo_test
+
+import (
+	"testing"
+
+	"github.com/berthsched/berth/mig"
+	"github.com/berthsched/berth/topo"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func sharedCluster(t *testing.T) *topo.Cluster {
+	c, err := topo.New(topo.Spec{
+		ShareFreeGPUs: true,
+		Nodes: []topo.NodeSpec{
+			{Name: "plain", GPUs: 2, GPUModel: "T4"},
+			{Name: "mig", GPUs: 2, GPUModel: "H100-80GB", MIG: true, MIGLayout: "3g 2g 1g 1g"},
+			{Name: "ts", GPUs: 1, GPUModel: "A10", Sharing: mig.Sharing{Mode: mig.TimeSlicing, Replicas: 4}},
+		},
+	})
+	require.NoError(t, err)
+	return c
+}
+
+func TestSharedGPUsAreNotWhole(t *testing.T) {
+	c := sharedCluster(t)
+	s := c.NewSnapshot()
+	assert.Equal(t, 2, s.Free(), "only the plain node's GPUs are whole-free")
+	assert.Equal(t, 3, s.Allocated())
+	assert.ErrorIs(t, s.Allocate([]uint32{2}), topo.ErrAllocated)
+	assert.ErrorIs(t, s.Release([]uint32{2}), topo.ErrSharedGPU)
+	require.NoError(t, s.Verify())
+
+	// MIG: the 1g instances first, then room to create none (layout full).
+	assert.Equal(t, 2, s.SharedFits(2, mig.Request{Profile: "1g"}))
+	gr, err := s.AllocateShared(2, mig.Request{Profile: "1g"})
+	require.NoError(t, err)
+	assert.False(t, gr.Created)
+	assert.Equal(t, 1, s.SharedFits(2, mig.Request{Profile: "1g"}))
+	// Time-slicing with 4 replicas: 250 milli each.
+	assert.Equal(t, 4, s.SharedFits(4, mig.Request{Milli: 200}))
+	require.NoError(t, s.ReleaseShared(gr))
+	assert.ErrorIs(t, s.ReleaseShared(gr), mig.ErrNotHeld)
+	require.NoError(t, s.Verify())
+}
+
+func TestShareFreeGPUs(t *testing.T) {
+	c := sharedCluster(t)
+	s := c.NewSnapshot()
+	assert.Equal(t, 3, s.SharedFits(0, mig.Request{Milli: 300}))
+	a, err := s.AllocateShared(0, mig.Request{Milli: 300})
+	require.NoError(t, err)
+	assert.True(t, s.IsSharedGPU(0))
+	assert.Equal(t, 1, s.Free(), "a GPU holding a share is booked")
+	assert.ErrorIs(t, s.Allocate([]uint32{0}), topo.ErrAllocated)
+	assert.Equal(t, 2, s.SharedFits(0, mig.Request{Milli: 300}))
+	cl := s.Clone()
+	b, err := s.AllocateShared(0, mig.Request{Milli: 700})
+	require.NoError(t, err)
+	assert.Equal(t, 0, s.SharedFits(0, mig.Request{Milli: 1}))
+	assert.Equal(t, 2, cl.SharedFits(0, mig.Request{Milli: 300}), "the clone does not see later shares")
+	require.NoError(t, s.Verify())
+	require.NoError(t, s.ReleaseShared(a))
+	assert.Equal(t, 1, s.Free())
+	require.NoError(t, s.ReleaseShared(b))
+	assert.Equal(t, 2, s.Free(), "free again after the last share")
+	assert.False(t, s.IsSharedGPU(0))
+	require.NoError(t, s.Verify())
+	require.NoError(t, cl.Verify())
+	_, err = s.AllocateShared(0, mig.Request{Profile: "1g"})
+	assert.ErrorIs(t, err, topo.ErrNotShared)
+}
+
+func TestSharingSpecErrors(t *testing.T) {
+	for _, n := range []topo.NodeSpec{
+		{Name: "a", GPUs: 1, GPUModel: "T4", MIG: true},
+		{Name: "a", GPUs: 1, GPUModel: "H100-80GB", MIGLayout: "1g"},
+		{Name: "a", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "4g 4g"},
+		{Name: "a", GPUs: 1, GPUModel: "T4", Sharing: mig.Sharing{Mode: mig.TimeSlicing}},
+	} {
+		_, err := topo.New(topo.Spec{Nodes: []topo.NodeSpec{n}})
+		assert.ErrorIs(t, err, topo.ErrBadSharing, "%+v", n)
+	}
+}
