@@ -2,7 +2,6 @@ package benchmarks
 
 import (
 	"fmt"
-	"math/bits"
 	"testing"
 
 	"github.com/berthsched/berth/mig"
@@ -12,20 +11,10 @@ import (
 const migB2KGPUs = 2048 * 8
 
 // migRand is the standard SplitMix64 generator of BENCHMARKS.md.
-type migRand struct{ state uint64 }
+// migRand draws ints from the standard SplitMix64.
+type migRand struct{ *SplitMix64 }
 
-func (r *migRand) next() uint64 {
-	r.state += 0x9e3779b97f4a7c15
-	z := r.state
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
-}
-
-func (r *migRand) draw(n int) int {
-	hi, _ := bits.Mul64(r.next(), uint64(n))
-	return int(hi)
-}
+func (r migRand) draw(n int) int { return int(r.Draw(uint64(n))) }
 
 func migModel(b *testing.B, name string) mig.Model {
 	m, err := mig.LookupModel(name)
@@ -87,7 +76,7 @@ func BenchmarkMIGAllocate(b *testing.B) {
 // 4g+3g, 3g+3g, 7g, 2g x3 + 1g, empty), each instance in use with
 // probability 1/2; the rest idle with MIG off.
 func migPlanPool(b *testing.B, n int, seed uint64) *mig.Pool {
-	r := &migRand{state: seed}
+	r := migRand{NewSplitMix64(seed)}
 	h100, a100 := migModel(b, "H100-80GB"), migModel(b, "A100-80GB")
 	specs := []string{"1g 1g 1g 1g 1g 1g 1g", "3g 2g 1g 1g", "4g 3g", "3g 3g", "7g", "2g 2g 2g 1g", ""}
 	pool := mig.NewPool(n)

@@ -33,19 +33,7 @@ func BenchmarkPlace(b *testing.B) {
 				b.Fatal(err)
 			}
 			rl, _ := s.Cluster().Level(sc.shape.PreferredName)
-			var p gang.Placer
-			var res gang.Result
-			lat := make([]time.Duration, 0, 10000)
-			b.ReportAllocs()
-			for b.Loop() {
-				t0 := time.Now()
-				res, err = p.Place(s, &req)
-				lat = append(lat, time.Since(t0))
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportLatency(b, lat)
+			res := timePlacements(b, s, &req)
 			racks := 0
 			if res.Found {
 				racks = res.Spread[rl]
@@ -55,6 +43,26 @@ func BenchmarkPlace(b *testing.B) {
 			b.ReportMetric(b2f(res.Found), "found")
 		})
 	}
+}
+
+// timePlacements places req on s once per iteration, timing each decision,
+// and reports allocations and latency percentiles. It returns the last result.
+func timePlacements(b *testing.B, s *topo.Snapshot, req *gang.Request) gang.Result {
+	var p gang.Placer
+	var res gang.Result
+	var err error
+	lat := make([]time.Duration, 0, 10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		res, err = p.Place(s, req)
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, lat)
+	return res
 }
 
 func b2f(v bool) float64 {
@@ -72,20 +80,7 @@ func BenchmarkPlaceScaling(b *testing.B) {
 			sh := Scaling(nodes)
 			s := filledSnapshot(b, sh, Skewed60)
 			req, _ := Gang("B")
-			var p gang.Placer
-			lat := make([]time.Duration, 0, 10000)
-			var res gang.Result
-			var err error
-			b.ReportAllocs()
-			for b.Loop() {
-				t0 := time.Now()
-				res, err = p.Place(s, &req)
-				lat = append(lat, time.Since(t0))
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportLatency(b, lat)
+			res := timePlacements(b, s, &req)
 			b.ReportMetric(b2f(res.Found), "found")
 			b.ReportMetric(float64(s.Cluster().NumDomains(1)+s.Cluster().NumDomains(2)), "domains")
 		})
@@ -157,5 +152,3 @@ func BenchmarkClone(b *testing.B) {
 		}
 	}
 }
-
-var _ = topo.Ready
