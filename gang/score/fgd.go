@@ -16,8 +16,11 @@ type Shape struct {
 	Milli    int
 	GPUs     int
 	Models   []string // allowed models; nil: any
-	Count    int      // requests of this shape in the source workload
-	Weight   float64  // Count ÷ the prefix total; the weights sum to 1
+	// MemoryMiB is the mean memory of the shape's requests (FGD ignores
+	// memory; Berth uses it).
+	MemoryMiB int64
+	Count     int     // requests of this shape in the source workload
+	Weight    float64 // Count ÷ the prefix total; the weights sum to 1
 }
 
 // Target is the typical workload that FGD measures fragmentation against
@@ -60,6 +63,10 @@ func NewTarget(reqs []Request, popularity float64) Target {
 			shapes = append(shapes, Shape{CPUMilli: k.cpu, Milli: k.milli, GPUs: k.gpus, Models: r.Models})
 		}
 		shapes[i].Count++
+		shapes[i].MemoryMiB += r.MemoryMiB
+	}
+	for i := range shapes {
+		shapes[i].MemoryMiB /= int64(shapes[i].Count)
 	}
 	slices.SortStableFunc(shapes, func(a, b Shape) int {
 		return cmp.Or(
@@ -157,7 +164,7 @@ func (p *FGD) Target() *Target { return &p.target }
 func (p *FGD) Score(s *State, r Request, feasible []topo.NodeID, scores []int64) {
 	tab := p.cache.table(s, r)
 	for i, n := range feasible {
-		scores[i] = int64(p.eval(s, r, n, tab).score)
+		scores[i] = p.eval(s, r, n, tab).score
 	}
 }
 
@@ -170,7 +177,7 @@ func (p *FGD) eval(s *State, r Request, n topo.NodeID, tab []fgdEntry) fgdEntry 
 	e := &tab[n]
 	if v := s.nodes[n].version + 1; e.version != v {
 		sc, g := p.compute(s, r, n)
-		*e = fgdEntry{version: v, score: int32(sc), gpu: int32(g)}
+		*e = fgdEntry{version: v, score: int64(sc), gpu: int32(g)}
 	}
 	return *e
 }
@@ -181,7 +188,7 @@ func sigmoidScore(delta float64) int {
 
 // compute returns node n's score for r and, for a share, the chosen GPU.
 func (p *FGD) compute(s *State, r Request, n topo.NodeID) (int, int) {
-	before := p.cache.base(s, &p.target, n)
+	before := p.cache.base(s, n, &p.target)
 	gpus := s.nodeGPUs(n)
 	model := s.models[n]
 	cpu := s.nodes[n].cpu - r.CPUMilli
@@ -209,36 +216,30 @@ func (p *FGD) compute(s *State, r Request, n topo.NodeID) (int, int) {
 	return sigmoidScore(before - p.target.Frag(after, cpu, model)), -1
 }
 
-// takeAscending takes u from the first k GPUs in ascending free milli
-// (stable by index) that have f >= u.
+// takeAscending takes u from each of the first k GPUs in ascending free
+// milli (stable by index) that have f >= u, each GPU at most once.
 func takeAscending(gpus []int16, r Request) {
 	u := int16(r.Milli)
+	var taken uint64
 	for range r.GPUs {
 		best := -1
 		for g, f := range gpus {
-			if f >= u && (best < 0 || f < gpus[best]) {
+			if taken&(1<<uint(g)) == 0 && f >= u && (best < 0 || f < gpus[best]) {
 				best = g
 			}
 		}
 		if best < 0 {
 			return
 		}
+		taken |= 1 << uint(best)
 		gpus[best] -= u
-		if gpus[best] >= u {
-			// A GPU is taken once: mark it out of reach for this request.
-			gpus[best] = -gpus[best] - 1
-		}
-	}
-	for g, f := range gpus {
-		if f < 0 {
-			gpus[g] = -f - 1
-		}
 	}
 }
 
 type fgdEntry struct {
-	version    uint64 // State version + 1; 0: empty
-	score, gpu int32
+	version uint64 // State version + 1; 0: empty
+	score   int64
+	gpu     int32
 }
 
 type fgdBaseEntry struct {
@@ -276,10 +277,18 @@ func (c *fgdCache) table(s *State, r Request) []fgdEntry {
 	return c.tabs[i]
 }
 
-func (c *fgdCache) base(s *State, t *Target, n topo.NodeID) float64 {
+// nodeMeasure is a per-node quantity computed from the State.
+type nodeMeasure interface {
+	nodeMeasure(s *State, n topo.NodeID) float64
+}
+
+func (t *Target) nodeMeasure(s *State, n topo.NodeID) float64 { return t.NodeFrag(s, n) }
+
+// base returns m of node n in its current state, cached by version.
+func (c *fgdCache) base(s *State, n topo.NodeID, m nodeMeasure) float64 {
 	e := &c.bases[n]
 	if v := s.nodes[n].version + 1; e.version != v {
-		*e = fgdBaseEntry{version: v, frag: t.NodeFrag(s, n)}
+		*e = fgdBaseEntry{version: v, frag: m.nodeMeasure(s, n)}
 	}
 	return e.frag
 }

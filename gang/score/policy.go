@@ -22,7 +22,7 @@ type Policy interface {
 	Name() string
 	// Score writes the score of feasible[i] into scores[i]. feasible holds
 	// at least two nodes, each of which fits r, in ascending ID order;
-	// len(scores) == len(feasible). The highest score wins; ties go to the
+	// len(scores) == len(feasible), all 0 on entry. The highest score wins; ties go to the
 	// node of lowest rank (Scheduler.Rank).
 	Score(s *State, r Request, feasible []topo.NodeID, scores []int64)
 	// ShareGPU returns the local index of the GPU of node n that takes
@@ -68,12 +68,7 @@ func (sc *Scheduler) Place(r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	s := sc.State
-	sc.feasible = sc.feasible[:0]
-	for id := range topo.NodeID(len(s.nodes)) {
-		if s.Fits(id, r) {
-			sc.feasible = append(sc.feasible, id)
-		}
-	}
+	sc.feasible = s.appendFeasible(sc.feasible[:0], r)
 	d := Decision{Feasible: len(sc.feasible)}
 	switch len(sc.feasible) {
 	case 0:

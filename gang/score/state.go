@@ -10,14 +10,14 @@ import (
 )
 
 // State is the allocatable state that the policies read and the
-// scheduler books: whole GPUs and host CPU / memory in a *topo.Snapshot,
-// and the inside of shared GPUs in a *mig.Pool.
+// scheduler books: a *topo.Snapshot holds whole GPUs, host CPU / memory
+// and, in its mig.Pool, the inside of shared GPUs.
 //
 // A GPU that holds any fractional share is booked ("allocated") in topo,
 // so whole-GPU requests never take it; inside it the pool tracks the free
-// milli (every GPU is configured for time-slicing with 1,000 replicas, so
-// a share of u milli holds exactly u). When its last share leaves, the GPU
-// is released in topo. Scoring reads flat mirrors of both (free milli per
+// milli (topo time-slices it with 1,000 replicas, so a share of u milli
+// holds exactly u). When its last share leaves, topo frees the GPU
+// (topo.Spec.ShareFreeGPUs). Scoring reads flat mirrors of both (free milli per
 // GPU f_{n,g}, its node sum F_n, free CPU and memory, pod counts), kept in
 // step by Bind and Unbind; Check verifies that they agree.
 //
@@ -27,7 +27,6 @@ import (
 type State struct {
 	c         *topo.Cluster
 	snap      *topo.Snapshot
-	pool      *mig.Pool
 	nodes     []nodeState
 	free      []int16 // f per GPU, by global GPU index
 	kinds     []int32 // per node, per Kind 0..maxGPUs: pods of that kind
@@ -43,6 +42,7 @@ type State struct {
 type nodeState struct {
 	cpu, mem       int64 // free host resources
 	cpuCap, memCap int64 // 0: untracked
+	cpuFit, memFit int64 // the most a request may ask: free, or MaxInt64 when untracked
 	first          uint32
 	gpus           int32
 	freeMilli      int32 // F_n
@@ -62,25 +62,28 @@ type Options struct {
 }
 
 // NewState returns the empty state of cluster c: every ready node
-// allocatable, nothing booked. It fails with ErrBadCluster when a GPU
-// cannot be configured for sharing.
+// allocatable, nothing booked. The cluster must be built with
+// topo.Spec.ShareFreeGPUs, so that any plain GPU can take shares, and have
+// no MIG or statically shared nodes; otherwise it fails with ErrBadCluster.
 func NewState(c *topo.Cluster, o Options) (*State, error) {
 	n := c.NumNodes()
 	s := &State{
-		c: c, snap: c.NewSnapshot(), pool: mig.NewPool(c.NumGPUs()),
+		c: c, snap: c.NewSnapshot(),
 		nodes: make([]nodeState, n), free: make([]int16, c.NumGPUs()),
 		stride: c.MaxGPUsPerNode() + 1, models: make([]string, n),
 		maxPods: o.MaxPods, live: make(map[*Binding]struct{}),
 	}
 	s.kinds = make([]int32, n*s.stride)
-	share := mig.GPUConfig{Sharing: mig.Sharing{Mode: mig.TimeSlicing, Replicas: FullMilli}}
+	if !c.SharesFreeGPUs() {
+		return nil, fmt.Errorf("%w: build the cluster with topo.Spec.ShareFreeGPUs", ErrBadCluster)
+	}
 	for g := range uint32(c.NumGPUs()) {
-		if err := s.pool.Configure(g, share); err != nil {
-			return nil, fmt.Errorf("%w: GPU %d: %w", ErrBadCluster, g, err)
-		}
 		s.free[g] = FullMilli
 	}
 	for id := range topo.NodeID(n) {
+		if _, ok := c.NodeGPUConfig(id); ok {
+			return nil, fmt.Errorf("%w: node %q has MIG or configured sharing; this model shares plain GPUs only", ErrBadCluster, c.NodeName(id))
+		}
 		info := c.Node(id)
 		cpu, mem := s.snap.NodeHostFree(id)
 		s.nodes[id] = nodeState{
@@ -90,6 +93,7 @@ func NewState(c *topo.Cluster, o Options) (*State, error) {
 			ready: s.snap.NodeState(id) == topo.Ready,
 		}
 		s.models[id] = info.GPUModel
+		s.nodes[id].setFit()
 		s.capacity += int64(FullMilli * info.GPUs)
 	}
 	return s, nil
@@ -103,8 +107,9 @@ func (s *State) Cluster() *topo.Cluster { return s.c }
 // directly.
 func (s *State) Snapshot() *topo.Snapshot { return s.snap }
 
-// Pool returns the sharing state. Read it; do not book on it directly.
-func (s *State) Pool() *mig.Pool { return s.pool }
+// Pool returns the sharing state (the snapshot's). Read it; do not book on
+// it directly.
+func (s *State) Pool() *mig.Pool { return s.snap.Pool() }
 
 // NumNodes is the number of nodes.
 func (s *State) NumNodes() int { return len(s.nodes) }
@@ -174,9 +179,7 @@ func (s *State) nodeGPUs(n topo.NodeID) []int16 {
 // with f >= u, the greedy in-order assignment).
 func (s *State) Fits(n topo.NodeID, r Request) bool {
 	ns := &s.nodes[n]
-	if !ns.ready ||
-		(ns.cpuCap > 0 && r.CPUMilli > ns.cpu) ||
-		(ns.memCap > 0 && r.MemoryMiB > ns.mem) ||
+	if !ns.ready || r.CPUMilli > ns.cpuFit || r.MemoryMiB > ns.memFit ||
 		(s.maxPods > 0 && int(ns.pods) >= s.maxPods) {
 		return false
 	}
@@ -247,12 +250,14 @@ type Placement struct {
 type Binding struct {
 	Placement
 	Request Request
-	shares  []mig.ShareID
+	shares  []mig.Grant
 	whole   []uint32 // GPUs booked whole in topo
 }
 
 // Bind books r at p: host resources, whole GPUs in topo, shares in the
 // pool (booking a GPU in topo for sharing when it takes its first share).
+// p.GPUs must list r.GPUs distinct local GPUs with room; it is ignored for
+// CPU-only requests.
 // It is all or nothing: on error (ErrBadRequest, ErrUnknownNode, ErrNoFit,
 // or a wrapped topo / mig error) nothing changed.
 func (s *State) Bind(p Placement, r Request) (*Binding, error) {
@@ -326,25 +331,14 @@ func (s *State) bookGPUs(b *Binding) error {
 	}
 	for _, g := range b.GPUs {
 		gg := first + uint32(g)
-		var err error
-		booked := false
-		if s.pool.Idle(gg) {
-			if err = s.snap.Allocate([]uint32{gg}); err == nil {
-				booked = true
-			}
-		}
-		var sh mig.Share
-		if err == nil {
-			sh, err = s.pool.AllocateShare(gg, mig.Request{Milli: r.Milli})
-		}
+		// topo books a free GPU for sharing with its first share and
+		// releases it with its last (Spec.ShareFreeGPUs).
+		gr, err := s.snap.AllocateShared(gg, mig.Request{Milli: r.Milli})
 		if err != nil {
-			if booked {
-				_ = s.snap.Release([]uint32{gg})
-			}
 			s.unbookShares(b)
 			return fmt.Errorf("%w: %w", ErrNoFit, err)
 		}
-		b.shares = append(b.shares, sh.ID)
+		b.shares = append(b.shares, gr)
 		s.free[gg] -= int16(r.Milli)
 	}
 	return nil
@@ -352,13 +346,9 @@ func (s *State) bookGPUs(b *Binding) error {
 
 func (s *State) unbookShares(b *Binding) {
 	first := s.nodes[b.Node].first
-	for i, id := range b.shares {
-		gg := first + uint32(b.GPUs[i])
-		if s.pool.ReleaseShare(id) == nil {
-			s.free[gg] += int16(b.Request.Milli)
-			if s.pool.Idle(gg) {
-				_ = s.snap.Release([]uint32{gg})
-			}
+	for i, gr := range b.shares {
+		if s.snap.ReleaseShared(gr) == nil {
+			s.free[first+uint32(b.GPUs[i])] += int16(b.Request.Milli)
 		}
 	}
 	b.shares = nil
@@ -398,6 +388,51 @@ func (s *State) Unbind(b *Binding) error {
 	return nil
 }
 
+func (ns *nodeState) setFit() {
+	ns.cpuFit, ns.memFit = ns.cpu, ns.mem
+	if ns.cpuCap == 0 {
+		ns.cpuFit = math.MaxInt64
+	}
+	if ns.memCap == 0 {
+		ns.memFit = math.MaxInt64
+	}
+}
+
+// appendFeasible appends to dst the nodes that r fits, in ID order: Fits
+// for every node, with the request's fields read once.
+func (s *State) appendFeasible(dst []topo.NodeID, r Request) []topo.NodeID {
+	cpu, mem := r.CPUMilli, r.MemoryMiB
+	maxPods := int32(math.MaxInt32)
+	if s.maxPods > 0 {
+		maxPods = int32(min(s.maxPods, math.MaxInt32))
+	}
+	gpu, u, k := r.UsesGPU(), int32(r.Milli), int32(r.GPUs)
+	general := gpu && (len(r.Models) > 0 || (k > 1 && u < FullMilli))
+	for i := range s.nodes {
+		ns := &s.nodes[i]
+		if !ns.ready || cpu > ns.cpuFit || mem > ns.memFit || ns.pods >= maxPods {
+			continue
+		}
+		switch {
+		case !gpu:
+		case general:
+			if !s.Fits(topo.NodeID(i), r) {
+				continue
+			}
+		case k == 1:
+			if ns.maxFree < u {
+				continue
+			}
+		default: // whole GPUs
+			if ns.whole < k {
+				continue
+			}
+		}
+		dst = append(dst, topo.NodeID(i))
+	}
+	return dst
+}
+
 // syncNode recomputes node n's derived mirror fields.
 func (s *State) syncNode(n topo.NodeID) {
 	ns := &s.nodes[n]
@@ -412,6 +447,7 @@ func (s *State) syncNode(n topo.NodeID) {
 	}
 	s.allocated += int64(ns.freeMilli - sum)
 	ns.freeMilli, ns.maxFree, ns.whole = sum, mx, whole
+	ns.setFit()
 	s.stamp++
 	ns.version = s.stamp
 }
@@ -435,7 +471,7 @@ func (s *State) Check() error {
 			gg := ns.first + uint32(g)
 			f := int32(s.free[gg])
 			topoFree := mask&(1<<uint(g)) != 0
-			info, err := s.pool.GPU(gg)
+			info, err := s.snap.Pool().GPU(gg)
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrInconsistent, err)
 			}
@@ -461,7 +497,7 @@ func (s *State) Check() error {
 	if alloc != s.allocated {
 		return fmt.Errorf("%w: allocated %d, mirror %d", ErrInconsistent, alloc, s.allocated)
 	}
-	if err := s.pool.Check(); err != nil {
+	if err := s.snap.Pool().Check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)
 	}
 	return s.snap.Verify()

@@ -1,0 +1,33 @@
+package fgd
+
+import (
+	"context"
+	"testing"
+)
+
+// BenchmarkFGD replays one seed (10,866 pods on 1,213 nodes) per policy.
+// Run: go test -run XXX -bench BenchmarkFGD ./benchmarks/fgd/
+func BenchmarkFGD(b *testing.B) {
+	tr, err := LoadDefaultTrace()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := prepare(tr, 0.95)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pol := range []string{"fgd", "berth", "bestfit"} {
+		b.Run("policy="+pol, func(b *testing.B) {
+			b.ReportAllocs()
+			var cv Curve
+			for b.Loop() {
+				cv, err = runOne(context.Background(), p, pol, 42, 1.3)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(cv.Columns[130], "alloc%@130")
+			b.ReportMetric(float64(cv.Pods)*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
+		})
+	}
+}

@@ -1,0 +1,39 @@
+// Package fgd runs the FGD experiment of design/FGD.md (BENCHMARKS.md,
+// replay yardstick 1) on berth's own accounting and placement code: the
+// openb cluster (1,213 nodes, 6,212 GPUs) receives the 8,152 openb pods,
+// shuffled per seed and topped up with random clones until the arrived GPU
+// demand reaches 130% of the cluster; pods arrive one at a time, are
+// placed once or dropped, and never leave. After every pod the allocated
+// and arrived GPU milli are sampled; the samples are binned by arrived
+// percentage (0..130) into the published allocation curves.
+//
+// The procedure follows the paper's artifact exactly: one math/rand v1
+// stream per seed (rand.New(rand.NewSource(seed))) drawn in the artifact's
+// order (one Int, the Shuffle, the tune-up Intn calls, ten discarded
+// Int63, the node-rank Perm, then per pod an Intn(100), Random's draws and
+// an Int31n on failure); Python's half-to-even rounding and numpy's
+// pairwise means in the binning. With it, DotProd, GpuClustering,
+// GpuPacking, BestFit and FGD reproduce the published per-seed curves
+// (6,549 of 6,550 values identical, the other off by 0.01 from summation
+// order), and Random, whose original is not bit-reproducible, lands within
+// 0.1 point of the published mean. The policies themselves live in
+// gang/score; "berth" is berth's own policy (score.Berth).
+//
+// # Concurrency
+//
+// Runs executes (policy, seed) runs in parallel, bounded by
+// Config.Parallelism (errgroup); each run owns its State, policy and
+// random stream and shares only the immutable cluster and request list.
+// The functions hold no global state and may be called concurrently.
+//
+// # Usage
+//
+//	tr, err := fgd.LoadDefaultTrace() // $BERTH_TRACES or ../shared/traces
+//	rows, err := fgd.Run(ctx, fgd.Config{
+//		Trace:    tr,
+//		Policies: []string{"random", "bestfit", "fgd", "berth"},
+//		Seeds:    []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51},
+//	})
+//	json.NewEncoder(os.Stdout).Encode(rows)
+//	// [{"policy":"random","alloc_pct_at_100":86.39,"alloc_pct_at_130":87.56,...}, ...]
+package fgd

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fgd
+
+const raceEnabled = false
