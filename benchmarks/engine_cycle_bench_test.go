@@ -1,0 +1,182 @@
+package benchmarks
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// BenchmarkCycle times one full engine cycle (Step, Ready, Advance) on B2K
+// after the standard random60 fill, represented as running jobs (one per
+// used node, on the node's lowest GPUs, as the fill books them), with
+// 10,000 seeded pending jobs of 1-256 GPUs across 20 queues, DRS fair share
+// and EASY backfill. The first cycle (which binds what fits into the 40%
+// left free) runs before the timer; each timed cycle follows one running
+// job finishing and the clock moving one second, so it binds a little,
+// reserves for the first blocked job, backfills, and explains the ~10,000
+// jobs still pending.
+func BenchmarkCycle(b *testing.B) {
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K, 10000) })
+}
+
+func engineCycleBench(b *testing.B, sh ClusterShape, pending int) {
+	e, stats, jobs := engineBenchSetup(b, sh, pending)
+	// ends tracks running jobs by expected end, so that the job expected
+	// to end first can finish before each timed cycle.
+	var ends []engineBenchEnd
+	track := func(rd engine.Ready) {
+		for _, bd := range rd.Binds {
+			j := jobs[bd.Job]
+			ends = append(ends, engineBenchEnd{rd.At.Add(j.RuntimeEstimate), bd.Job})
+		}
+		slices.SortFunc(ends, func(a, b engineBenchEnd) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return strings.Compare(a.id, b.id)
+		})
+	}
+	for id, j := range jobs {
+		if strings.HasPrefix(id, "run-") {
+			ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+		}
+	}
+	rd := e.Ready()
+	if err := e.Advance(rd, engine.Outcome{}); err != nil {
+		b.Fatal(err)
+	}
+	track(rd)
+	firstBinds := len(rd.Binds)
+	now := e.Now()
+	binds, reserved := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		if len(ends) > 0 {
+			if err := e.Step(engine.Finished(now, ends[0].id)); err != nil {
+				b.Fatal(err)
+			}
+			ends = ends[1:]
+		} else if err := e.Step(engine.Tick(now)); err != nil {
+			b.Fatal(err)
+		}
+		rd := e.Ready()
+		if err := e.Advance(rd, engine.Outcome{}); err != nil {
+			b.Fatal(err)
+		}
+		binds += len(rd.Binds)
+		reserved += len(rd.Reservations)
+		if len(rd.Binds) > 0 {
+			b.StopTimer()
+			track(rd)
+			b.StartTimer()
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/n, "ms/cycle")
+	b.ReportMetric(float64(binds)/n, "binds/cycle")
+	b.ReportMetric(float64(reserved)/n, "reservations/cycle")
+	b.ReportMetric(float64(len(e.View().Pending)), "pending")
+	b.ReportMetric(float64(firstBinds), "first-cycle-binds")
+	b.ReportMetric(float64(stats.Jobs), "fill-jobs")
+}
+
+type engineBenchEnd struct {
+	at time.Time
+	id string
+}
+
+// engineBenchSetup builds the engine: cluster, quota tree, the fill as
+// running jobs, and the pending jobs.
+func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engine, FillStats, map[string]*queue.Job) {
+	jobs := map[string]*queue.Job{}
+	b.Helper()
+	spec := topo.Uniform(sh.Levels, sh.Fanout, sh.NodesPerLeaf, sh.GPUsPerNode, "H100")
+	c, err := topo.New(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := c.NewSnapshot()
+	st, err := ApplyFill(s, sh, Random60)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if sh.Name == B2K.Name && st.Checksum != 0x7faf8a5b6c63b8e1 {
+		b.Fatalf("random60 checksum %x: not the standard work", st.Checksum)
+	}
+	const queues = 20
+	// Each queue owns a 20th of the cluster and the cohort as much again
+	// to lend, so queues borrow (fair share orders them) and GPUs, not
+	// quota, are what runs out.
+	tree := queue.TreeSpec{Cohorts: []queue.CohortSpec{{Name: "all", Quota: map[queue.ResourceName]queue.Quota{
+		queue.GPUMilli: {Nominal: queue.WholeGPUs(int64(c.NumGPUs()))}}}}}
+	per := queue.WholeGPUs(int64(c.NumGPUs() / queues))
+	for q := range queues {
+		tree.Queues = append(tree.Queues, queue.QueueSpec{
+			Name: engineBenchQueue(q), Cohort: "all",
+			Quota: map[queue.ResourceName]queue.Quota{queue.GPUMilli: {Nominal: per}},
+		})
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e, err := engine.New(engine.Config{
+		Cluster: spec, Queues: tree, Policy: queue.DRS(), Start: t0,
+		Backfill:       engine.BackfillConfig{Mode: engine.BackfillEASY},
+		IntakeCapacity: 1 << 14,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := NewSplitMix64(4242)
+	duration := func() (est, limit time.Duration) {
+		est = time.Duration(10+rng.Draw(24*60-10)) * time.Minute
+		return est, est + time.Duration(rng.Draw(uint64(est/time.Minute)+1))*time.Minute
+	}
+	for id := range topo.NodeID(c.NumNodes()) {
+		used := c.Node(id).GPUs - s.NodeAvailable(id)
+		if used == 0 {
+			continue
+		}
+		gpus := make([]int, used)
+		for i := range gpus {
+			gpus[i] = i
+		}
+		est, limit := duration()
+		j := &queue.Job{
+			ID: fmt.Sprintf("run-%04d", id), Queue: engineBenchQueue(int(rng.Draw(queues))), Submit: t0,
+			Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: used}}},
+			RuntimeEstimate: est, RuntimeLimit: limit,
+		}
+		jobs[j.ID] = j
+		if err := e.Step(engine.Adopted(t0, j, []engine.Member{{Node: c.NodeName(id), GPUs: gpus}})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range pending {
+		size := 1 << rng.Draw(9) // 1..256 GPUs
+		perMember := min(size, 8)
+		req := gang.Request{Groups: []gang.Group{{Members: size / perMember, GPUsPerMember: perMember}}, Preferred: "rack"}
+		if size >= 64 {
+			req.Required = "block"
+		}
+		est, limit := duration()
+		j := &queue.Job{
+			ID: fmt.Sprintf("job-%05d", i), Queue: engineBenchQueue(int(rng.Draw(queues))),
+			Priority: int32(rng.Draw(4)), Submit: t0.Add(time.Duration(i) * time.Millisecond),
+			Request: req, RuntimeEstimate: est, RuntimeLimit: limit,
+		}
+		jobs[j.ID] = j
+		if err := e.Intake().Submit(j); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return e, st, jobs
+}
+
+func engineBenchQueue(q int) string { return fmt.Sprintf("q%02d", q) }

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// BackfillMode selects how blocked jobs hold future GPUs.
+type BackfillMode uint8
+
+const (
+	// BackfillNone: jobs run strictly in order; the first job that does not
+	// fit blocks every later one (no reservation, no backfill).
+	BackfillNone BackfillMode = iota
+	// BackfillEASY: the first blocked job gets a reservation (an exact GPU
+	// set at a future time); later jobs run now if they end before it
+	// starts or stay off its GPUs.
+	BackfillEASY
+	// BackfillConservative: every blocked job up to Depth (and starting
+	// within Window) gets a reservation, and later jobs may delay none of
+	// them.
+	BackfillConservative
+)
+
+func (m BackfillMode) String() string {
+	switch m {
+	case BackfillNone:
+		return "none"
+	case BackfillEASY:
+		return "easy"
+	case BackfillConservative:
+		return "conservative"
+	}
+	return fmt.Sprintf("BackfillMode(%d)", uint8(m))
+}
+
+// BackfillConfig configures reservations and backfill.
+type BackfillConfig struct {
+	Mode BackfillMode
+	// Depth is the most reservations per cycle in conservative mode
+	// (EASY: always 1). Zero: 16.
+	Depth int
+	// Window bounds how far ahead a reservation may start; a job that
+	// cannot start within it gets no reservation and no estimate. Zero:
+	// no bound.
+	Window time.Duration
+	// MaxProbes bounds the what-if placements tried per reservation (the
+	// timeline's end times are tried in order, each a placement on a
+	// copy-on-write clone). Zero: 64.
+	MaxProbes int
+}
+
+// PreemptionConfig configures preemption. Only jobs marked Preemptible are
+// ever preempted.
+type PreemptionConfig struct {
+	// Priority lets a blocked job preempt running jobs of lower priority.
+	Priority bool
+	// Reclaim lets a blocked job whose queue is within its nominal quota
+	// preempt jobs of queues that borrow beyond theirs (any priority).
+	Reclaim bool
+	// MaxVictimsPerCycle bounds the preemptions of one cycle. Zero: 16.
+	MaxVictimsPerCycle int
+	// MaxPreemptorsPerCycle bounds how many blocked jobs may look for
+	// victims in one cycle (the first ones in order). Zero: 4.
+	MaxPreemptorsPerCycle int
+}
+
+// NodeFailurePolicy says what becomes of the jobs of a failed node.
+type NodeFailurePolicy uint8
+
+const (
+	// RequeueOnFailure puts every job with a member on the failed node back
+	// to pending, whole.
+	RequeueOnFailure NodeFailurePolicy = iota
+	// FailOnFailure ends those jobs; Ready.Failed lists them.
+	FailOnFailure
+)
+
+// Config configures an Engine. Validate checks it; New calls Validate.
+type Config struct {
+	// Cluster is the initial inventory. It may be empty: nodes can be
+	// added later with NodeAdded events.
+	Cluster topo.Spec
+	// Queues is the quota tree.
+	Queues queue.TreeSpec
+	// Pending configures the pending set (aging).
+	Pending queue.PendingConfig
+	// Policy orders pending jobs across queues. The engine owns it: do not
+	// share one Policy value between engines. Nil: queue.DRS().
+	Policy queue.Policy
+	// IntakeCapacity bounds the lock-free intake. Zero: 4096.
+	IntakeCapacity int
+	// Start is the engine's clock before the first event.
+	Start time.Time
+
+	Backfill   BackfillConfig
+	Preemption PreemptionConfig
+	// NodeFailure: requeue (default) or fail the jobs of a failed node.
+	NodeFailure NodeFailurePolicy
+	// BindRetryBackoff is how long a job whose bind the backend refused
+	// waits before it is placed again. Zero: it is tried again next cycle.
+	BindRetryBackoff time.Duration
+}
+
+// Validate checks the config: cluster spec, tree spec, limits. Errors wrap
+// ErrInvalidConfig (and the topo or queue error where there is one).
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if err := c.Cluster.Validate(); err != nil {
+		return fmt.Errorf("%w: cluster: %w", ErrInvalidConfig, err)
+	}
+	if _, err := queue.NewTree(c.Queues); err != nil {
+		return fmt.Errorf("%w: queues: %w", ErrInvalidConfig, err)
+	}
+	if c.Pending.AgingPeriod < 0 {
+		return bad("Pending.AgingPeriod must not be negative, got %v", c.Pending.AgingPeriod)
+	}
+	switch {
+	case c.IntakeCapacity < 0 || c.IntakeCapacity > 1<<30:
+		return bad("IntakeCapacity must be in 0..%d, got %d", 1<<30, c.IntakeCapacity)
+	case c.Backfill.Mode > BackfillConservative:
+		return bad("Backfill.Mode: unknown mode %d", c.Backfill.Mode)
+	case c.Backfill.Depth < 0:
+		return bad("Backfill.Depth must not be negative, got %d", c.Backfill.Depth)
+	case c.Backfill.Window < 0:
+		return bad("Backfill.Window must not be negative, got %v", c.Backfill.Window)
+	case c.Backfill.MaxProbes < 0:
+		return bad("Backfill.MaxProbes must not be negative, got %d", c.Backfill.MaxProbes)
+	case c.Preemption.MaxVictimsPerCycle < 0:
+		return bad("Preemption.MaxVictimsPerCycle must not be negative, got %d", c.Preemption.MaxVictimsPerCycle)
+	case c.Preemption.MaxPreemptorsPerCycle < 0:
+		return bad("Preemption.MaxPreemptorsPerCycle must not be negative, got %d", c.Preemption.MaxPreemptorsPerCycle)
+	case c.NodeFailure > FailOnFailure:
+		return bad("NodeFailure: unknown policy %d", c.NodeFailure)
+	case c.BindRetryBackoff < 0:
+		return bad("BindRetryBackoff must not be negative, got %v", c.BindRetryBackoff)
+	}
+	return nil
+}
+
+// withDefaults fills the zero values that mean "default".
+func (c Config) withDefaults() Config {
+	if c.Policy == nil {
+		c.Policy = queue.DRS()
+	}
+	if c.IntakeCapacity == 0 {
+		c.IntakeCapacity = 4096
+	}
+	if c.Backfill.Depth == 0 {
+		c.Backfill.Depth = 16
+	}
+	if c.Backfill.MaxProbes == 0 {
+		c.Backfill.MaxProbes = 64
+	}
+	if c.Preemption.MaxVictimsPerCycle == 0 {
+		c.Preemption.MaxVictimsPerCycle = 16
+	}
+	if c.Preemption.MaxPreemptorsPerCycle == 0 {
+		c.Preemption.MaxPreemptorsPerCycle = 4
+	}
+	return c
+}
+
+// depth is the number of reservations a cycle may hold.
+func (c *Config) depth() int {
+	switch c.Backfill.Mode {
+	case BackfillEASY:
+		return 1
+	case BackfillConservative:
+		return c.Backfill.Depth
+	}
+	return 0
+}

@@ -1,0 +1,570 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// cycleState is the scratch of one cycle, reused between cycles.
+type cycleState struct {
+	now   time.Time
+	nowNs int64
+	plan  *topo.Snapshot // the live bookings plus this cycle's decisions
+	// holds are GPUs booked on plan for preemptors' claims; released when
+	// the cycle ends, so that e.snap holds only real bookings.
+	holds []uint32
+	// res are this cycle's backfill reservations, by start then job.
+	res []*resv
+	// held[p] is plan with the GPUs of res[:p] booked too (lazily built,
+	// nil when stale).
+	held []*topo.Snapshot
+	// fail remembers, per shape and reservation prefix, the fewest members
+	// that did not fit: free GPUs only shrink during the walk, so a larger
+	// gang of that shape cannot fit either.
+	fail map[uint64]failRec // by shape ID << 16 | reservation prefix
+	// fits remembers, per shape and prefix, the most members known to fit
+	// on the plan as it is; any placement invalidates it.
+	fits    map[uint64]int
+	claimed map[uint32]bool // GPUs of claims: not released by the timeline
+
+	reserveTries int
+	blockedCap   bool   // a job was blocked by capacity (BackfillNone)
+	preemptors   []*job // blocked jobs, in order, that may preempt
+	pend         []PendingStatus
+	statusOf     map[string]int // job -> index in pend (blocked jobs only)
+	victims      int
+	placedLate   []string // blocked jobs bound after the walk (by shrinking)
+	// ahead lists, per preemptor, the reservations made before it was
+	// considered (for jobs ahead of it in order): preemption on its
+	// behalf keeps off their GPUs.
+	ahead map[string][]string
+	// resAt is where the status of a job holding a reservation is in pend.
+	resAt map[string]int
+}
+
+type resv struct {
+	job     string
+	start   time.Time
+	gpus    []uint32 // ascending
+	pl      *placement
+	dur     time.Duration
+	bounded bool
+}
+
+type failRec struct {
+	members int
+	reason  gang.Reason
+}
+
+func (cs *cycleState) reset(now time.Time) {
+	cs.now, cs.nowNs = now, now.UnixNano()
+	cs.plan = nil
+	cs.holds = cs.holds[:0]
+	cs.res = cs.res[:0]
+	cs.held = cs.held[:0]
+	if cs.fail == nil {
+		cs.fail = map[uint64]failRec{}
+		cs.fits = map[uint64]int{}
+		cs.statusOf = map[string]int{}
+	}
+	clear(cs.fail)
+	clear(cs.fits)
+	clear(cs.statusOf)
+	cs.claimed = nil
+	cs.reserveTries = 0
+	cs.blockedCap = false
+	cs.preemptors = cs.preemptors[:0]
+	cs.victims = 0
+	cs.placedLate = cs.placedLate[:0]
+	clear(cs.ahead)
+	clear(cs.resAt)
+}
+
+// cycle is one scheduling cycle. Its steps, in order:
+//
+//  1. Drain: the intake into the pending set; victims whose grace period
+//     ended go back to pending.
+//  2. Update fair share: decayed usage up to now.
+//  3. Order: the policy's cursor over the pending jobs. Preemptors whose
+//     claimed GPUs are now free bind first.
+//  4. Place what fits: quota (nominal or borrowing) and a valid gang
+//     placement.
+//  5. Reserve: a blocked job (EASY: the first; conservative: up to Depth)
+//     gets an exact GPU set at a future time from the timeline.
+//  6. Backfill: later jobs run now only if they end (by their limit)
+//     before every reservation whose GPUs they use. Elastic jobs then grow
+//     into what is left.
+//  7. Preempt: for the first blocked jobs, shrink elastic jobs, then
+//     preempt the cheapest whole victim gangs (priority, then reclaim).
+//  8. Publish: decisions, reasons, estimates, and the observers' View.
+func (e *Engine) cycle() Ready {
+	now := e.now
+	cs := &e.cyc
+	cs.reset(now)
+	rd := Ready{Seq: e.seq, At: now, MIG: []MIGReconfiguration{}}
+	e.out = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}}
+
+	// 1. Drain.
+	e.drain(&rd)
+	e.endGracePeriods(now)
+
+	// 2. Update fair share.
+	e.tree.Advance(now)
+	e.tlRefresh(now)
+	cs.pend = make([]PendingStatus, 0, e.pending.Len())
+
+	cs.plan = e.snap.Clone()
+	e.bindClaims(&rd)
+	e.holdClaims()
+
+	// 3. Order.
+	cur := e.policy.Order(e.pending, now)
+
+	// 4-6. Place, reserve, backfill: one walk in order.
+	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
+		if st, waits := e.consider(j, &rd); waits {
+			cs.pend = append(cs.pend, st)
+		}
+	}
+	e.grow(&rd)
+
+	// 7. Preempt.
+	e.preempt(&rd)
+
+	// 8. Publish.
+	for _, r := range cs.res {
+		rd.Reservations = append(rd.Reservations, Reservation{Job: r.job, Start: r.start, GPUs: bitmapOf(r.gpus)})
+	}
+	for _, id := range sortedKeys(e.claims) {
+		c := e.claims[id]
+		rd.Reservations = append(rd.Reservations, Reservation{Job: id, Start: c.start, GPUs: bitmapOf(c.place.gpus), Preemption: true})
+	}
+	slices.SortStableFunc(rd.Reservations, func(a, b Reservation) int {
+		if c := a.Start.Compare(b.Start); c != 0 {
+			return c
+		}
+		if a.Job < b.Job {
+			return -1
+		} else if a.Job > b.Job {
+			return 1
+		}
+		return 0
+	})
+	clear(e.lastRes)
+	for _, r := range cs.res {
+		e.lastRes[r.job] = r
+	}
+	if len(cs.holds) > 0 {
+		if err := cs.plan.Release(cs.holds); err != nil {
+			panic("engine: broken invariant: releasing claim holds: " + err.Error())
+		}
+	}
+	e.snap = cs.plan
+	cs.plan = nil
+	cs.held = cs.held[:0]
+	if len(cs.placedLate) > 0 {
+		cs.pend = slices.DeleteFunc(cs.pend, func(p PendingStatus) bool { return slices.Contains(cs.placedLate, p.Job) })
+	}
+	rd.Pending = cs.pend
+	rd.Requeued, e.requeued = e.requeued, nil
+	rd.Failed, e.failed = e.failed, nil
+	rd.Rejected, e.rejected = e.rejected, nil
+	e.publish(&rd, e.pending.Publish(now))
+	return rd
+}
+
+// drain moves the intake's jobs into the pending set.
+func (e *Engine) drain(rd *Ready) {
+	e.drainBuf = e.intake.Drain(e.drainBuf[:0])
+	for i, j := range e.drainBuf {
+		if err := e.submit(j); err != nil {
+			e.rejected = append(e.rejected, Rejection{Job: j.ID, Err: err})
+		}
+		e.drainBuf[i] = nil
+	}
+}
+
+// endGracePeriods requeues preempted jobs whose grace period is over.
+func (e *Engine) endGracePeriods(now time.Time) {
+	if e.stopping == 0 {
+		return
+	}
+	var due []string
+	for id, js := range e.active {
+		if js.st == stateStopping && !js.deadline.After(now) {
+			due = append(due, id)
+		}
+	}
+	slices.Sort(due)
+	for _, id := range due {
+		e.requeue(e.jobs[id], now)
+	}
+}
+
+// bindClaims binds preemptors whose claimed GPUs are all free; claims that
+// can no longer be honoured (a node failed, quota changed) are dropped and
+// their jobs go through the walk like any other.
+func (e *Engine) bindClaims(rd *Ready) {
+	cs := &e.cyc
+	for _, id := range sortedKeys(e.claims) {
+		c := e.claims[id]
+		js := e.jobs[id]
+		if js == nil || js.st != statePending {
+			delete(e.claims, id)
+			continue
+		}
+		free := true
+		for _, g := range c.place.gpus {
+			if !cs.plan.IsFree(g) {
+				free = false
+				break
+			}
+		}
+		if !free {
+			if !c.start.After(cs.now) {
+				delete(e.claims, id)
+			}
+			continue
+		}
+		delete(e.claims, id)
+		if fit, err := e.tree.Fits(js.j); err != nil || !fit.OK {
+			continue
+		}
+		if err := c.place.book(cs.plan); err != nil {
+			continue
+		}
+		e.started(js, c.place, false, rd)
+	}
+}
+
+// holdClaims books on the plan the free GPUs of the remaining claims.
+func (e *Engine) holdClaims() {
+	cs := &e.cyc
+	if len(e.claims) == 0 {
+		return
+	}
+	cs.claimed = map[uint32]bool{}
+	for _, id := range sortedKeys(e.claims) {
+		for _, g := range e.claims[id].place.gpus {
+			cs.claimed[g] = true
+			if cs.plan.IsFree(g) {
+				cs.holds = append(cs.holds, g)
+			}
+		}
+	}
+	slices.Sort(cs.holds)
+	cs.holds = slices.Compact(cs.holds)
+	if err := cs.plan.Allocate(cs.holds); err != nil {
+		panic("engine: broken invariant: holding claimed GPUs: " + err.Error())
+	}
+}
+
+// started records a placement booked on the plan: quota, state, bind.
+func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
+	cs := &e.cyc
+	if err := e.tree.Charge(js.j, cs.now); err != nil {
+		p.unbook(cs.plan)
+		return false
+	}
+	e.pending.Remove(js.j.ID)
+	js.st, js.place, js.start = stateRunning, p, cs.now
+	js.confirmed, js.backfilled = false, backfill
+	js.members = countGroup(p, 0)
+	js.checkpoint = time.Time{}
+	js.notBefore = 0
+	e.activate(js)
+	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill})
+	e.out.binds[js.j.ID] = true
+	for i := range cs.held {
+		cs.held[i] = nil
+	}
+	clear(cs.fits)
+	return true
+}
+
+// consider is steps 4 to 6 for one job. It returns the job's status and
+// whether it is still pending.
+func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool) {
+	cs := &e.cyc
+	js := e.byPtr[j]
+	st = PendingStatus{Job: j.ID, Queue: j.Queue}
+	waits = true
+	if js.notBefore > cs.nowNs {
+		st.Reason = ReasonBindRefused
+		return st, true
+	}
+	if len(e.claims) > 0 {
+		if c := e.claims[j.ID]; c != nil {
+			st.Reason, st.Start = ReasonPreempting, c.start
+			return st, true
+		}
+	}
+	if js.badOf != nil && (js.badC == nil || js.badC == e.cluster) {
+		st.Reason = badReason(js.badOf)
+		return st, true
+	}
+	fit, err := e.tree.Fits(j)
+	if err != nil {
+		st.Reason = ReasonInvalid
+		return st, true
+	}
+	if !fit.OK {
+		st.Reason, st.Quota = ReasonQuota, fit
+		e.blocked(js, len(cs.pend))
+		return st, true
+	}
+	if e.cfg.Backfill.Mode == BackfillNone && cs.blockedCap {
+		st.Reason = ReasonBlocked
+		return st, true
+	}
+	// 4 and 6: place now, respecting the reservations it would overlap.
+	p := cs.prefixFor(js)
+	// A job whose reservation is due starts on exactly the reserved GPUs
+	// when they are free: jobs later in order were planned around them.
+	if r := e.lastRes[j.ID]; r != nil && !r.start.After(cs.now) && r.pl != nil {
+		if s := e.snapFor(p); allFree(s, r.pl.gpus) && r.pl.book(cs.plan) == nil {
+			if e.started(js, r.pl, len(cs.res) > 0, rd) {
+				return st, false
+			}
+		}
+	}
+	res, why, ok := e.tryPlace(js, p)
+	if js.badOf != nil {
+		st.Reason = badReason(js.badOf)
+		return st, true
+	}
+	if ok {
+		pl := fromResult(&res)
+		if err := pl.book(cs.plan); err == nil && e.started(js, pl, len(cs.res) > 0, rd) {
+			return st, false
+		}
+	}
+	st.Reason, st.Place = ReasonCapacity, why
+	if p > 0 {
+		if e.fitsAt(js, 0) {
+			st.Reason = ReasonReservedGPUs
+		}
+	}
+	cs.blockedCap = true
+	// 5. Reserve.
+	// A job that can never start within the window does not use up a
+	// reservation, but the tries are bounded: 2 x depth + 2 per cycle.
+	if d := e.cfg.depth(); len(cs.res) < d && cs.reserveTries < 2*d+2 {
+		cs.reserveTries++
+		if r, ok := e.reserve(js); ok {
+			cs.addRes(r)
+			if cs.resAt == nil {
+				cs.resAt = map[string]int{}
+			}
+			cs.resAt[js.j.ID] = len(cs.pend)
+			st.Reason, st.Start = ReasonReserved, r.start
+		}
+	}
+	e.blocked(js, len(cs.pend))
+	return st, true
+}
+
+// blocked notes a job that may preempt, and where its status will be.
+func (e *Engine) blocked(js *job, at int) {
+	cs := &e.cyc
+	if len(cs.preemptors) < e.cfg.Preemption.MaxPreemptorsPerCycle && (e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim) {
+		cs.preemptors = append(cs.preemptors, js)
+		cs.statusOf[js.j.ID] = at
+		if cs.ahead == nil {
+			cs.ahead = map[string][]string{}
+		}
+		ids := make([]string, len(cs.res))
+		for i, r := range cs.res {
+			ids[i] = r.job
+		}
+		cs.ahead[js.j.ID] = ids
+	}
+}
+
+// errFractional: the engine books whole GPUs only; fractional and MIG
+// members wait for the MIG work to reach the engine.
+var errFractional = fmt.Errorf("%w: the engine does not book fractional or MIG members yet", gang.ErrUnsupported)
+
+func badReason(err error) ReasonCode {
+	if errors.Is(err, gang.ErrUnsupported) {
+		return ReasonUnsupported
+	}
+	return ReasonInvalid
+}
+
+// prefixFor is how many reservations (by start) a job starting now would
+// overlap: those starting before it ends by its limit (all of them
+// without a limit).
+func (cs *cycleState) prefixFor(js *job) int {
+	if len(cs.res) == 0 {
+		return 0
+	}
+	l := js.j.RuntimeLimit
+	if l <= 0 {
+		return len(cs.res)
+	}
+	end := cs.now.Add(l)
+	n := 0
+	for n < len(cs.res) && cs.res[n].start.Before(end) {
+		n++
+	}
+	return n
+}
+
+// snapFor is the plan with the GPUs of the first p reservations booked.
+func (e *Engine) snapFor(p int) *topo.Snapshot {
+	cs := &e.cyc
+	if p == 0 {
+		return cs.plan
+	}
+	for len(cs.held) <= p {
+		cs.held = append(cs.held, nil)
+	}
+	if s := cs.held[p]; s != nil {
+		return s
+	}
+	s := cs.plan.Clone()
+	for _, r := range cs.res[:p] {
+		bookFree(s, r.gpus)
+	}
+	cs.held[p] = s
+	return s
+}
+
+// aheadSnap is a clone of the plan with the GPUs reserved for jobs ahead
+// of p booked: what preemption on p's behalf may use.
+func (e *Engine) aheadSnap(p *job) *topo.Snapshot {
+	cs := &e.cyc
+	s := cs.plan.Clone()
+	for _, r := range cs.res {
+		if slices.Contains(cs.ahead[p.j.ID], r.job) && r.job != p.j.ID {
+			bookFree(s, r.gpus)
+		}
+	}
+	return s
+}
+
+// dropConflicting removes the reservations of jobs behind p (made after p
+// was considered) that use any of gpus: step 7 gave those GPUs to p, so
+// those jobs lose their estimate this cycle and are planned again in the
+// next.
+func (e *Engine) dropConflicting(p *job, gpus []uint32) {
+	cs := &e.cyc
+	taken := make(map[uint32]bool, len(gpus))
+	for _, g := range gpus {
+		taken[g] = true
+	}
+	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool {
+		if r.job == p.j.ID || slices.Contains(cs.ahead[p.j.ID], r.job) {
+			return false
+		}
+		for _, g := range r.gpus {
+			if taken[g] {
+				if i, ok := cs.resAt[r.job]; ok && i < len(cs.pend) && cs.pend[i].Job == r.job {
+					cs.pend[i].Reason, cs.pend[i].Start = ReasonCapacity, time.Time{}
+				}
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// allFree reports whether every GPU is allocatable and free on s.
+func allFree(s *topo.Snapshot, gpus []uint32) bool {
+	for _, g := range gpus {
+		if !s.IsFree(g) {
+			return false
+		}
+	}
+	return true
+}
+
+// bookFree books the GPUs of gpus that are free on s.
+func bookFree(s *topo.Snapshot, gpus []uint32) {
+	var buf []uint32
+	for _, g := range gpus {
+		if s.IsFree(g) {
+			buf = append(buf, g)
+		}
+	}
+	if len(buf) > 0 {
+		if err := s.Allocate(buf); err != nil {
+			panic("engine: broken invariant: booking free GPUs: " + err.Error())
+		}
+	}
+}
+
+// fitsAt reports whether js would fit with the first p reservations held,
+// without placing it, using both memos.
+func (e *Engine) fitsAt(js *job, p int) bool {
+	cs := &e.cyc
+	key := js.shape<<16 | uint64(p)
+	if js.shape != 0 {
+		if n, ok := cs.fits[key]; ok && js.members0 <= n {
+			return true
+		}
+	}
+	_, _, ok := e.tryPlace(js, p)
+	if ok && js.shape != 0 && js.members0 > cs.fits[key] {
+		cs.fits[key] = js.members0
+	}
+	return ok
+}
+
+// tryPlace places js's request on the plan with the first p reservations
+// held, using the failure memo.
+func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
+	cs := &e.cyc
+	key, cacheable := js.shape<<16|uint64(p), js.shape != 0
+	members := 0
+	if cacheable {
+		members = js.members0
+		if rec, ok := cs.fail[key]; ok && members >= rec.members {
+			r := rec.reason
+			r.Need = members
+			return gang.Result{}, r, false
+		}
+	}
+	s := e.snapFor(p)
+	res, err := e.placer.Place(s, &js.req)
+	if err != nil {
+		js.badOf, js.badC = err, e.cluster
+		return gang.Result{}, gang.Reason{}, false
+	}
+	if !res.Found {
+		if cacheable {
+			if rec, ok := cs.fail[key]; !ok || members < rec.members {
+				cs.fail[key] = failRec{members: members, reason: res.Reason}
+			}
+		}
+		return res, res.Reason, false
+	}
+	return res, gang.Reason{}, true
+}
+
+// addRes inserts a reservation by start, then job; held snapshots and the
+// failure memo depend on the reservations, so they are dropped.
+func (cs *cycleState) addRes(r *resv) {
+	i, _ := slices.BinarySearchFunc(cs.res, r, func(a, b *resv) int {
+		if c := a.start.Compare(b.start); c != 0 {
+			return c
+		}
+		if a.job < b.job {
+			return -1
+		}
+		return 1
+	})
+	cs.res = slices.Insert(cs.res, i, r)
+	for i := range cs.held {
+		cs.held[i] = nil
+	}
+	clear(cs.fail)
+	clear(cs.fits)
+}

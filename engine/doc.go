@@ -1,0 +1,84 @@
+// Package engine is berth's deterministic scheduler: it decides which GPU
+// jobs run, where and when, one cycle at a time, from the events it is
+// given.
+//
+// Like etcd's raft.RawNode, an Engine is a state machine. Events go in
+// through Step (job submitted, finished, cancelled, checkpointed, adopted;
+// node added, changed, failed; clock tick), each carrying its time; Ready
+// runs a cycle when anything changed and returns the decisions; Advance
+// tells the engine which of them the backend refused. The engine starts no
+// goroutine, reads no clock, uses no randomness and does no I/O: the same
+// events give the same decisions, so production and simulation run the
+// same code.
+//
+// # The cycle
+//
+// Each cycle runs these steps (Engine.cycle, in order):
+//
+//  1. Drain the lock-free intake into the pending set; victims whose grace
+//     period ended go back to pending.
+//  2. Update fair share (decayed usage).
+//  3. Order the pending jobs by the configured queue.Policy (DRS, Fair
+//     Tree, strict priority, multifactor). Preemptors whose held GPUs are
+//     now free bind first.
+//  4. Place what fits: the job's queue must have the quota (within its
+//     nominal quota or by borrowing), and gang.Place must find a valid
+//     placement for the whole gang.
+//  5. Reserve: the first blocked job (EASY) or every blocked job up to
+//     Depth and within Window (conservative) gets a reservation: the exact
+//     GPU set it will use at a future time. It comes from the timeline of
+//     running jobs' expected ends (estimate, else limit): at each end time
+//     the GPUs of the jobs ending by then are released on a copy-on-write
+//     clone of the cluster state and gang.Place answers for the job's
+//     topology constraint. A reservation keeps its GPUs from cycle to
+//     cycle while they stay valid; it moves earlier when jobs end early,
+//     later when they overrun.
+//  6. Backfill: a later job runs now only if it ends (by its limit) before
+//     every reservation whose GPUs it would use. Elastic jobs then grow
+//     into free GPUs that no reservation holds.
+//  7. Preempt, for the first blocked jobs: shrink elastic jobs to their
+//     minimum if that makes room; else choose, per domain of the job's
+//     required level, the cheapest set of whole victim gangs (cost: GPUs x
+//     seconds since the victim's last checkpoint) whose release gives a
+//     valid placement, and add back the victims not needed after all.
+//     Victims: lower priority (PreemptPriority), or jobs of queues that
+//     borrow while the preemptor's queue is within its own quota
+//     (PreemptReclaim); only Preemptible jobs, never within their
+//     MinRuntime of starting or of their last preemption; a bounded number
+//     per cycle. Victims keep their GPUs for their GracePeriod; the
+//     preemptor's placement is held for it meanwhile, so no other job
+//     takes the freed GPUs (no thrash).
+//  8. Publish: Ready carries binds, preemptions, resizes, reservations,
+//     MIG reconfigurations (none yet), and for every pending job a reason
+//     code and, where the timeline gives one, an estimated start; a View
+//     is published for observers.
+//
+// A refused bind (Advance) undoes the whole gang; the job returns to
+// pending with ReasonBindRefused and waits Config.BindRetryBackoff. Jobs on
+// a failed node are requeued, or failed under FailOnFailure, as whole
+// gangs. Adding a node or changing labels rebuilds the cluster model and
+// re-books running jobs by node name and GPU offset.
+//
+// Fractional and MIG members (gang.Group.GPUMilli, MIGProfile) are not
+// booked by the engine yet: such jobs wait with ReasonUnsupported.
+//
+// # Concurrency
+//
+// An Engine is owned by one goroutine: Step, Ready and Advance must not be
+// called concurrently. Two things are safe from any goroutine: submitting
+// through Intake().Submit (lock-free; the next cycle drains it), and View,
+// which returns the immutable snapshot published by the latest cycle
+// (through an atomic pointer; its running jobs are a copy-on-write btree
+// clone).
+//
+// # Usage
+//
+//	e, err := engine.New(engine.Config{Cluster: spec, Queues: tree, Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}})
+//	_ = e.Step(engine.Submitted(now, job))
+//	rd := e.Ready()
+//	// apply rd.Preemptions, rd.Resizes, rd.Binds; note what failed
+//	_ = e.Advance(rd, engine.Outcome{RefusedBinds: refused})
+//
+// The engine/enginetest package drives an Engine from scenario files; its
+// testdata reads as a catalogue of the behaviours above.
+package engine

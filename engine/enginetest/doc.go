@@ -1,0 +1,37 @@
+// Package enginetest drives an engine.Engine from scenario files, like
+// etcd's rafttest: each file in testdata/ is a small story (a cluster,
+// queues, jobs arriving and ending) with the engine's decisions written
+// after each step, so the file reads as documentation of one behaviour and
+// fails when the behaviour changes. Golden output is refreshed with
+//
+//	go test ./engine/enginetest -rewrite
+//
+// # Commands
+//
+//	cluster levels=block,rack fanout=2,2 nodes=2 gpus=8 [model=H100]
+//	    a uniform cluster: nodes n0, n1, ... in domains b0/r0, ...
+//	queues
+//	    cohort NAME [parent=P] [gpu=N]
+//	    queue NAME [cohort=C] [gpu=N] [borrow=N] [lend=N] [weight=W]
+//	    (GPU quotas in whole GPUs; without "queues", one queue "q" and no quota)
+//	engine [policy=drs|priority|fairtree] [backfill=none|easy|conservative]
+//	       [depth=N] [window=D] [preempt=priority,reclaim] [max-victims=N]
+//	       [on-failure=requeue|fail] [backoff=D] [aging=D]
+//	submit [via=intake]
+//	    ID [queue=Q] [members=N] [per=G] [prio=P] [est=D] [limit=D]
+//	       [required=LEVEL] [preferred=LEVEL] [preemptible] [min-runtime=D]
+//	       [grace=D] [elastic=MIN-MAX] [model=M] [selector=k:v] [milli=M]
+//	adopt
+//	    ID [queue=Q] per=G on=n0:0-3,n1:0-3 [est=D] [limit=D] [prio=P] [preemptible]
+//	tick D                   the clock moves D forward
+//	finish ID...  cancel ID...  checkpoint ID...
+//	add-node name=N domains=b0,r0 gpus=G [labels=k:v,...]
+//	node name=N [state=ready|cordoned|draining|down] [labels=k:v,...]
+//	fail-node N
+//	ready                    runs Ready and prints its decisions
+//	advance [refuse=ID,...] [refuse-preempt=ID,...] [refuse-resize=ID,...]
+//	view                     the published View: running jobs, free GPUs, usage
+//
+// Times print relative to the scenario's start as +D. GPU sets print per
+// node as n0[0-3] (node-local indices).
+package enginetest

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// EventKind says what happened.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EventTick only moves the clock: running jobs may now have overrun
+	// their estimates, grace periods may have ended, reservations may be
+	// due.
+	EventTick EventKind = iota
+	// EventJobSubmitted adds Job to the pending set (the same as
+	// Intake().Submit, but in event order).
+	EventJobSubmitted
+	// EventJobFinished: JobID ended (completed, or stopped after a
+	// preemption, or hit its limit). Its GPUs are free at once.
+	EventJobFinished
+	// EventJobCancelled: JobID is withdrawn, pending or running.
+	EventJobCancelled
+	// EventJobCheckpointed: JobID saved its state; a later preemption
+	// loses only the work done since Time.
+	EventJobCheckpointed
+	// EventJobAdopted: Job is found already running on Members (at
+	// start-up, from a backend's inventory). It is booked without a quota
+	// check, starting at Time.
+	EventJobAdopted
+	// EventNodeAdded: Node joins the cluster.
+	EventNodeAdded
+	// EventNodeChanged: the node named Node.Name now has Node.State and
+	// Node.Labels (the rest of Node is ignored).
+	EventNodeChanged
+	// EventNodeFailed: the node named NodeName is down; its jobs are
+	// requeued or failed (Config.NodeFailure) as whole gangs.
+	EventNodeFailed
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventTick:
+		return "tick"
+	case EventJobSubmitted:
+		return "job-submitted"
+	case EventJobFinished:
+		return "job-finished"
+	case EventJobCancelled:
+		return "job-cancelled"
+	case EventJobCheckpointed:
+		return "job-checkpointed"
+	case EventJobAdopted:
+		return "job-adopted"
+	case EventNodeAdded:
+		return "node-added"
+	case EventNodeChanged:
+		return "node-changed"
+	case EventNodeFailed:
+		return "node-failed"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event is one input of Step. Every event carries its time; an event
+// before the engine's clock is an error. Use the constructors (Tick,
+// Submitted, ...) to fill the fields each kind needs.
+type Event struct {
+	Kind EventKind
+	Time time.Time
+	// Job: EventJobSubmitted, EventJobAdopted. Ownership passes to the
+	// engine: the caller must not modify it afterwards.
+	Job *queue.Job
+	// JobID: EventJobFinished, EventJobCancelled, EventJobCheckpointed.
+	JobID string
+	// Members: EventJobAdopted, where the job runs.
+	Members []Member
+	// Node: EventNodeAdded (the whole spec), EventNodeChanged (Name, State,
+	// Labels).
+	Node topo.NodeSpec
+	// NodeName: EventNodeFailed.
+	NodeName string
+}
+
+// Tick returns a clock event.
+func Tick(at time.Time) Event { return Event{Kind: EventTick, Time: at} }
+
+// Submitted returns a submission event.
+func Submitted(at time.Time, j *queue.Job) Event {
+	return Event{Kind: EventJobSubmitted, Time: at, Job: j}
+}
+
+// Finished returns a job-finished event.
+func Finished(at time.Time, id string) Event {
+	return Event{Kind: EventJobFinished, Time: at, JobID: id}
+}
+
+// Cancelled returns a job-cancelled event.
+func Cancelled(at time.Time, id string) Event {
+	return Event{Kind: EventJobCancelled, Time: at, JobID: id}
+}
+
+// Checkpointed returns a checkpoint event.
+func Checkpointed(at time.Time, id string) Event {
+	return Event{Kind: EventJobCheckpointed, Time: at, JobID: id}
+}
+
+// Adopted returns an event for a job already running on members.
+func Adopted(at time.Time, j *queue.Job, members []Member) Event {
+	return Event{Kind: EventJobAdopted, Time: at, Job: j, Members: members}
+}
+
+// NodeAdded returns a node-added event.
+func NodeAdded(at time.Time, n topo.NodeSpec) Event {
+	return Event{Kind: EventNodeAdded, Time: at, Node: n}
+}
+
+// NodeChanged returns a node-changed event: the node's new state and labels.
+func NodeChanged(at time.Time, name string, st topo.NodeState, labels map[string]string) Event {
+	return Event{Kind: EventNodeChanged, Time: at, Node: topo.NodeSpec{Name: name, State: st, Labels: labels}}
+}
+
+// NodeFailed returns a node-failed event.
+func NodeFailed(at time.Time, name string) Event {
+	return Event{Kind: EventNodeFailed, Time: at, NodeName: name}
+}

@@ -1,0 +1,493 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// fuzzT0 is the start of every fuzzed history.
+var fuzzT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fuzzConfig derives a small engine configuration from the seed.
+func fuzzConfig(rng *rand.Rand) Config {
+	spec := topo.Uniform([]string{"block", "rack"}, []int{2, 2}, 2, []int{4, 8}[rng.IntN(2)], "H100")
+	quota := func(n int64, borrow int64) map[queue.ResourceName]queue.Quota {
+		q := queue.Quota{Nominal: queue.WholeGPUs(n)}
+		if borrow >= 0 {
+			q.BorrowingLimit = queue.Cap(queue.WholeGPUs(borrow))
+		}
+		return map[queue.ResourceName]queue.Quota{queue.GPUMilli: q}
+	}
+	cfg := Config{
+		Cluster: spec,
+		Queues: queue.TreeSpec{
+			Cohorts: []queue.CohortSpec{{Name: "org"}},
+			Queues: []queue.QueueSpec{
+				{Name: "a", Cohort: "org", Quota: quota(int64(8+rng.IntN(24)), int64(rng.IntN(3)*8-1))},
+				{Name: "b", Cohort: "org", Quota: quota(int64(8+rng.IntN(24)), -1)},
+				{Name: "c", Cohort: "org", Quota: quota(int64(rng.IntN(16)), int64(rng.IntN(2)*16-1))},
+			},
+		},
+		Start: fuzzT0,
+	}
+	cfg.Backfill.Mode = BackfillMode(rng.IntN(3))
+	cfg.Backfill.Depth = 1 + rng.IntN(4)
+	if rng.IntN(3) == 0 {
+		cfg.Backfill.Window = time.Duration(1+rng.IntN(6)) * time.Hour
+	}
+	cfg.Preemption.Priority = rng.IntN(2) == 0
+	cfg.Preemption.Reclaim = rng.IntN(2) == 0
+	cfg.Preemption.MaxVictimsPerCycle = 1 + rng.IntN(4)
+	cfg.NodeFailure = NodeFailurePolicy(rng.IntN(2))
+	cfg.BindRetryBackoff = time.Duration(rng.IntN(3)) * time.Minute
+	return cfg
+}
+
+func fuzzPolicy(seed uint64) queue.Policy {
+	switch seed % 3 {
+	case 0:
+		return queue.DRS()
+	case 1:
+		return queue.StrictPriority()
+	}
+	return queue.FairTree()
+}
+
+// fuzzStep is one recorded input: an event, or a Ready with the refusals
+// given to Advance.
+type fuzzStep struct {
+	ev      *Event
+	ready   bool
+	refuse  []uint8 // per decision, refused when odd
+	comment string
+}
+
+// fuzzJob makes a random job.
+func fuzzJob(rng *rand.Rand, id string, now time.Time) *queue.Job {
+	per := []int{1, 2, 4, 8}[rng.IntN(4)]
+	members := 1 + rng.IntN(3)
+	j := &queue.Job{
+		ID: id, Queue: []string{"a", "b", "c"}[rng.IntN(3)], Submit: now,
+		Priority: int32(rng.IntN(4)),
+		Request:  gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: per}}},
+	}
+	switch rng.IntN(4) {
+	case 0:
+		j.Request.Required = "block"
+	case 1:
+		j.Request.Required = "rack"
+	}
+	if rng.IntN(5) > 0 {
+		j.RuntimeEstimate = time.Duration(1+rng.IntN(12)) * 10 * time.Minute
+		if rng.IntN(4) > 0 {
+			j.RuntimeLimit = j.RuntimeEstimate + time.Duration(rng.IntN(4))*10*time.Minute
+		}
+	}
+	if rng.IntN(2) == 0 {
+		j.Preemptible = true
+		j.MinRuntime = time.Duration(rng.IntN(4)) * 10 * time.Minute
+		if j.RuntimeLimit > 0 && j.MinRuntime > j.RuntimeLimit {
+			j.MinRuntime = j.RuntimeLimit
+		}
+		j.GracePeriod = time.Duration(rng.IntN(3)) * 5 * time.Minute
+	}
+	if rng.IntN(6) == 0 {
+		j.Elastic = queue.Elastic{MinMembers: 1, MaxMembers: members + rng.IntN(2)}
+	}
+	return j
+}
+
+// FuzzEngine runs random event sequences (submissions, ends, cancels,
+// checkpoints, ticks, node failures, state changes and additions, cycles
+// with random refusals) and checks after every step: no GPU booked twice
+// and the snapshot's counters consistent; gangs whole; quota held (within
+// borrowing limits); every job in exactly one state; no backfilled job
+// overlapping a reservation it would delay; no job preempted within its
+// minimum runtime; and, at the end, the same sequence replayed on a fresh
+// engine gives the same decisions.
+func FuzzEngine(f *testing.F) {
+	f.Add(uint64(1), []byte{0, 0, 0, 9, 9, 1, 9, 2, 9, 3, 0, 0, 9, 4, 9})
+	f.Add(uint64(2), []byte{0, 0, 0, 0, 0, 0, 9, 5, 9, 0, 0, 9, 6, 9, 7, 9, 8, 9})
+	f.Add(uint64(3), []byte{0, 9, 0, 9, 0, 9, 4, 4, 9, 0, 0, 0, 9, 1, 1, 9, 5, 9, 10, 9})
+	f.Add(uint64(42), []byte{0, 0, 0, 0, 9, 4, 0, 0, 9, 4, 9, 3, 9, 6, 9, 0, 0, 9, 4, 4, 9, 1, 9})
+	f.Fuzz(runFuzzBody)
+}
+
+func runFuzzBody(t *testing.T, seed uint64, ops []byte) {
+	{
+		if len(ops) > 300 {
+			ops = ops[:300]
+		}
+		rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+		cfg := fuzzConfig(rng)
+		cfg.Policy = fuzzPolicy(seed)
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		var steps []fuzzStep
+		var digests []string
+		m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
+		now := fuzzT0
+		nextID := 0
+		extra := 0
+		for _, op := range ops {
+			var st fuzzStep
+			switch op % 11 {
+			case 0, 1: // submit
+				j := fuzzJob(rng, fmt.Sprintf("j%d", nextID), now)
+				nextID++
+				ev := Submitted(now, j)
+				st.ev = &ev
+			case 2: // finish a running job
+				if id := pick(rng, e.active); id != "" {
+					ev := Finished(now, id)
+					st.ev = &ev
+				}
+			case 3: // cancel any job
+				if id := pick(rng, e.jobs); id != "" {
+					ev := Cancelled(now, id)
+					st.ev = &ev
+				}
+			case 4: // time passes; jobs whose estimate ends finish on time
+				now = now.Add(time.Duration(1+rng.IntN(12)) * 10 * time.Minute)
+				ev := Tick(now)
+				st.ev = &ev
+			case 5: // checkpoint
+				if id := pick(rng, e.active); id != "" {
+					ev := Checkpointed(now, id)
+					st.ev = &ev
+				}
+			case 6: // a node fails
+				ev := NodeFailed(now, fmt.Sprintf("n%d", rng.IntN(8)))
+				st.ev = &ev
+			case 7: // a node changes state
+				states := []topo.NodeState{topo.Ready, topo.Cordoned, topo.Draining, topo.Ready}
+				ev := NodeChanged(now, fmt.Sprintf("n%d", rng.IntN(8)), states[rng.IntN(len(states))], nil)
+				st.ev = &ev
+			case 8: // a node joins
+				if extra < 3 {
+					ev := NodeAdded(now, topo.NodeSpec{Name: fmt.Sprintf("x%d", extra), Domains: []string{"b1", "r1"}, GPUs: 4, GPUModel: "H100"})
+					extra++
+					st.ev = &ev
+				}
+			default: // a cycle
+				st.ready = true
+				st.refuse = make([]uint8, 32)
+				for i := range st.refuse {
+					st.refuse[i] = uint8(rng.IntN(8))
+				}
+			}
+			if st.ev == nil && !st.ready {
+				continue
+			}
+			// Jobs whose estimate has passed finish before the tick lands.
+			if st.ev != nil && st.ev.Kind == EventTick {
+				for _, id := range sortedKeys(e.active) {
+					js := e.active[id]
+					if js.j.RuntimeEstimate > 0 && !js.start.Add(js.j.RuntimeEstimate).After(now) && rng.IntN(4) > 0 {
+						ev := Finished(js.start.Add(js.j.RuntimeEstimate).Add(0), id)
+						if ev.Time.Before(e.now) {
+							ev.Time = e.now
+						}
+						fs := fuzzStep{ev: &ev}
+						d := apply(t, e, fs, m)
+						steps = append(steps, fs)
+						digests = append(digests, d)
+						check(t, e, m)
+					}
+				}
+			}
+			d := apply(t, e, st, m)
+			steps = append(steps, st)
+			digests = append(digests, d)
+			check(t, e, m)
+		}
+		// Replay: the same inputs give the same decisions.
+		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
+		cfg2 := fuzzConfig(rng2)
+		cfg2.Policy = fuzzPolicy(seed)
+		e2, err := New(cfg2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
+		for i, st := range steps {
+			if st.ev != nil && st.ev.Job != nil {
+				cp := *st.ev.Job
+				ev := *st.ev
+				ev.Job = &cp
+				st.ev = &ev
+			}
+			if d := apply(t, e2, st, m2); d != digests[i] {
+				t.Fatalf("replay differs at step %d:\nfirst:  %s\nreplay: %s", i, digests[i], d)
+			}
+		}
+	}
+}
+
+// fuzzModel is what the checker remembers between steps.
+type fuzzModel struct {
+	known       map[string]bool // submitted, not yet ended
+	preemptedAt map[string]time.Time
+	lastSeq     uint64
+}
+
+func pick[V any](rng *rand.Rand, m map[string]V) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := sortedKeys(m)
+	return keys[rng.IntN(len(keys))]
+}
+
+// apply runs one step and returns a digest of what it produced.
+func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
+	if st.ev != nil {
+		ev := *st.ev
+		err := e.Step(ev)
+		if err == nil {
+			switch ev.Kind {
+			case EventJobSubmitted:
+				m.known[ev.Job.ID] = true
+			case EventJobFinished, EventJobCancelled:
+				delete(m.known, ev.JobID)
+			}
+			for _, f := range e.failed {
+				delete(m.known, f.Job)
+			}
+		}
+		return fmt.Sprintf("%v %s err=%v", ev.Kind, ev.JobID, err)
+	}
+	rd := e.Ready()
+	for _, f := range rd.Failed {
+		delete(m.known, f.Job)
+	}
+	checkReady(t, e, rd, m)
+	var out Outcome
+	k := 0
+	next := func() bool { r := st.refuse[k%len(st.refuse)]; k++; return r == 1 }
+	for _, b := range rd.Binds {
+		if next() {
+			out.RefusedBinds = append(out.RefusedBinds, b.Job)
+		}
+	}
+	for _, p := range rd.Preemptions {
+		if next() {
+			out.RefusedPreemptions = append(out.RefusedPreemptions, p.Victim)
+		}
+	}
+	for _, r := range rd.Resizes {
+		if len(r.Add) > 0 && next() {
+			out.RefusedResizes = append(out.RefusedResizes, r.Job)
+		}
+	}
+	if err := e.Advance(rd, out); err != nil {
+		t.Fatalf("Advance: %v", err)
+	}
+	return digest(rd) + fmt.Sprintf(" refused=%v", out)
+}
+
+func digest(rd Ready) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seq=%d at=%v", rd.Seq, rd.At.Sub(fuzzT0))
+	for _, x := range rd.Preemptions {
+		fmt.Fprintf(&b, " P(%s,%s,%v,%v,%.0f)", x.Victim, x.For, x.Cause, x.Deadline.Sub(fuzzT0), x.CostGPUSeconds)
+	}
+	for _, x := range rd.Resizes {
+		fmt.Fprintf(&b, " R(%s,%d,%v,%v)", x.Job, x.Members, x.Add, x.Remove)
+	}
+	for _, x := range rd.Binds {
+		fmt.Fprintf(&b, " B(%s,%v,%v)", x.Job, x.Members, x.Backfill)
+	}
+	for _, x := range rd.Reservations {
+		fmt.Fprintf(&b, " V(%s,%v,%v,%v)", x.Job, x.Start.Sub(fuzzT0), x.GPUs.ToArray(), x.Preemption)
+	}
+	for _, x := range rd.Pending {
+		fmt.Fprintf(&b, " W(%s,%v,%v)", x.Job, x.Reason, x.Start)
+	}
+	fmt.Fprintf(&b, " Q%v F%v X%d", rd.Requeued, rd.Failed, len(rd.Rejected))
+	return b.String()
+}
+
+// checkReady checks the decisions of one Ready.
+func checkReady(t *testing.T, e *Engine, rd Ready, m *fuzzModel) {
+	t.Helper()
+	for _, p := range rd.Preemptions {
+		js := e.jobs[p.Victim]
+		if js == nil {
+			t.Fatalf("preempted unknown job %q", p.Victim)
+		}
+		if rd.At.Sub(js.start) < js.j.MinRuntime {
+			t.Fatalf("%q preempted %v after its start, within its minimum runtime %v", p.Victim, rd.At.Sub(js.start), js.j.MinRuntime)
+		}
+		if last, ok := m.preemptedAt[p.Victim]; ok && rd.At.Sub(last) < js.j.MinRuntime {
+			t.Fatalf("%q preempted twice within its minimum runtime (%v, %v)", p.Victim, last, rd.At)
+		}
+		if !js.j.Preemptible {
+			t.Fatalf("%q preempted but not preemptible", p.Victim)
+		}
+		m.preemptedAt[p.Victim] = rd.At
+	}
+	// A backfilled job ends (by its limit) before every reservation whose
+	// GPUs it uses.
+	for _, b := range rd.Binds {
+		js := e.jobs[b.Job]
+		if js == nil || js.place == nil {
+			t.Fatalf("bound job %q has no placement", b.Job)
+		}
+		for _, r := range rd.Reservations {
+			if r.Job == b.Job {
+				t.Fatalf("job %q both bound and reserved", b.Job)
+			}
+			used := false
+			for _, g := range js.place.gpus {
+				if r.GPUs.Contains(g) {
+					used = true
+					break
+				}
+			}
+			if !used {
+				continue
+			}
+			if r.Preemption {
+				t.Fatalf("bind %q uses GPUs held for preemptor %q", b.Job, r.Job)
+			}
+			// It ends by its limit before the reservation starts (the
+			// backfill rule), or the reservation was planned after it,
+			// around its expected end: then it is delayed only if the
+			// job overruns its estimate.
+			l := js.j.RuntimeLimit
+			byLimit := l > 0 && !rd.At.Add(l).After(r.Start)
+			end, known := js.expectedEnd(rd.At)
+			if !byLimit && (!known || end.After(r.Start)) {
+				t.Fatalf("bound %q (limit %v, expected end %v) uses GPUs reserved for %q at %v", b.Job, l, end.Sub(rd.At), r.Job, r.Start.Sub(rd.At))
+			}
+		}
+	}
+	if rd.Seq == m.lastSeq {
+		return // no cycle ran
+	}
+	m.lastSeq = rd.Seq
+	seen := map[string]bool{}
+	for _, p := range rd.Pending {
+		if seen[p.Job] {
+			t.Fatalf("job %q listed twice as pending", p.Job)
+		}
+		seen[p.Job] = true
+		if js := e.jobs[p.Job]; js == nil || js.st != statePending {
+			t.Fatalf("job %q listed as pending but is not", p.Job)
+		}
+	}
+	if len(seen) != e.pending.Len() {
+		t.Fatalf("%d pending statuses for %d pending jobs", len(seen), e.pending.Len())
+	}
+}
+
+// check verifies the engine's invariants after any step.
+func check(t *testing.T, e *Engine, m *fuzzModel) {
+	t.Helper()
+	if err := e.snap.Verify(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	// No GPU booked twice; the snapshot books exactly the jobs' GPUs.
+	owner := map[uint32]string{}
+	booked := 0
+	for _, id := range sortedKeys(e.active) {
+		js := e.active[id]
+		if js.place == nil {
+			t.Fatalf("active job %q without placement", id)
+		}
+		for _, g := range js.place.gpus {
+			if o, dup := owner[g]; dup {
+				t.Fatalf("GPU %d booked by %q and %q", g, o, id)
+			}
+			owner[g] = id
+			if e.snap.IsFree(g) {
+				t.Fatalf("GPU %d of %q is free in the snapshot", g, id)
+			}
+		}
+		booked += len(js.place.gpus)
+		// Gangs whole.
+		if err := checkWhole(js, js.place); err != nil {
+			t.Fatalf("gang: %v", err)
+		}
+		if n := countGroup(js.place, 0); n != js.members {
+			t.Fatalf("%q has %d members of group 0, records %d", id, n, js.members)
+		}
+		if !slices.IsSorted(js.place.gpus) {
+			t.Fatalf("%q: GPU list not sorted", id)
+		}
+	}
+	if booked != e.snap.Allocated() {
+		t.Fatalf("jobs hold %d GPUs, snapshot has %d allocated", booked, e.snap.Allocated())
+	}
+	// Every job in exactly one state.
+	for id, js := range e.jobs {
+		if !m.known[id] {
+			t.Fatalf("engine tracks %q, which ended", id)
+		}
+		_, pend := e.pending.Get(id)
+		_, act := e.active[id]
+		charged := e.tree.Charged(id)
+		switch js.st {
+		case statePending:
+			if !pend || act || charged {
+				t.Fatalf("%q pending: in pending set %v, active %v, charged %v", id, pend, act, charged)
+			}
+		case stateRunning, stateStopping:
+			if pend || !act || !charged {
+				t.Fatalf("%q %v: in pending set %v, active %v, charged %v", id, js.st, pend, act, charged)
+			}
+		default:
+			t.Fatalf("%q in state %v", id, js.st)
+		}
+	}
+	for id := range m.known {
+		if e.jobs[id] == nil {
+			t.Fatalf("job %q lost", id)
+		}
+	}
+	if len(e.jobs) != e.pending.Len()+len(e.active) {
+		t.Fatalf("%d jobs, %d pending + %d active", len(e.jobs), e.pending.Len(), len(e.active))
+	}
+	// Quota held: the cohort never hands out more than it has, and no
+	// queue borrows beyond its limit.
+	for _, r := range e.tree.Resources() {
+		if u, q := e.tree.Usage("org", r), e.tree.SubtreeQuota("org", r); u > q {
+			t.Fatalf("cohort uses %d of %s, has %d", u, r, q)
+		}
+		for _, qs := range e.cfg.Queues.Queues {
+			lim, ok := qs.Quota[r].BorrowingLimit.Get()
+			if !ok {
+				continue
+			}
+			if u, q := e.tree.Usage(qs.Name, r), e.tree.SubtreeQuota(qs.Name, r); u > q.Add(lim) {
+				t.Fatalf("queue %s uses %d of %s, quota %d + borrowing %d", qs.Name, u, r, q, lim)
+			}
+		}
+	}
+}
+
+// TestFuzzEngineSeeds runs longer random histories than the seed corpus.
+func TestFuzzEngineSeeds(t *testing.T) {
+	for seed := uint64(0); seed < 120; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		ops := make([]byte, 150)
+		for i := range ops {
+			ops[i] = byte(rng.IntN(256))
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			// Reuse the fuzz body through a one-entry corpus.
+			runFuzzBody(t, seed, ops)
+		})
+	}
+}

@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+)
+
+// Member is where one member of a job runs: a node and device indices on
+// it. GPUs are node-local (0 .. GPUs of the node - 1), ascending, so they
+// stay valid when the cluster is rebuilt with more nodes.
+type Member struct {
+	Group     int
+	Node      string
+	GPUs      []int
+	CPUMilli  int64
+	MemoryMiB int64
+}
+
+// Bind tells the backend to start a job on exactly these members.
+type Bind struct {
+	Job     string
+	Members []Member
+	// Backfill: the job was placed ahead of an earlier job holding a
+	// reservation (it ends before the reservation starts, or stays off its
+	// GPUs).
+	Backfill bool
+}
+
+// PreemptCause says why a job is preempted.
+type PreemptCause uint8
+
+const (
+	// PreemptPriority: for a job of higher priority.
+	PreemptPriority PreemptCause = iota + 1
+	// PreemptReclaim: the victim's queue borrows quota that the
+	// preemptor's queue takes back.
+	PreemptReclaim
+)
+
+func (c PreemptCause) String() string {
+	switch c {
+	case PreemptPriority:
+		return "priority"
+	case PreemptReclaim:
+		return "reclaim"
+	}
+	return fmt.Sprintf("PreemptCause(%d)", uint8(c))
+}
+
+// Preemption tells the backend to stop a job. Its GPUs count as free at
+// Deadline (or when the job reports finished, if sooner); the job is then
+// requeued. They are reserved for For (no other job takes them).
+type Preemption struct {
+	Victim string
+	For    string
+	Cause  PreemptCause
+	// Deadline is the end of the victim's grace period.
+	Deadline time.Time
+	// CostGPUSeconds is the work lost: GPUs x seconds since the victim's
+	// last checkpoint (or start).
+	CostGPUSeconds float64
+}
+
+// Resize grows or shrinks a running elastic job (its first group). Add
+// members are to be started, Remove members stopped; Members is the new
+// member count of the group. A shrink takes effect at once (its GPUs are
+// free in the same Ready); a grow can be refused in Advance.
+type Resize struct {
+	Job     string
+	Members int
+	Add     []Member
+	Remove  []Member
+}
+
+// Reservation holds an exact GPU set for a blocked job from Start on.
+type Reservation struct {
+	Job   string
+	Start time.Time
+	// GPUs are cluster GPU indices (see Engine.Cluster). Read-only.
+	GPUs *roaring.Bitmap
+	// Preemption: the GPUs are those of preempted jobs in their grace
+	// period, held for Job (no-thrash), rather than a backfill reservation.
+	Preemption bool
+}
+
+// MIGReconfiguration is a planned change of the MIG layout of one node's
+// GPUs. The engine plans none yet (the MIG work fills it in); Ready
+// carries an empty slice.
+type MIGReconfiguration struct {
+	Node     string
+	GPU      int
+	Profiles []string
+}
+
+// ReasonCode classifies why a job is pending.
+type ReasonCode uint8
+
+// Reason codes.
+const (
+	// ReasonNone: not evaluated this cycle (e.g. just requeued).
+	ReasonNone ReasonCode = iota
+	// ReasonQuota: its queue cannot get the quota now (Quota says which
+	// resource, how much it needs and how much is available).
+	ReasonQuota
+	// ReasonCapacity: no valid placement on the free GPUs (Place says
+	// why, in numbers).
+	ReasonCapacity
+	// ReasonReserved: it holds a reservation and waits for its start.
+	ReasonReserved
+	// ReasonReservedGPUs: it would fit now, but only on GPUs reserved for
+	// an earlier job that it would delay.
+	ReasonReservedGPUs
+	// ReasonPreempting: jobs were preempted for it; it waits for their
+	// grace periods to end.
+	ReasonPreempting
+	// ReasonBindRefused: the backend refused its last bind; it waits for
+	// Config.BindRetryBackoff.
+	ReasonBindRefused
+	// ReasonUnsupported: the request uses a feature placement does not
+	// support yet (fractional or MIG members).
+	ReasonUnsupported
+	// ReasonInvalid: the request does not fit this cluster at all (e.g. an
+	// unknown topology level).
+	ReasonInvalid
+	// ReasonBlocked: strict order without backfill: an earlier job is
+	// blocked, so this one waits behind it.
+	ReasonBlocked
+)
+
+func (c ReasonCode) String() string {
+	switch c {
+	case ReasonNone:
+		return "none"
+	case ReasonQuota:
+		return "quota"
+	case ReasonCapacity:
+		return "capacity"
+	case ReasonReserved:
+		return "reserved"
+	case ReasonReservedGPUs:
+		return "reserved-gpus"
+	case ReasonPreempting:
+		return "preempting"
+	case ReasonBindRefused:
+		return "bind-refused"
+	case ReasonUnsupported:
+		return "unsupported"
+	case ReasonInvalid:
+		return "invalid"
+	case ReasonBlocked:
+		return "blocked"
+	}
+	return fmt.Sprintf("ReasonCode(%d)", uint8(c))
+}
+
+// PendingStatus explains one pending job.
+type PendingStatus struct {
+	Job    string
+	Queue  string
+	Reason ReasonCode
+	// Place is the placement reason (ReasonCapacity; for
+	// ReasonReservedGPUs, why it does not fit off the reserved GPUs).
+	// For jobs of the same shape the numbers are those of the first such
+	// job of the cycle.
+	Place gang.Reason
+	// Quota is the quota answer (ReasonQuota).
+	Quota queue.Fit
+	// Start is the estimated start time; zero when the timeline gives none
+	// (only jobs holding a reservation or waiting for preempted GPUs have
+	// one).
+	Start time.Time
+}
+
+func (s PendingStatus) String() string {
+	var why string
+	switch s.Reason {
+	case ReasonQuota:
+		why = fmt.Sprintf("quota: %s needs %d, available %d", s.Quota.Resource, s.Quota.Need, s.Quota.Available)
+	case ReasonCapacity:
+		why = fmt.Sprintf("%v: %v", s.Reason, s.Place)
+	case ReasonReservedGPUs:
+		why = "reserved-gpus: it fits now only on GPUs reserved for an earlier job, which it would delay"
+	default:
+		why = s.Reason.String()
+	}
+	return why
+}
+
+// JobFailure is a job ended by the engine (a failed node, under
+// FailOnFailure).
+type JobFailure struct {
+	Job  string
+	Node string
+}
+
+// Rejection is a submission the engine could not accept.
+type Rejection struct {
+	Job string
+	Err error
+}
+
+// Ready is the output of one cycle. Slices are owned by the caller, except
+// Pending, which is shared with the published View and must not be
+// modified.
+type Ready struct {
+	// Seq numbers the cycles; Advance must be given the latest Ready.
+	Seq uint64
+	// At is the engine's clock when the cycle ran.
+	At time.Time
+	// Preemptions come first: a backend stops victims before it binds.
+	Preemptions []Preemption
+	// Resizes of elastic jobs (shrinks free GPUs that Binds may use).
+	Resizes []Resize
+	Binds   []Bind
+	// Reservations held this cycle (backfill and preemption), by start
+	// time, then job.
+	Reservations []Reservation
+	// MIG reconfigurations; empty until the MIG work fills it in.
+	MIG []MIGReconfiguration
+	// Pending explains every pending job, in the policy's order.
+	Pending []PendingStatus
+	// Requeued lists running jobs put back to pending this cycle or by
+	// the events since the last one (preempted victims, failed nodes).
+	Requeued []string
+	// Failed lists jobs ended by node failures (FailOnFailure).
+	Failed []JobFailure
+	// Rejected lists submissions that could not be accepted.
+	Rejected []Rejection
+}
+
+// Empty reports whether the Ready asks nothing of the backend.
+func (rd *Ready) Empty() bool {
+	return len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 && len(rd.Binds) == 0 && len(rd.MIG) == 0
+}
+
+// Outcome tells Advance which decisions the backend refused. A refused
+// bind undoes the whole gang: the job returns to pending with
+// ReasonBindRefused. A refused preemption leaves the victim running (and
+// protected for its minimum runtime); the GPUs held for its preemptor are
+// given up. A refused resize undoes a grow; shrinks cannot be refused.
+type Outcome struct {
+	RefusedBinds       []string
+	RefusedPreemptions []string
+	RefusedResizes     []string
+}

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"slices"
+	"time"
+
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/topo"
+)
+
+// releaseOn frees a job's GPUs (and host resources) on a what-if
+// snapshot, except GPUs claimed by preemptors, which go to them.
+func (e *Engine) releaseOn(s *topo.Snapshot, js *job, buf []uint32) []uint32 {
+	cs := &e.cyc
+	buf = buf[:0]
+	if cs.claimed == nil {
+		buf = append(buf, js.place.gpus...)
+	} else {
+		for _, g := range js.place.gpus {
+			if !cs.claimed[g] {
+				buf = append(buf, g)
+			}
+		}
+	}
+	if err := s.Release(buf); err != nil {
+		panic("engine: broken invariant: what-if release: " + err.Error())
+	}
+	for _, m := range js.place.members {
+		if m.cpu != 0 || m.mem != 0 {
+			_ = s.ReleaseHost(m.node, m.cpu, m.mem) // booked with the job
+		}
+	}
+	return buf
+}
+
+// reserve finds the earliest time at which js has a valid placement, and
+// the exact GPUs, from the timeline of expected ends: at each end time the
+// GPUs of the jobs ending by then are released on a copy-on-write clone of
+// the plan, the reservations it would overlap are booked, and gang.Place
+// answers. A reservation of the last cycle that is still valid is kept
+// unless an earlier start appears (reservations are sticky, so a job's
+// start does not move later because the placer would now pick other GPUs).
+func (e *Engine) reserve(js *job) (*resv, bool) {
+	cs := &e.cyc
+	dur, bounded := duration(js.j)
+	r := &resv{job: js.j.ID, dur: dur, bounded: bounded}
+	var horizon time.Time
+	if w := e.cfg.Backfill.Window; w > 0 {
+		horizon = cs.now.Add(w)
+	}
+	sticky, hasSticky := e.lastRes[js.j.ID]
+	if hasSticky && (sticky.start.Before(cs.now) || len(sticky.gpus) != js.req.GPUs() || sticky.pl == nil) {
+		hasSticky = false
+	}
+	w := cs.plan.Clone()
+	var buf []uint32
+	probes := 0
+	trySticky := func() bool {
+		hasSticky = false
+		if !allFree(e.withOverlapping(w, sticky.start, r), sticky.gpus) {
+			return false
+		}
+		r.start, r.gpus, r.pl = sticky.start, sticky.gpus, sticky.pl
+		return true
+	}
+	// Probe times: the expected ends of running jobs and, in conservative
+	// mode, the ends of the reservations made before this one.
+	var resEnds []time.Time
+	for _, o := range cs.res {
+		if o.bounded {
+			resEnds = append(resEnds, o.start.Add(o.dur))
+		}
+	}
+	slices.SortFunc(resEnds, time.Time.Compare)
+	tl := e.tl
+	for i, k := 0, 0; i < len(tl) || k < len(resEnds); {
+		var t time.Time
+		if k >= len(resEnds) || (i < len(tl) && tl[i].at <= resEnds[k].UnixNano()) {
+			t = time.Unix(0, tl[i].at).In(cs.now.Location())
+		} else {
+			t = resEnds[k]
+		}
+		if !horizon.IsZero() && t.After(horizon) {
+			break
+		}
+		if hasSticky && t.After(sticky.start) && trySticky() {
+			return r, true
+		}
+		for i < len(tl) && tl[i].at <= t.UnixNano() {
+			buf = e.releaseOn(w, tl[i].js, buf)
+			i++
+		}
+		for k < len(resEnds) && !resEnds[k].After(t) {
+			k++
+		}
+		if t.Before(cs.now) {
+			t = cs.now
+		}
+		// At its own start the kept reservation comes before any other
+		// set the placer might now prefer: jobs planned around it stay
+		// valid.
+		if hasSticky && t.Equal(sticky.start) && trySticky() {
+			return r, true
+		}
+		if !gate(w, &js.req) {
+			continue
+		}
+		if probes++; probes > e.cfg.Backfill.MaxProbes {
+			break
+		}
+		s := e.withOverlapping(w, t, r)
+		res, err := e.placer.Place(s, &js.req)
+		if err != nil || !res.Found {
+			continue
+		}
+		r.start = t
+		r.pl = fromResult(&res)
+		r.gpus = r.pl.gpus
+		return r, true
+	}
+	if hasSticky && (horizon.IsZero() || !sticky.start.After(horizon)) && trySticky() {
+		return r, true
+	}
+	return nil, false
+}
+
+// withOverlapping returns w, or a clone of it with the GPUs of this
+// cycle's reservations that overlap [t, t+r.dur) booked.
+func (e *Engine) withOverlapping(w *topo.Snapshot, t time.Time, r *resv) *topo.Snapshot {
+	cs := &e.cyc
+	var s *topo.Snapshot
+	for _, o := range cs.res {
+		if !overlaps(t, r.dur, r.bounded, o.start, o.dur, o.bounded) {
+			continue
+		}
+		if s == nil {
+			s = w.Clone()
+		}
+		bookFree(s, o.gpus)
+	}
+	if s == nil {
+		return w
+	}
+	return s
+}
+
+func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Duration, bb bool) bool {
+	// [a, a+da) and [b, b+db) overlap; unbounded intervals never end.
+	aEndsBeforeB := ba && !a.Add(da).After(b)
+	bEndsBeforeA := bb && !b.Add(db).After(a)
+	return !aEndsBeforeB && !bEndsBeforeA
+}
+
+// gate is a cheap necessary condition for a placement: for single-group
+// gangs of whole GPUs without selectors or host resources it is exact
+// (some domain of the required level holds the members).
+func gate(s *topo.Snapshot, r *gang.Request) bool {
+	c := s.Cluster()
+	lr := 0
+	if r.Required != "" {
+		l, err := c.Level(r.Required)
+		if err != nil {
+			return true // Place reports it
+		}
+		lr = l
+	}
+	for gi := range r.Groups {
+		g := &r.Groups[gi]
+		if g.GPUsPerMember == 0 || len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 {
+			continue
+		}
+		model := -1
+		if g.GPUModel != "" {
+			m, ok := c.ModelIndex(g.GPUModel)
+			if !ok {
+				return false
+			}
+			model = m
+		}
+		if g.GPUsPerMember*g.Members > s.Free() {
+			return false
+		}
+		ok := false
+		for d := range c.NumDomains(lr) {
+			if s.DomainCapacity(lr, d, g.GPUsPerMember, model) >= g.Members {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"slices"
+	"time"
+
+	"github.com/berthsched/berth/queue"
+	"github.com/google/btree"
+)
+
+// View is the read-only state an engine publishes after each cycle for
+// observers (dashboards, CLIs, metrics). It is immutable: any number of
+// goroutines may read it while the engine goes on.
+type View struct {
+	// Seq and At are those of the cycle that published it.
+	Seq uint64
+	At  time.Time
+	// Pending explains every pending job, in the policy's order.
+	Pending []PendingStatus
+	// Reservations held by the cycle.
+	Reservations []Reservation
+	// FreeGPUs and TotalGPUs count allocatable free GPUs and all GPUs.
+	FreeGPUs, TotalGPUs int
+	queues              *queue.Snapshot
+	running             *btree.BTreeG[runRec] // copy-on-write clone
+}
+
+// runRec is a running job as the View keeps it; ExpectedEnd is computed
+// when read, since it depends on the time.
+type runRec struct {
+	RunningJob
+	estimate, limit time.Duration
+}
+
+func runLess(a, b runRec) bool { return a.Job < b.Job }
+
+// Running lists running and stopping jobs, by ID. It allocates; the
+// engine pays only a copy-on-write btree clone per cycle for it.
+func (v *View) Running() []RunningJob {
+	if v.running == nil {
+		return nil
+	}
+	out := make([]RunningJob, 0, v.running.Len())
+	v.running.Ascend(func(r runRec) bool {
+		rj := r.RunningJob
+		rj.ExpectedEnd = expectedEndAt(r, v.At)
+		out = append(out, rj)
+		return true
+	})
+	return out
+}
+
+func expectedEndAt(r runRec, now time.Time) time.Time {
+	if r.Stopping {
+		return r.Deadline
+	}
+	if r.estimate > 0 {
+		if t := r.Start.Add(r.estimate); t.After(now) {
+			return t
+		}
+	}
+	if r.limit > 0 {
+		if t := r.Start.Add(r.limit); t.After(now) {
+			return t
+		}
+		return now
+	}
+	return time.Time{}
+}
+
+// RunningJob is a running (or stopping) job in a View.
+type RunningJob struct {
+	Job   string
+	Queue string
+	Start time.Time
+	// ExpectedEnd is zero when unknown (no estimate or limit left).
+	ExpectedEnd time.Time
+	GPUs        int
+	// Members is the member count of the first group (elastic jobs).
+	Members    int
+	Backfilled bool
+	// Stopping: preempted, in its grace period until Deadline.
+	Stopping bool
+	Deadline time.Time
+}
+
+// Queues returns the usage, quotas and fair share of every leaf queue. It
+// allocates.
+func (v *View) Queues() []queue.QueueStatus {
+	if v.queues == nil {
+		return nil
+	}
+	return v.queues.Queues()
+}
+
+// publish stores the View of the cycle that made rd.
+func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
+	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs}
+	if rd != nil {
+		v.Seq, v.Pending, v.Reservations = rd.Seq, rd.Pending, slices.Clone(rd.Reservations)
+	}
+	if e.running != nil {
+		v.running = e.running.Clone()
+	}
+	e.view.Store(v)
+}
+
+// republish publishes the latest cycle's View again with the running jobs
+// and free GPUs as they are now (after Advance undid refused decisions).
+func (e *Engine) republish() {
+	old := e.view.Load()
+	rd := &Ready{Seq: old.Seq, Pending: old.Pending, Reservations: old.Reservations}
+	e.publish(rd, old.queues)
+}
+
+// runUpsert records a job's current facts for observers.
+func (e *Engine) runUpsert(js *job) {
+	if e.running == nil {
+		e.running = btree.NewG(32, runLess)
+	}
+	e.running.ReplaceOrInsert(runRec{
+		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Members: js.members,
+			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
+		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit,
+	})
+}
+
+func (e *Engine) runDelete(id string) {
+	if e.running != nil {
+		e.running.Delete(runRec{RunningJob: RunningJob{Job: id}})
+	}
+}
