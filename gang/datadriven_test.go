@@ -186,6 +186,8 @@ func parseRequest(t *testing.T, d *datadriven.TestData) gang.Request {
 			g.GPUMilli = n
 		case "profile":
 			g.MIGProfile = v
+		case "cpu":
+			g.CPUMilli = int64(n)
 		case "model":
 			g.GPUModel = v
 		case "selector":

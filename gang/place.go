@@ -226,7 +226,9 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 		}
 		k = min(k, f)
 	}
-	return k
+	// A node never needs to hold more than the whole group; the cap also
+	// keeps sums finite for members whose resources a node does not track.
+	return min(k, gi.g.Members)
 }
 
 // capacity is how many members of group gi domain d of level l holds now.
