@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -79,6 +80,33 @@ const (
 	FailOnFailure
 )
 
+// MIGConfig configures the planning of MIG reconfiguration (cycle step
+// 8). When fractional or MIG jobs are blocked for lack of fitting
+// instances, the engine asks mig.Pool.Plan for new layouts of the idle
+// capacity of ready MIG GPUs and emits the plan when waiting costs more
+// than reconfiguring:
+//
+//	blocked GPU-seconds >= WaitFactor x Plan.Cost.Time (seconds) x Plan.Cost.GPUs
+//
+// where blocked GPU-seconds sums, over the blocked jobs the plan would
+// serve (in the policy's order, up to Plan.Served), the job's GPU share
+// (queue.Job.GPUMilliTotal / 1000) times how long it has waited since its
+// submission. A job just submitted has waited nothing, so a plan is worth
+// it only once jobs have waited long enough to pay for the disruption.
+type MIGConfig struct {
+	// Disabled turns planning off: blocked jobs wait for instances to free.
+	Disabled bool
+	// WaitFactor weighs the plan's cost (see above). Zero: 1.
+	WaitFactor float64
+	// Costs prices the plan's actions; zero fields take mig.DefaultCosts.
+	Costs mig.CostModel
+	// MaxGPUs caps the GPUs one plan touches. Zero: 8.
+	MaxGPUs int
+	// RetryBackoff: after the backend refused a reconfiguration (or it no
+	// longer applied), no plan is made for this long. Zero: one minute.
+	RetryBackoff time.Duration
+}
+
 // Config configures an Engine. Validate checks it; New calls Validate.
 type Config struct {
 	// Cluster is the initial inventory. It may be empty: nodes can be
@@ -103,6 +131,8 @@ type Config struct {
 	// BindRetryBackoff is how long a job whose bind the backend refused
 	// waits before it is placed again. Zero: it is tried again next cycle.
 	BindRetryBackoff time.Duration
+	// MIG configures MIG reconfiguration planning.
+	MIG MIGConfig
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap
@@ -139,6 +169,14 @@ func (c *Config) Validate() error {
 		return bad("NodeFailure: unknown policy %d", c.NodeFailure)
 	case c.BindRetryBackoff < 0:
 		return bad("BindRetryBackoff must not be negative, got %v", c.BindRetryBackoff)
+	case c.MIG.WaitFactor < 0 || c.MIG.WaitFactor != c.MIG.WaitFactor:
+		return bad("MIG.WaitFactor must not be negative, got %v", c.MIG.WaitFactor)
+	case c.MIG.MaxGPUs < 0:
+		return bad("MIG.MaxGPUs must not be negative, got %d", c.MIG.MaxGPUs)
+	case c.MIG.RetryBackoff < 0:
+		return bad("MIG.RetryBackoff must not be negative, got %v", c.MIG.RetryBackoff)
+	case c.MIG.Costs.Create < 0 || c.MIG.Costs.Destroy < 0 || c.MIG.Costs.Reset < 0:
+		return bad("MIG.Costs must not be negative, got %+v", c.MIG.Costs)
 	}
 	return nil
 }
@@ -162,6 +200,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Preemption.MaxPreemptorsPerCycle == 0 {
 		c.Preemption.MaxPreemptorsPerCycle = 4
+	}
+	if c.MIG.WaitFactor == 0 {
+		c.MIG.WaitFactor = 1
+	}
+	if c.MIG.MaxGPUs == 0 {
+		c.MIG.MaxGPUs = 8
+	}
+	if c.MIG.RetryBackoff == 0 {
+		c.MIG.RetryBackoff = time.Minute
 	}
 	return c
 }

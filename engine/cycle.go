@@ -46,6 +46,9 @@ type cycleState struct {
 	ahead map[string][]string
 	// resAt is where the status of a job holding a reservation is in pend.
 	resAt map[string]int
+	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
+	// order, with where their status is in pend: the demand of step 8.
+	fracBlocked []fracRec
 }
 
 type resv struct {
@@ -55,6 +58,11 @@ type resv struct {
 	pl      *placement
 	dur     time.Duration
 	bounded bool
+}
+
+type fracRec struct {
+	js *job
+	at int // index of its status in pend
 }
 
 type failRec struct {
@@ -82,6 +90,8 @@ func (cs *cycleState) reset(now time.Time) {
 	cs.preemptors = cs.preemptors[:0]
 	cs.victims = 0
 	cs.placedLate = cs.placedLate[:0]
+	clear(cs.fracBlocked)
+	cs.fracBlocked = cs.fracBlocked[:0]
 	clear(cs.ahead)
 	clear(cs.resAt)
 }
@@ -102,7 +112,10 @@ func (cs *cycleState) reset(now time.Time) {
 //     into what is left.
 //  7. Preempt: for the first blocked jobs, shrink elastic jobs, then
 //     preempt the cheapest whole victim gangs (priority, then reclaim).
-//  8. Publish: decisions, reasons, estimates, and the observers' View.
+//  8. Reconfigure MIG: for fractional / MIG jobs blocked by capacity, a
+//     plan of new layouts for idle MIG capacity, when waiting costs more
+//     than reconfiguring (see MIGConfig).
+//  9. Publish: decisions, reasons, estimates, and the observers' View.
 func (e *Engine) cycle() Ready {
 	now := e.now
 	cs := &e.cyc
@@ -137,13 +150,16 @@ func (e *Engine) cycle() Ready {
 	// 7. Preempt.
 	e.preempt(&rd)
 
-	// 8. Publish.
+	// 8. Reconfigure MIG.
+	e.reconfigure(&rd)
+
+	// 9. Publish.
 	for _, r := range cs.res {
 		rd.Reservations = append(rd.Reservations, Reservation{Job: r.job, Start: r.start, GPUs: bitmapOf(r.gpus)})
 	}
 	for _, id := range sortedKeys(e.claims) {
 		c := e.claims[id]
-		rd.Reservations = append(rd.Reservations, Reservation{Job: id, Start: c.start, GPUs: bitmapOf(c.place.gpus), Preemption: true})
+		rd.Reservations = append(rd.Reservations, Reservation{Job: id, Start: c.start, GPUs: bitmapOf(c.place.claimGPUs()), Preemption: true})
 	}
 	slices.SortStableFunc(rd.Reservations, func(a, b Reservation) int {
 		if c := a.Start.Compare(b.Start); c != 0 {
@@ -226,6 +242,16 @@ func (e *Engine) bindClaims(rd *Ready) {
 				break
 			}
 		}
+		if c.place.shared {
+			// Shares and instances are not held for the claim: it waits
+			// until its victims are gone.
+			for _, v := range c.victims {
+				if e.active[v] != nil {
+					free = false
+					break
+				}
+			}
+		}
 		if !free {
 			if !c.start.After(cs.now) {
 				delete(e.claims, id)
@@ -243,7 +269,10 @@ func (e *Engine) bindClaims(rd *Ready) {
 	}
 }
 
-// holdClaims books on the plan the free GPUs of the remaining claims.
+// holdClaims books on the plan the free GPUs of the remaining claims
+// (for a claim with shared members, also the free GPUs they will share;
+// GPUs shared now are not free: fractional jobs keep off them through
+// cs.claimed).
 func (e *Engine) holdClaims() {
 	cs := &e.cyc
 	if len(e.claims) == 0 {
@@ -251,7 +280,7 @@ func (e *Engine) holdClaims() {
 	}
 	cs.claimed = map[uint32]bool{}
 	for _, id := range sortedKeys(e.claims) {
-		for _, g := range e.claims[id].place.gpus {
+		for _, g := range e.claims[id].place.claimGPUs() {
 			cs.claimed[g] = true
 			if cs.plan.IsFree(g) {
 				cs.holds = append(cs.holds, g)
@@ -339,19 +368,38 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		st.Reason = badReason(js.badOf)
 		return st, true
 	}
+	shareReserved := false
+	if ok && js.frac && cs.sharesReserved(&res, p) {
+		// A GPU shared now is not free, so neither the held snapshot nor
+		// the claims' holds keep fractional members off reserved or
+		// claimed GPUs: one more share there would keep the GPU from the
+		// reservation or the preemptor.
+		ok, shareReserved = false, true
+	}
 	if ok {
-		pl := fromResult(&res)
+		pl := fromResult(&res, &js.req)
 		if err := pl.book(cs.plan); err == nil && e.started(js, pl, len(cs.res) > 0, rd) {
 			return st, false
 		}
 	}
 	st.Reason, st.Place = ReasonCapacity, why
-	if p > 0 {
+	if shareReserved {
+		st.Reason = ReasonReservedGPUs
+	} else if p > 0 {
 		if e.fitsAt(js, 0) {
 			st.Reason = ReasonReservedGPUs
 		}
 	}
 	cs.blockedCap = true
+	if js.frac {
+		// No reservations for fractional / MIG jobs: the timeline does not
+		// track instances and shares. Their demand goes to step 8.
+		if st.Reason == ReasonCapacity {
+			cs.fracBlocked = append(cs.fracBlocked, fracRec{js, len(cs.pend)})
+		}
+		e.blocked(js, len(cs.pend))
+		return st, true
+	}
 	// 5. Reserve.
 	// A job that can never start within the window does not use up a
 	// reservation, but the tries are bounded: 2 x depth + 2 per cycle.
@@ -387,9 +435,9 @@ func (e *Engine) blocked(js *job, at int) {
 	}
 }
 
-// errFractional: the engine books whole GPUs only; fractional and MIG
-// members wait for the MIG work to reach the engine.
-var errFractional = fmt.Errorf("%w: the engine does not book fractional or MIG members yet", gang.ErrUnsupported)
+// errFractional: fractional and MIG members are booked in single-group,
+// non-elastic jobs only.
+var errFractional = fmt.Errorf("%w: fractional or MIG members in multi-group or elastic jobs", gang.ErrUnsupported)
 
 func badReason(err error) ReasonCode {
 	if errors.Is(err, gang.ErrUnsupported) {
@@ -415,6 +463,22 @@ func (cs *cycleState) prefixFor(js *job) int {
 		n++
 	}
 	return n
+}
+
+// sharesReserved reports whether a fractional placement puts a member on a
+// GPU of the first p reservations or of a preemptor's claim.
+func (cs *cycleState) sharesReserved(res *gang.Result, p int) bool {
+	for _, g := range res.GPUs() {
+		if cs.claimed[g] {
+			return true
+		}
+		for _, r := range cs.res[:p] {
+			if _, found := slices.BinarySearch(r.gpus, g); found {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // snapFor is the plan with the GPUs of the first p reservations booked.

@@ -48,10 +48,16 @@
 //     per cycle. Victims keep their GPUs for their GracePeriod; the
 //     preemptor's placement is held for it meanwhile, so no other job
 //     takes the freed GPUs (no thrash).
-//  8. Publish: Ready carries binds, preemptions, resizes, reservations,
-//     MIG reconfigurations (none yet), and for every pending job a reason
-//     code and, where the timeline gives one, an estimated start; a View
-//     is published for observers.
+//  8. Reconfigure MIG: when fractional / MIG jobs are blocked by capacity,
+//     mig.Pool.Plan proposes new layouts for the idle instances of ready
+//     MIG GPUs against their demand; the plan is emitted when the blocked
+//     jobs it serves have waited more GPU-seconds than it costs
+//     (MIGConfig), and applied to the engine's books when Advance
+//     confirms it (a refused plan starts a backoff).
+//  9. Publish: Ready carries binds, preemptions, resizes, reservations,
+//     MIG reconfigurations, and for every pending job a reason code and,
+//     where the timeline gives one, an estimated start; a View is
+//     published for observers.
 //
 // A refused bind (Advance) undoes the whole gang; the job returns to
 // pending with ReasonBindRefused and waits Config.BindRetryBackoff. Jobs on
@@ -59,8 +65,31 @@
 // gangs. Adding a node or changing labels rebuilds the cluster model and
 // re-books running jobs by node name and GPU offset.
 //
-// Fractional and MIG members (gang.Group.GPUMilli, MIGProfile) are not
-// booked by the engine yet: such jobs wait with ReasonUnsupported.
+// # Fractional and MIG members
+//
+// A single-group job whose members ask for a fraction of a GPU
+// (gang.Group.GPUMilli) or a MIG profile (MIGProfile) is placed by
+// gang.Place on GPUs in MIG mode, time-sliced or MPS GPUs, or (with
+// topo.Spec.ShareFreeGPUs) free plain GPUs that become shared. Each member
+// holds a MIG instance or a share of one GPU, booked in the snapshot's
+// mig.Pool; the Bind reports it per member (Member.Instance with Created
+// when the backend must create the instance first, or Member.Share).
+// Finishing, cancelling, preempting, a failed node or a refused bind give
+// the grants back (an instance created for a refused bind is taken out of
+// the books again); a rebuilt cluster keeps every GPU's layout and every
+// grant. The queue is charged queue.Job.Demand (GPU thousandths, or MIG
+// instances by profile). Preemption counts a fractional victim's cost by
+// its share of the GPU. Limits: such jobs get no backfill reservation
+// (they wait with ReasonCapacity and no estimate); they never put a share
+// on a GPU reserved for an earlier job or claimed by a preemptor; a
+// preemptor with fractional members binds once its victims are gone (no
+// other job takes a share of its GPUs meanwhile); victims free MIG
+// instances of the shapes they are, so a MIG preemptor whose profile would
+// need a re-layout of the freed instances finds no victims (the planner
+// serves it once capacity is idle); fractional members in
+// multi-group or elastic jobs wait with ReasonUnsupported. An adopted job
+// names its fractional members' MIG instances (claimed as they are) or
+// GPUs (a share of the job's size is taken there).
 //
 // # Concurrency
 //

@@ -255,7 +255,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 	if err != nil || !res.Found {
 		return true // shrunk, but the placement moved: the next cycle places it
 	}
-	pl := fromResult(&res)
+	pl := fromResult(&res, &p.req)
 	if pl.book(cs.plan) != nil || !e.started(p, pl, false, rd) {
 		return true
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 	"github.com/google/btree"
@@ -42,6 +43,7 @@ type job struct {
 	shape     uint64 // shape ID for the failure memo; 0: not memoized
 	notBefore int64  // bind refused: not placed before (Unix ns)
 	members0  int    // members of the first group in req
+	frac      bool   // fractional or MIG members (single group)
 
 	req   gang.Request // what is placed: elastic jobs start at MinMembers
 	badOf error        // placement error of req (unsupported, unknown level), cached per cluster
@@ -69,6 +71,20 @@ func (js *job) gpus() int {
 		return 0
 	}
 	return len(js.place.gpus)
+}
+
+// shared is the number of members holding a MIG instance or a share.
+func (js *job) shared() int {
+	if js.place == nil || !js.place.shared {
+		return 0
+	}
+	n := 0
+	for _, m := range js.place.members {
+		if m.shared {
+			n++
+		}
+	}
+	return n
 }
 
 // expectedEnd is when a running job is expected to end: at its estimate,
@@ -118,6 +134,7 @@ type outstanding struct {
 	binds    map[string]bool
 	preempts map[string]bool
 	grows    map[string][]pmember
+	mig      []MIGReconfiguration
 }
 
 // Engine is berth's deterministic scheduler: events go in through Step,
@@ -149,8 +166,10 @@ type Engine struct {
 
 	now   time.Time
 	dirty bool
-	seq   uint64
-	out   *outstanding
+	// migNotBefore: no MIG plan before this (a plan was refused).
+	migNotBefore time.Time
+	seq          uint64
+	out          *outstanding
 
 	// reported with the next Ready
 	requeued []string
@@ -192,6 +211,8 @@ func New(cfg Config) (*Engine, error) {
 		Levels:    slices.Clone(cfg.Cluster.Levels),
 		GPULevels: slices.Clone(cfg.Cluster.GPULevels),
 		Nodes:     slices.Clone(cfg.Cluster.Nodes),
+
+		ShareFreeGPUs: cfg.Cluster.ShareFreeGPUs,
 	}
 	if err := e.rebuild(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -292,6 +313,7 @@ func (e *Engine) accept() {
 			js.confirmed = true
 		}
 	}
+	e.applyMIG(e.out.mig, nil)
 	e.out = nil
 }
 
@@ -322,9 +344,16 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 			return fmt.Errorf("%w: refused resize of %q, which Ready %d did not grow", ErrInvalidEvent, id, rd.Seq)
 		}
 	}
+	for _, r := range out.RefusedMIG {
+		if !slices.ContainsFunc(o.mig, func(x MIGReconfiguration) bool { return x.Node == r.Node && x.GPU == r.GPU }) {
+			return fmt.Errorf("%w: refused MIG change of %s GPU %d, which Ready %d did not make", ErrInvalidEvent, r.Node, r.GPU, rd.Seq)
+		}
+	}
 	for _, id := range sortedUnique(out.RefusedBinds) {
 		js := e.jobs[id]
+		created := js.place.created()
 		e.stopRunning(js, e.now)
+		e.destroyCreated(created)
 		js.notBefore = e.now.Add(e.cfg.BindRetryBackoff).UnixNano()
 		e.toPending(js)
 	}
@@ -349,6 +378,9 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		if js := e.jobs[id]; js != nil && js.st == stateRunning {
 			js.confirmed = true
 		}
+	}
+	if e.applyMIG(o.mig, out.RefusedMIG) {
+		e.dirty = true // the jobs the new instances serve are placed next cycle
 	}
 	e.out = nil
 	if len(out.RefusedBinds)+len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
@@ -383,8 +415,11 @@ func (e *Engine) newJob(j *queue.Job) *job {
 	js.shape = e.shapeID(&js.req)
 	js.members0 = js.req.Groups[0].Members
 	for gi := range js.req.Groups {
-		if g := &js.req.Groups[gi]; g.GPUMilli > 0 || g.MIGProfile != "" {
-			js.badOf, js.badC = errFractional, nil // whatever the cluster
+		if _, ok := sharedRequest(&js.req.Groups[gi]); ok {
+			js.frac = true
+			if len(js.req.Groups) > 1 || !j.Elastic.IsZero() {
+				js.badOf, js.badC = errFractional, nil // whatever the cluster
+			}
 		}
 	}
 	e.byPtr[j] = js
@@ -476,19 +511,30 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at time.Time) error {
 	if _, dup := e.jobs[j.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
-	p, err := fromMembers(e.cluster, ms)
+	var sreq mig.Request
+	if len(j.Request.Groups) > 0 {
+		sreq, _ = sharedRequest(&j.Request.Groups[0])
+	}
+	p, err := fromMembers(e.cluster, ms, sreq)
 	if err != nil {
 		return err
 	}
 	js := e.newJob(j)
+	if js.badOf == errFractional {
+		delete(e.byPtr, j)
+		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, errFractional)
+	}
 	if err := checkWhole(js, p); err != nil {
+		delete(e.byPtr, j)
 		return err
 	}
-	if err := p.book(e.snap); err != nil {
+	if err := p.rebook(e.snap); err != nil {
+		delete(e.byPtr, j)
 		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, err)
 	}
 	if err := e.tree.Adopt(j, at); err != nil {
 		p.unbook(e.snap)
+		delete(e.byPtr, j)
 		return err
 	}
 	js.st, js.place, js.start, js.confirmed = stateRunning, p, at, true
@@ -507,7 +553,11 @@ func checkWhole(js *job, p *placement) error {
 		if m.group < 0 || int(m.group) >= len(groups) {
 			return fmt.Errorf("%w: job %q: member of unknown group %d", ErrInvalidEvent, js.j.ID, m.group)
 		}
-		if len(m.gpus) != groups[m.group].GPUsPerMember {
+		_, frac := sharedRequest(&groups[m.group])
+		if frac != m.shared {
+			return fmt.Errorf("%w: job %q: member fractional %v, group %d fractional %v", ErrInvalidEvent, js.j.ID, m.shared, m.group, frac)
+		}
+		if !frac && len(m.gpus) != groups[m.group].GPUsPerMember {
 			return fmt.Errorf("%w: job %q: member with %d GPUs, group %d asks %d", ErrInvalidEvent, js.j.ID, len(m.gpus), m.group, groups[m.group].GPUsPerMember)
 		}
 		counts[m.group]++
@@ -584,6 +634,9 @@ func (e *Engine) rebuild() error {
 	}
 	s := c.NewSnapshot()
 	old := e.cluster
+	if err := carryLayouts(old, e.snap, c, s); err != nil {
+		return err
+	}
 	moved := map[string]*placement{}
 	for _, id := range sortedKeys(e.jobs) {
 		js := e.jobs[id]
@@ -606,16 +659,8 @@ func (e *Engine) rebuild() error {
 	}
 	// Book on ready nodes first, then set states: Allocate needs ready nodes.
 	for _, id := range sortedKeys(moved) {
-		p := moved[id]
-		if err := s.Allocate(p.gpus); err != nil {
+		if err := moved[id].rebook(s); err != nil {
 			return fmt.Errorf("re-booking %q: %w", id, err)
-		}
-		for _, m := range p.members {
-			if m.cpu != 0 || m.mem != 0 {
-				if err := s.AllocateHost(m.node, m.cpu, m.mem); err != nil {
-					return fmt.Errorf("re-booking %q: %w", id, err)
-				}
-			}
 		}
 	}
 	for i := range e.spec.Nodes {
@@ -766,6 +811,39 @@ func cloneLabels(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// carryLayouts gives the MIG GPUs of a rebuilt cluster c (snapshot s,
+// nothing booked yet) the layouts their GPUs had in the old cluster
+// (instances created by placements and reconfigurations stay), by node
+// name and GPU offset.
+func carryLayouts(old *topo.Cluster, os *topo.Snapshot, c *topo.Cluster, s *topo.Snapshot) error {
+	if old == nil || os == nil || os.Pool() == nil || s.Pool() == nil {
+		return nil
+	}
+	for n := range c.NumNodes() {
+		id := topo.NodeID(n)
+		if cfg, ok := c.NodeGPUConfig(id); !ok || !cfg.MIG {
+			continue
+		}
+		oid, ok := old.NodeByName(c.NodeName(id))
+		if !ok {
+			continue
+		}
+		if cfg, ok := old.NodeGPUConfig(oid); !ok || !cfg.MIG {
+			continue
+		}
+		first, k := c.NodeGPUs(id)
+		ofirst, _ := old.NodeGPUs(oid)
+		for i := range uint32(k) {
+			if l := os.Pool().Layout(ofirst + i); l != s.Pool().Layout(first+i) {
+				if err := s.SetMIGLayout(first+i, l); err != nil {
+					return fmt.Errorf("carrying the MIG layout of %s GPU %d: %w", c.NodeName(id), i, err)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // bitmapOf returns the GPUs of a placement as a bitmap.

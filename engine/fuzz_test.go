@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -16,9 +17,20 @@ import (
 // fuzzT0 is the start of every fuzzed history.
 var fuzzT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// fuzzConfig derives a small engine configuration from the seed.
-func fuzzConfig(rng *rand.Rand) Config {
+// fuzzConfig derives a small engine configuration from the seed. With
+// shared, some nodes have MIG GPUs (an empty A100-40GB, an H100-80GB split
+// into seven 1g instances), one is time-sliced, one uses MPS, and free
+// plain GPUs may be shared (ShareFreeGPUs).
+func fuzzConfig(rng *rand.Rand, shared bool) Config {
 	spec := topo.Uniform([]string{"block", "rack"}, []int{2, 2}, 2, []int{4, 8}[rng.IntN(2)], "H100")
+	if shared {
+		spec.ShareFreeGPUs = true
+		spec.Nodes[0].GPUModel, spec.Nodes[0].MIG = "A100-40GB", true
+		spec.Nodes[0].MIGLayout = []string{"", "1g 1g 1g 1g 1g 1g 1g", "3g 2g 1g 1g", "4g 3g"}[rng.IntN(4)]
+		spec.Nodes[3].GPUModel, spec.Nodes[3].MIG, spec.Nodes[3].MIGLayout = "H100-80GB", true, "1g 1g 1g 1g 1g 1g 1g"
+		spec.Nodes[5].Sharing = mig.Sharing{Mode: mig.TimeSlicing, Replicas: 4}
+		spec.Nodes[6].Sharing = mig.Sharing{Mode: mig.MPS, Replicas: 8}
+	}
 	quota := func(n int64, borrow int64) map[queue.ResourceName]queue.Quota {
 		q := queue.Quota{Nominal: queue.WholeGPUs(n)}
 		if borrow >= 0 {
@@ -48,6 +60,11 @@ func fuzzConfig(rng *rand.Rand) Config {
 	cfg.Preemption.MaxVictimsPerCycle = 1 + rng.IntN(4)
 	cfg.NodeFailure = NodeFailurePolicy(rng.IntN(2))
 	cfg.BindRetryBackoff = time.Duration(rng.IntN(3)) * time.Minute
+	if shared {
+		cfg.MIG.WaitFactor = []float64{0.01, 1, 100}[rng.IntN(3)]
+		cfg.MIG.MaxGPUs = 1 + rng.IntN(3)
+		cfg.MIG.RetryBackoff = time.Duration(rng.IntN(3)) * 10 * time.Minute
+	}
 	return cfg
 }
 
@@ -70,8 +87,9 @@ type fuzzStep struct {
 	comment string
 }
 
-// fuzzJob makes a random job.
-func fuzzJob(rng *rand.Rand, id string, now time.Time) *queue.Job {
+// fuzzJob makes a random job; with shared, half of them have
+// fractional or MIG members.
+func fuzzJob(rng *rand.Rand, id string, now time.Time, shared bool) *queue.Job {
 	per := []int{1, 2, 4, 8}[rng.IntN(4)]
 	members := 1 + rng.IntN(3)
 	j := &queue.Job{
@@ -102,6 +120,16 @@ func fuzzJob(rng *rand.Rand, id string, now time.Time) *queue.Job {
 	if rng.IntN(6) == 0 {
 		j.Elastic = queue.Elastic{MinMembers: 1, MaxMembers: members + rng.IntN(2)}
 	}
+	if shared && rng.IntN(2) == 0 {
+		g := &j.Request.Groups[0]
+		g.GPUsPerMember = 0
+		if rng.IntN(3) == 0 {
+			g.GPUMilli = []int{100, 250, 300, 500, 700}[rng.IntN(5)]
+		} else {
+			g.MIGProfile = []string{"1g", "2g", "3g", "1g.10gb", "4g", "7g"}[rng.IntN(6)]
+			g.Members = 1 + rng.IntN(6)
+		}
+	}
 	return j
 }
 
@@ -121,13 +149,27 @@ func FuzzEngine(f *testing.F) {
 	f.Fuzz(runFuzzBody)
 }
 
-func runFuzzBody(t *testing.T, seed uint64, ops []byte) {
+// FuzzEngineShared is FuzzEngine on a cluster with MIG, time-sliced, MPS
+// and share-on-demand GPUs, with fractional and MIG jobs and MIG
+// reconfigurations (some refused). On top of FuzzEngine's invariants it
+// checks after every step that the snapshot's pool is consistent
+// (mig.Pool.Check) and that every MIG instance or share in use is held by
+// exactly one running job.
+func FuzzEngineShared(f *testing.F) {
+	f.Add(uint64(1), []byte{0, 0, 0, 9, 9, 1, 9, 2, 9, 3, 0, 0, 9, 4, 9})
+	f.Add(uint64(5), []byte{0, 0, 0, 0, 0, 0, 9, 4, 9, 4, 9, 6, 9, 8, 9, 8, 9, 2, 9})
+	f.Fuzz(func(t *testing.T, seed uint64, ops []byte) { runFuzz(t, seed, ops, true) })
+}
+
+func runFuzzBody(t *testing.T, seed uint64, ops []byte) { runFuzz(t, seed, ops, false) }
+
+func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 	{
 		if len(ops) > 300 {
 			ops = ops[:300]
 		}
 		rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		cfg := fuzzConfig(rng)
+		cfg := fuzzConfig(rng, shared)
 		cfg.Policy = fuzzPolicy(seed)
 		e, err := New(cfg)
 		if err != nil {
@@ -143,7 +185,7 @@ func runFuzzBody(t *testing.T, seed uint64, ops []byte) {
 			var st fuzzStep
 			switch op % 11 {
 			case 0, 1: // submit
-				j := fuzzJob(rng, fmt.Sprintf("j%d", nextID), now)
+				j := fuzzJob(rng, fmt.Sprintf("j%d", nextID), now, shared)
 				nextID++
 				ev := Submitted(now, j)
 				st.ev = &ev
@@ -175,7 +217,11 @@ func runFuzzBody(t *testing.T, seed uint64, ops []byte) {
 				st.ev = &ev
 			case 8: // a node joins
 				if extra < 3 {
-					ev := NodeAdded(now, topo.NodeSpec{Name: fmt.Sprintf("x%d", extra), Domains: []string{"b1", "r1"}, GPUs: 4, GPUModel: "H100"})
+					n := topo.NodeSpec{Name: fmt.Sprintf("x%d", extra), Domains: []string{"b1", "r1"}, GPUs: 4, GPUModel: "H100"}
+					if shared && extra%2 == 0 {
+						n.GPUModel, n.MIG = "A100-40GB", true
+					}
+					ev := NodeAdded(now, n)
 					extra++
 					st.ev = &ev
 				}
@@ -213,7 +259,7 @@ func runFuzzBody(t *testing.T, seed uint64, ops []byte) {
 		}
 		// Replay: the same inputs give the same decisions.
 		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		cfg2 := fuzzConfig(rng2)
+		cfg2 := fuzzConfig(rng2, shared)
 		cfg2.Policy = fuzzPolicy(seed)
 		e2, err := New(cfg2)
 		if err != nil {
@@ -290,6 +336,11 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 			out.RefusedResizes = append(out.RefusedResizes, r.Job)
 		}
 	}
+	for _, r := range rd.MIG {
+		if next() {
+			out.RefusedMIG = append(out.RefusedMIG, r)
+		}
+	}
 	if err := e.Advance(rd, out); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
@@ -307,6 +358,9 @@ func digest(rd Ready) string {
 	}
 	for _, x := range rd.Binds {
 		fmt.Fprintf(&b, " B(%s,%v,%v)", x.Job, x.Members, x.Backfill)
+	}
+	for _, x := range rd.MIG {
+		fmt.Fprintf(&b, " M(%s,%d,%v,%v)", x.Node, x.GPU, x.From, x.To)
 	}
 	for _, x := range rd.Reservations {
 		fmt.Fprintf(&b, " V(%s,%v,%v,%v)", x.Job, x.Start.Sub(fuzzT0), x.GPUs.ToArray(), x.Preemption)
@@ -353,6 +407,11 @@ func checkReady(t *testing.T, e *Engine, rd Ready, m *fuzzModel) {
 				if r.GPUs.Contains(g) {
 					used = true
 					break
+				}
+			}
+			for _, m := range js.place.members {
+				if m.shared && r.GPUs.Contains(m.gpus[0]) {
+					used = true // a share keeps the GPU from the reservation
 				}
 			}
 			if !used {
@@ -427,9 +486,19 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 			t.Fatalf("%q: GPU list not sorted", id)
 		}
 	}
+	// GPUs in MIG mode or shared are booked as a whole by the snapshot.
+	for g := range uint32(e.cluster.NumGPUs()) {
+		if e.snap.IsSharedGPU(g) {
+			if o, ok := owner[g]; ok {
+				t.Fatalf("GPU %d of %q is shared", g, o)
+			}
+			booked++
+		}
+	}
 	if booked != e.snap.Allocated() {
 		t.Fatalf("jobs hold %d GPUs, snapshot has %d allocated", booked, e.snap.Allocated())
 	}
+	checkGrants(t, e)
 	// Every job in exactly one state.
 	for id, js := range e.jobs {
 		if !m.known[id] {
@@ -474,6 +543,77 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 				t.Fatalf("queue %s uses %d of %s, quota %d + borrowing %d", qs.Name, u, r, q, lim)
 			}
 		}
+	}
+}
+
+// checkGrants checks the snapshot's pool, and that every MIG instance and
+// share in use is held by exactly one running job (and nothing else is in
+// use).
+func checkGrants(t *testing.T, e *Engine) {
+	t.Helper()
+	pool := e.snap.Pool()
+	if pool == nil {
+		return
+	}
+	if err := pool.Check(); err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	type key struct {
+		gpu   uint32
+		start uint8
+		share mig.ShareID
+	}
+	held := map[key]string{}
+	for _, id := range sortedKeys(e.active) {
+		js := e.active[id]
+		for _, m := range js.place.members {
+			if !m.shared {
+				continue
+			}
+			gr := m.grant
+			if gr.GPU != m.gpus[0] {
+				t.Fatalf("%q: grant on GPU %d, member on GPU %d", id, gr.GPU, m.gpus[0])
+			}
+			k := key{gpu: gr.GPU, start: gr.Instance.Start, share: gr.Share.ID}
+			if gr.IsShare() {
+				k.start = 0
+				if !slices.ContainsFunc(pool.Shares(gr.GPU), func(s mig.Share) bool { return s.ID == gr.Share.ID }) {
+					t.Fatalf("%q holds share %#x of GPU %d, which the pool does not", id, gr.Share.ID, gr.GPU)
+				}
+			} else {
+				info, err := pool.GPU(gr.GPU)
+				if err != nil || !info.InUse.Has(gr.Instance) {
+					t.Fatalf("%q holds %v on GPU %d, not in use in the pool (%v)", id, gr.Instance, gr.GPU, err)
+				}
+			}
+			if o, dup := held[k]; dup {
+				t.Fatalf("grant %+v held by %q and %q", gr, o, id)
+			}
+			held[k] = id
+		}
+	}
+	inUse := 0
+	for g := range uint32(pool.Len()) {
+		info, err := pool.GPU(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inUse += info.InUse.Len() + info.Shares
+	}
+	if inUse != len(held) {
+		t.Fatalf("the pool has %d instances and shares in use, jobs hold %d", inUse, len(held))
+	}
+}
+
+// TestFuzzEngineSharedSeeds runs random histories on the shared cluster.
+func TestFuzzEngineSharedSeeds(t *testing.T) {
+	for seed := uint64(0); seed < 60; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		ops := make([]byte, 150)
+		for i := range ops {
+			ops[i] = byte(rng.IntN(256))
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runFuzz(t, seed, ops, true) })
 	}
 }
 

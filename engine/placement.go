@@ -5,13 +5,21 @@ import (
 	"slices"
 
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/topo"
 )
 
 // placement is where a job's members are, in cluster GPU indices.
+//
+// Fractional and MIG members (shared members) hold a MIG instance or a
+// share of one GPU (their gpus has that one GPU); the GPU is booked by the
+// snapshot's pool, not whole, so it is not in gpus of the placement.
 type placement struct {
 	members []pmember
-	gpus    []uint32 // every GPU, ascending
+	gpus    []uint32 // every whole GPU, ascending
+	// sreq is what each shared member asks (single-group gangs only).
+	sreq   mig.Request
+	shared bool
 }
 
 type pmember struct {
@@ -19,10 +27,22 @@ type pmember struct {
 	node     topo.NodeID
 	gpus     []uint32 // cluster indices, ascending
 	cpu, mem int64
+	// shared: the member holds grant on gpus[0] (zero until booked).
+	shared bool
+	grant  mig.Grant
 }
 
-// fromResult copies a gang.Result (whose slices belong to the placer).
-func fromResult(res *gang.Result) *placement {
+// sharedRequest is the MIG / share request of a fractional group.
+func sharedRequest(g *gang.Group) (mig.Request, bool) {
+	if g.GPUMilli > 0 || g.MIGProfile != "" {
+		return mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile}, true
+	}
+	return mig.Request{}, false
+}
+
+// fromResult copies a gang.Result (whose slices belong to the placer) of
+// request r.
+func fromResult(res *gang.Result, r *gang.Request) *placement {
 	p := &placement{members: make([]pmember, len(res.Members))}
 	all := res.GPUs()
 	p.gpus = make([]uint32, len(all))
@@ -31,19 +51,33 @@ func fromResult(res *gang.Result) *placement {
 		cpu, mem := res.Host(i)
 		p.members[i] = pmember{group: m.Group, node: m.Node, cpu: cpu, mem: mem}
 		p.members[i].gpus = p.gpus[m.GPULo:m.GPUHi:m.GPUHi]
+		if sr, ok := sharedRequest(&r.Groups[m.Group]); ok {
+			p.members[i].shared = true
+			p.sreq, p.shared = sr, true
+		}
+	}
+	if p.shared {
+		p.rebuildAll()
+		return p
 	}
 	p.gpus = slices.Clone(p.gpus)
 	slices.Sort(p.gpus)
 	return p
 }
 
-// rebuildAll recomputes the sorted GPU list from the members.
+// rebuildAll recomputes the sorted list of whole GPUs from the members.
 func (p *placement) rebuildAll() {
-	p.gpus = p.gpus[:0]
-	for _, m := range p.members {
-		p.gpus = append(p.gpus, m.gpus...)
+	var out []uint32
+	if !p.shared {
+		out = p.gpus[:0]
 	}
-	slices.Sort(p.gpus)
+	for _, m := range p.members {
+		if !m.shared {
+			out = append(out, m.gpus...)
+		}
+	}
+	slices.Sort(out)
+	p.gpus = out
 }
 
 func (p *placement) hasHost() bool {
@@ -55,10 +89,31 @@ func (p *placement) hasHost() bool {
 	return false
 }
 
-// book allocates the placement on s, all or nothing.
+// book allocates the placement on s, all or nothing. Shared members take
+// a fresh instance or share of their GPU (AllocateShared); their grants are
+// recorded in the members.
 func (p *placement) book(s *topo.Snapshot) error {
-	if err := s.Allocate(p.gpus); err != nil {
-		return err
+	return p.bookWith(s, false)
+}
+
+// rebook books the placement again on s with the grants its shared members
+// hold elsewhere (a rebuilt cluster, an adoption): the same MIG instances
+// (claimed), shares of the same size on the same GPUs (new share IDs).
+func (p *placement) rebook(s *topo.Snapshot) error {
+	return p.bookWith(s, true)
+}
+
+func (p *placement) bookWith(s *topo.Snapshot, exact bool) error {
+	if len(p.gpus) > 0 {
+		if err := s.Allocate(p.gpus); err != nil {
+			return err
+		}
+	}
+	if p.shared {
+		if err := p.bookShared(s, exact); err != nil {
+			_ = s.Release(p.gpus) // booked above
+			return err
+		}
 	}
 	if !p.hasHost() {
 		return nil
@@ -68,6 +123,7 @@ func (p *placement) book(s *topo.Snapshot) error {
 			for j := i - 1; j >= 0; j-- {
 				_ = s.ReleaseHost(p.members[j].node, p.members[j].cpu, p.members[j].mem) // booked above
 			}
+			p.unbookShared(s)
 			_ = s.Release(p.gpus) // booked above
 			return err
 		}
@@ -75,11 +131,55 @@ func (p *placement) book(s *topo.Snapshot) error {
 	return nil
 }
 
+// bookShared takes the grants of the shared members, all or nothing.
+func (p *placement) bookShared(s *topo.Snapshot, exact bool) error {
+	for i := range p.members {
+		m := &p.members[i]
+		if !m.shared {
+			continue
+		}
+		var gr mig.Grant
+		var err error
+		if exact && !m.grant.IsShare() && m.grant.Instance.Profile.Valid() {
+			gr, err = s.ClaimInstance(m.gpus[0], m.grant.Instance)
+			gr.Created = m.grant.Created
+		} else {
+			gr, err = s.AllocateShared(m.gpus[0], p.sreq)
+		}
+		if err != nil {
+			for j := i - 1; j >= 0; j-- {
+				if p.members[j].shared {
+					_ = s.ReleaseShared(p.members[j].grant) // granted above
+				}
+			}
+			return err
+		}
+		m.grant = gr
+	}
+	return nil
+}
+
+// unbookShared gives back the shared members' grants.
+func (p *placement) unbookShared(s *topo.Snapshot) {
+	for j := len(p.members) - 1; j >= 0; j-- {
+		if m := &p.members[j]; m.shared {
+			if err := s.ReleaseShared(m.grant); err != nil {
+				panic(fmt.Sprintf("engine: broken invariant: release of a grant: %v", err))
+			}
+		}
+	}
+}
+
 // unbook releases what book booked. Errors mean the engine's books and the
 // snapshot disagree: a broken invariant.
 func (p *placement) unbook(s *topo.Snapshot) {
-	if err := s.Release(p.gpus); err != nil {
-		panic(fmt.Sprintf("engine: broken invariant: release of a booked placement: %v", err))
+	if len(p.gpus) > 0 {
+		if err := s.Release(p.gpus); err != nil {
+			panic(fmt.Sprintf("engine: broken invariant: release of a booked placement: %v", err))
+		}
+	}
+	if p.shared {
+		p.unbookShared(s)
 	}
 	for _, m := range p.members {
 		if m.cpu != 0 || m.mem != 0 {
@@ -100,13 +200,22 @@ func toMembers(c *topo.Cluster, ms []pmember) []Member {
 			local[k] = int(g - first)
 		}
 		out[i] = Member{Group: int(m.group), Node: c.NodeName(m.node), GPUs: local, CPUMilli: m.cpu, MemoryMiB: m.mem}
+		if m.shared {
+			out[i].Fractional = true
+			out[i].Instance, out[i].Created, out[i].Share = m.grant.Instance, m.grant.Created, m.grant.Share
+			if m.grant.IsShare() {
+				out[i].Share.GPU = uint32(local[0])
+			}
+		}
 	}
 	return out
 }
 
 // fromMembers resolves members given by node name and local indices.
-func fromMembers(c *topo.Cluster, ms []Member) (*placement, error) {
-	p := &placement{members: make([]pmember, len(ms))}
+// Fractional members carry their grant (MIG instance or share); sreq is
+// what they ask.
+func fromMembers(c *topo.Cluster, ms []Member, sreq mig.Request) (*placement, error) {
+	p := &placement{members: make([]pmember, len(ms)), sreq: sreq}
 	for i, m := range ms {
 		id, ok := c.NodeByName(m.Node)
 		if !ok {
@@ -125,6 +234,17 @@ func fromMembers(c *topo.Cluster, ms []Member) (*placement, error) {
 			return nil, fmt.Errorf("%w: negative host resources on node %q", ErrInvalidEvent, m.Node)
 		}
 		p.members[i] = pmember{group: int32(m.Group), node: id, gpus: gpus, cpu: m.CPUMilli, mem: m.MemoryMiB}
+		if m.Fractional {
+			if len(gpus) != 1 {
+				return nil, fmt.Errorf("%w: a fractional member on node %q needs exactly one GPU, has %d", ErrInvalidEvent, m.Node, len(gpus))
+			}
+			p.shared = true
+			p.members[i].shared = true
+			p.members[i].grant = mig.Grant{GPU: gpus[0], Instance: m.Instance, Created: m.Created, Share: m.Share}
+			if m.Share.ID != 0 {
+				p.members[i].grant.Share.GPU = gpus[0]
+			}
+		}
 	}
 	p.rebuildAll()
 	return p, nil
@@ -133,7 +253,30 @@ func fromMembers(c *topo.Cluster, ms []Member) (*placement, error) {
 // remap moves a placement onto a rebuilt cluster by node name and GPU
 // offset within the node.
 func remap(old, nw *topo.Cluster, p *placement) (*placement, error) {
-	return fromMembers(nw, toMembers(old, p.members))
+	return fromMembers(nw, toMembers(old, p.members), p.sreq)
+}
+
+// weight is the GPUs a placement holds, fractional members counted by
+// their share of the GPU (MIG instances by compute slices).
+func (p *placement) weight() float64 {
+	w := float64(len(p.gpus))
+	for _, m := range p.members {
+		if m.shared {
+			w += grantMilli(m.grant, p.sreq) / 1000
+		}
+	}
+	return w
+}
+
+// grantMilli is the part of its GPU a grant holds, in thousandths.
+func grantMilli(gr mig.Grant, r mig.Request) float64 {
+	switch {
+	case gr.IsShare():
+		return float64(gr.Share.Milli)
+	case gr.Instance.Profile.Valid():
+		return 1000 * float64(gr.Instance.Profile.ComputeSlices()) / float64(gr.Instance.Profile.Model().ComputeSlices())
+	}
+	return float64(r.Milli)
 }
 
 // onNode reports whether any member runs on node id.
@@ -144,4 +287,43 @@ func (p *placement) onNode(id topo.NodeID) bool {
 		}
 	}
 	return false
+}
+
+// whatIf returns p for what-if work: a copy whose grants may change
+// (re-booking a share gives it a new ID) when p has shared members, else p
+// itself.
+func (p *placement) whatIf() *placement {
+	if !p.shared {
+		return p
+	}
+	cp := *p
+	cp.members = slices.Clone(p.members)
+	return &cp
+}
+
+// claimGPUs is every GPU a placement uses: its whole GPUs and the GPUs its
+// shared members share, ascending, each once.
+func (p *placement) claimGPUs() []uint32 {
+	if !p.shared {
+		return p.gpus
+	}
+	out := slices.Clone(p.gpus)
+	for _, m := range p.members {
+		if m.shared {
+			out = append(out, m.gpus[0])
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// created lists the grants of instances created for this placement.
+func (p *placement) created() []mig.Grant {
+	var out []mig.Grant
+	for _, m := range p.members {
+		if m.shared && m.grant.Created {
+			out = append(out, m.grant)
+		}
+	}
+	return out
 }

@@ -81,7 +81,7 @@ func (e *Engine) candidates(p *job) []victim {
 		if v.checkpoint.After(since) {
 			since = v.checkpoint
 		}
-		out = append(out, victim{js: v, cause: cause, cost: float64(v.gpus()) * cs.now.Sub(since).Seconds()})
+		out = append(out, victim{js: v, cause: cause, cost: v.place.weight() * cs.now.Sub(since).Seconds()})
 	}
 	slices.SortFunc(out, func(a, b victim) int {
 		if c := cmp.Compare(a.cost, b.cost); c != 0 {
@@ -189,9 +189,12 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 		protect := e.aheadGPUs(p)
 		var chosen []victim
 		var freed [][]uint32
+		var wpl []*placement // the victims' placements on w (grants change on re-booking)
 		ok := false
 		for _, v := range in {
-			freed = append(freed, releaseExcept(w, v.js, protect))
+			vp := v.js.place.whatIf()
+			freed = append(freed, releaseExcept(w, vp, protect))
+			wpl = append(wpl, vp)
 			chosen = append(chosen, v)
 			if w.DomainFree(level, d) < need || !gate(w, &p.req) || !e.quotaWith(p, chosen) {
 				continue
@@ -206,16 +209,17 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 		}
 		// Add back the victims not needed, most expensive first.
 		for i := len(chosen) - 1; i >= 0; i-- {
-			if err := bookBack(w, chosen[i].js, freed[i]); err != nil {
+			if err := bookBack(w, wpl[i], freed[i]); err != nil {
 				continue
 			}
 			rest := slices.Delete(slices.Clone(chosen), i, i+1)
 			if res, err := e.placer.Place(w, &p.req); err == nil && res.Found && e.quotaWith(p, rest) {
 				chosen = rest
 				freed = slices.Delete(freed, i, i+1)
+				wpl = slices.Delete(wpl, i, i+1)
 				continue
 			}
-			releaseList(w, chosen[i].js, freed[i])
+			releaseList(w, wpl[i], freed[i])
 		}
 		res, err := e.placer.Place(w, &p.req)
 		if err != nil || !res.Found {
@@ -227,7 +231,7 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 		}
 		if !found || cost < bestCost || (cost == bestCost && len(chosen) < len(best)) {
 			// The placer reuses its buffers: copy the placement out.
-			best, bestCost, found, bestPl = chosen, cost, true, fromResult(&res)
+			best, bestCost, found, bestPl = chosen, cost, true, fromResult(&res, &p.req)
 		}
 	}
 	return best, bestPl, found
@@ -261,7 +265,7 @@ func (e *Engine) stopVictims(p *job, vs []victim, pl *placement, rd *Ready) {
 		cs.claimed = map[uint32]bool{}
 	}
 	var hold []uint32
-	for _, g := range pl.gpus {
+	for _, g := range pl.claimGPUs() {
 		cs.claimed[g] = true
 		if cs.plan.IsFree(g) {
 			hold = append(hold, g)
@@ -277,7 +281,7 @@ func (e *Engine) stopVictims(p *job, vs []victim, pl *placement, rd *Ready) {
 	// Its backfill reservation, if any, gives way to the claim, and so do
 	// reservations behind it on the claimed GPUs.
 	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool { return r.job == p.j.ID })
-	e.dropConflicting(p, pl.gpus)
+	e.dropConflicting(p, pl.claimGPUs())
 	if i, ok := cs.statusOf[p.j.ID]; ok && i < len(cs.pend) {
 		cs.pend[i].Reason, cs.pend[i].Start = ReasonPreempting, cl.start
 		cs.pend[i].Place = gang.Reason{}
@@ -299,41 +303,56 @@ func (e *Engine) aheadGPUs(p *job) map[uint32]bool {
 	return set
 }
 
-// releaseExcept frees a job's GPUs on a what-if snapshot except those in
-// keep, and its host resources; it returns the GPUs freed.
-func releaseExcept(s *topo.Snapshot, js *job, keep map[uint32]bool) []uint32 {
+// releaseExcept frees a placement's whole GPUs on a what-if snapshot
+// except those in keep, its grants and its host resources; it returns the
+// GPUs freed.
+func releaseExcept(s *topo.Snapshot, pl *placement, keep map[uint32]bool) []uint32 {
 	var out []uint32
-	for _, g := range js.place.gpus {
+	for _, g := range pl.gpus {
 		if !keep[g] {
 			out = append(out, g)
 		}
 	}
-	releaseList(s, js, out)
+	releaseList(s, pl, out)
 	return out
 }
 
-// releaseList frees the listed GPUs of js and its host resources.
-func releaseList(s *topo.Snapshot, js *job, gpus []uint32) {
+// releaseList frees the listed GPUs of pl, its grants and its host
+// resources.
+func releaseList(s *topo.Snapshot, pl *placement, gpus []uint32) {
 	if err := s.Release(gpus); err != nil {
 		panic("engine: broken invariant: what-if release: " + err.Error())
 	}
-	for _, m := range js.place.members {
+	if pl.shared {
+		pl.unbookShared(s)
+	}
+	for _, m := range pl.members {
 		if m.cpu != 0 || m.mem != 0 {
 			_ = s.ReleaseHost(m.node, m.cpu, m.mem) // booked with the job
 		}
 	}
 }
 
-// bookBack books again what releaseList freed.
-func bookBack(s *topo.Snapshot, js *job, gpus []uint32) error {
+// bookBack books again what releaseList freed (the same MIG instances,
+// shares of the same size: pl's grants are updated).
+func bookBack(s *topo.Snapshot, pl *placement, gpus []uint32) error {
 	if err := s.Allocate(gpus); err != nil {
 		return err
 	}
-	for i, m := range js.place.members {
+	if pl.shared {
+		if err := pl.bookShared(s, true); err != nil {
+			_ = s.Release(gpus) // booked above
+			return err
+		}
+	}
+	for i, m := range pl.members {
 		if m.cpu != 0 || m.mem != 0 {
 			if err := s.AllocateHost(m.node, m.cpu, m.mem); err != nil {
-				for _, b := range js.place.members[:i] {
+				for _, b := range pl.members[:i] {
 					_ = s.ReleaseHost(b.node, b.cpu, b.mem) // booked above
+				}
+				if pl.shared {
+					pl.unbookShared(s)
 				}
 				_ = s.Release(gpus) // booked above
 				return err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 )
 
@@ -18,6 +19,16 @@ type Member struct {
 	GPUs      []int
 	CPUMilli  int64
 	MemoryMiB int64
+	// Fractional: the member (of a group with GPUMilli or MIGProfile) holds
+	// a part of its one GPU, GPUs[0]: the MIG instance Instance, or, when
+	// Share.ID is set, the share Share (time-slicing or MPS; Share.GPU is
+	// node-local like GPUs). Created: the instance did not exist and the
+	// backend must create it before starting the member. Share IDs are the
+	// engine's own and may change when the cluster is rebuilt.
+	Fractional bool
+	Instance   mig.Instance
+	Created    bool
+	Share      mig.Share
 }
 
 // Bind tells the backend to start a job on exactly these members.
@@ -87,13 +98,23 @@ type Reservation struct {
 	Preemption bool
 }
 
-// MIGReconfiguration is a planned change of the MIG layout of one node's
-// GPUs. The engine plans none yet (the MIG work fills it in); Ready
-// carries an empty slice.
+// MIGReconfiguration is a planned change of the MIG layout of one GPU (in
+// MIG mode): destroy the idle instances Destroy, then create Create, so
+// that the GPU's layout goes From -> To. Instances in use are in both and
+// are not touched. The engine plans it for blocked fractional / MIG jobs
+// (see Config.MIG) and applies it to its own books when Advance does not
+// refuse it; the jobs it serves are placed by the next cycle.
 type MIGReconfiguration struct {
-	Node     string
-	GPU      int
+	Node string
+	GPU  int // node-local
+	// Profiles are the profile names of To, by start (for logs).
 	Profiles []string
+	From, To mig.Layout
+	Destroy  []mig.Instance
+	Create   []mig.Instance
+	// NeedsReset: the change switches MIG mode on a model that needs a GPU
+	// reset (never set today: MIG nodes are fixed by their NodeSpec).
+	NeedsReset bool
 }
 
 // ReasonCode classifies why a job is pending.
@@ -121,7 +142,8 @@ const (
 	// Config.BindRetryBackoff.
 	ReasonBindRefused
 	// ReasonUnsupported: the request uses a feature placement does not
-	// support yet (fractional or MIG members).
+	// support yet (fractional or MIG members in multi-group gangs or in
+	// elastic jobs).
 	ReasonUnsupported
 	// ReasonInvalid: the request does not fit this cluster at all (e.g. an
 	// unknown topology level).
@@ -129,6 +151,10 @@ const (
 	// ReasonBlocked: strict order without backfill: an earlier job is
 	// blocked, so this one waits behind it.
 	ReasonBlocked
+	// ReasonReconfiguring: a fractional / MIG job blocked by capacity that
+	// this Ready's MIG reconfiguration serves; it is placed once Advance
+	// confirms the reconfiguration (Place says why it does not fit now).
+	ReasonReconfiguring
 )
 
 func (c ReasonCode) String() string {
@@ -153,6 +179,8 @@ func (c ReasonCode) String() string {
 		return "invalid"
 	case ReasonBlocked:
 		return "blocked"
+	case ReasonReconfiguring:
+		return "reconfiguring"
 	}
 	return fmt.Sprintf("ReasonCode(%d)", uint8(c))
 }
@@ -219,7 +247,9 @@ type Ready struct {
 	// Reservations held this cycle (backfill and preemption), by start
 	// time, then job.
 	Reservations []Reservation
-	// MIG reconfigurations; empty until the MIG work fills it in.
+	// MIG reconfigurations for blocked fractional / MIG jobs, by node and
+	// GPU; never nil. A backend applies them (destroying idle instances
+	// only) and reports refusals in Outcome.RefusedMIG.
 	MIG []MIGReconfiguration
 	// Pending explains every pending job, in the policy's order.
 	Pending []PendingStatus
@@ -241,9 +271,13 @@ func (rd *Ready) Empty() bool {
 // bind undoes the whole gang: the job returns to pending with
 // ReasonBindRefused. A refused preemption leaves the victim running (and
 // protected for its minimum runtime); the GPUs held for its preemptor are
-// given up. A refused resize undoes a grow; shrinks cannot be refused.
+// given up. A refused resize undoes a grow; shrinks cannot be refused. A
+// refused MIG reconfiguration (matched by Node and GPU) is dropped and the
+// engine plans none for Config.MIG.RetryBackoff; the others are applied to
+// the engine's books.
 type Outcome struct {
 	RefusedBinds       []string
 	RefusedPreemptions []string
 	RefusedResizes     []string
+	RefusedMIG         []MIGReconfiguration
 }

@@ -30,6 +30,10 @@ func (e *Engine) releaseOn(s *topo.Snapshot, js *job, buf []uint32) []uint32 {
 			_ = s.ReleaseHost(m.node, m.cpu, m.mem) // booked with the job
 		}
 	}
+	if js.place.shared {
+		// A GPU shared on demand is whole again once its last share goes.
+		js.place.unbookShared(s)
+	}
 	return buf
 }
 
@@ -114,7 +118,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			continue
 		}
 		r.start = t
-		r.pl = fromResult(&res)
+		r.pl = fromResult(&res, &js.req)
 		r.gpus = r.pl.gpus
 		return r, true
 	}

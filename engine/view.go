@@ -75,7 +75,10 @@ type RunningJob struct {
 	Start time.Time
 	// ExpectedEnd is zero when unknown (no estimate or limit left).
 	ExpectedEnd time.Time
-	GPUs        int
+	// GPUs counts whole GPUs; Shared counts the members holding a MIG
+	// instance or a share of a GPU.
+	GPUs   int
+	Shared int
 	// Members is the member count of the first group (elastic jobs).
 	Members    int
 	Backfilled bool
@@ -119,7 +122,7 @@ func (e *Engine) runUpsert(js *job) {
 		e.running = btree.NewG(32, runLess)
 	}
 	e.running.ReplaceOrInsert(runRec{
-		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Members: js.members,
+		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Shared: js.shared(), Members: js.members,
 			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
 		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit,
 	})

@@ -8,8 +8,13 @@
 //
 // # Commands
 //
-//	cluster levels=block,rack fanout=2,2 nodes=2 gpus=8 [model=H100]
-//	    a uniform cluster: nodes n0, n1, ... in domains b0/r0, ...
+//	cluster levels=block,rack fanout=2,2 nodes=2 gpus=8 [model=H100] [share-free]
+//	        [mig] [layout=3g,2g,1g,1g] [timeslice=REPLICAS] [mps=CLIENTS]
+//	    a uniform cluster: nodes n0, n1, ... in domains b0/r0, ...;
+//	    share-free: fractional members may share any free plain GPU
+//	    (topo.Spec.ShareFreeGPUs); the rest applies to every node: MIG mode
+//	    (model must be a MIG model, e.g. A100-40GB) with its instances,
+//	    time-slicing or MPS
 //	queues
 //	    cohort NAME [parent=P] [gpu=N]
 //	    queue NAME [cohort=C] [gpu=N] [borrow=N] [lend=N] [weight=W]
@@ -17,21 +22,30 @@
 //	engine [policy=drs|priority|fairtree] [backfill=none|easy|conservative]
 //	       [depth=N] [window=D] [preempt=priority,reclaim] [max-victims=N]
 //	       [on-failure=requeue|fail] [backoff=D] [aging=D]
+//	       [mig-off] [mig-factor=F] [mig-backoff=D]
 //	submit [via=intake]
 //	    ID [queue=Q] [members=N] [per=G] [prio=P] [est=D] [limit=D]
 //	       [required=LEVEL] [preferred=LEVEL] [preemptible] [min-runtime=D]
 //	       [grace=D] [elastic=MIN-MAX] [model=M] [selector=k:v] [milli=M]
+//	       [profile=P]   (milli / profile: a fraction of one GPU or a MIG
+//	                      profile per member)
 //	adopt
 //	    ID [queue=Q] per=G on=n0:0-3,n1:0-3 [est=D] [limit=D] [prio=P] [preemptible]
 //	tick D                   the clock moves D forward
 //	finish ID...  cancel ID...  checkpoint ID...
-//	add-node name=N domains=b0,r0 gpus=G [labels=k:v,...]
+//	add-node name=N domains=b0,r0 gpus=G [model=M] [labels=k:v,...]
+//	         [mig] [layout=...] [timeslice=N] [mps=N]
+//	    before "engine": part of the initial cluster; after: a node joins
 //	node name=N [state=ready|cordoned|draining|down] [labels=k:v,...]
 //	fail-node N
 //	ready                    runs Ready and prints its decisions
 //	advance [refuse=ID,...] [refuse-preempt=ID,...] [refuse-resize=ID,...]
+//	        [refuse-mig=NODE:GPU,...]
 //	view                     the published View: running jobs, free GPUs, usage
 //
 // Times print relative to the scenario's start as +D. GPU sets print per
-// node as n0[0-3] (node-local indices).
+// node as n0[0-3] (node-local indices); a fractional member prints as
+// n0[3]{1g.10gb@6 new} (a MIG instance at memory slice 6, to be created)
+// or n1[0]{share 250m, 4 replicas}. MIG reconfigurations print as
+// "reconfigure n0[1]: FROM -> TO destroy [...] create [...]".
 package enginetest

@@ -11,6 +11,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 	"github.com/cockroachdb/datadriven"
@@ -70,6 +71,16 @@ func (h *Harness) handle(d *datadriven.TestData) (string, error) {
 	switch d.Cmd {
 	case "cluster":
 		return "", h.cluster(d)
+	case "add-node":
+		if h.E == nil {
+			// Before the engine: part of the initial inventory.
+			n, err := nodeSpec(d)
+			if err != nil {
+				return "", err
+			}
+			h.spec.Nodes = append(h.spec.Nodes, n)
+			return "", nil
+		}
 	case "queues":
 		return "", h.queues(d.Input)
 	case "engine":
@@ -158,6 +169,16 @@ func (h *Harness) handle(d *datadriven.TestData) (string, error) {
 		if v, ok := arg(d, "refuse-resize"); ok {
 			o.RefusedResizes = strings.Split(v, ",")
 		}
+		if v, ok := arg(d, "refuse-mig"); ok {
+			for _, item := range strings.Split(v, ",") {
+				node, g, _ := strings.Cut(item, ":")
+				gi, err := strconv.Atoi(g)
+				if err != nil {
+					return "", fmt.Errorf("refuse-mig=node:gpu,...: %v", err)
+				}
+				o.RefusedMIG = append(o.RefusedMIG, engine.MIGReconfiguration{Node: node, GPU: gi})
+			}
+		}
 		return "", h.E.Advance(h.last, o)
 	case "view":
 		return FormatView(h.E.View()), nil
@@ -197,6 +218,12 @@ func (h *Harness) cluster(d *datadriven.TestData) error {
 		model = "H100"
 	}
 	h.spec = topo.Uniform(strings.Split(levels, ","), fanout, nn, ng, model)
+	_, h.spec.ShareFreeGPUs = arg(d, "share-free")
+	for i := range h.spec.Nodes {
+		if err := sharing(d, &h.spec.Nodes[i]); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -335,6 +362,15 @@ func (h *Harness) engine(d *datadriven.TestData) error {
 	if cfg.Pending.AgingPeriod, err = dur("aging"); err != nil {
 		return err
 	}
+	_, cfg.MIG.Disabled = arg(d, "mig-off")
+	if v, ok := arg(d, "mig-factor"); ok {
+		if cfg.MIG.WaitFactor, err = strconv.ParseFloat(v, 64); err != nil {
+			return err
+		}
+	}
+	if cfg.MIG.RetryBackoff, err = dur("mig-backoff"); err != nil {
+		return err
+	}
 	h.E, err = engine.New(cfg)
 	return err
 }
@@ -359,6 +395,9 @@ func (h *Harness) Job(line string) (*queue.Job, error) {
 			g.GPUsPerMember, err = strconv.Atoi(v)
 		case "milli":
 			g.GPUMilli, err = strconv.Atoi(v)
+			g.GPUsPerMember = 0
+		case "profile":
+			g.MIGProfile = v
 			g.GPUsPerMember = 0
 		case "model":
 			g.GPUModel = v
@@ -472,7 +511,32 @@ func nodeSpec(d *datadriven.TestData) (topo.NodeSpec, error) {
 	if !ok {
 		model = "H100"
 	}
-	return topo.NodeSpec{Name: name, Domains: strings.Split(doms, ","), GPUs: n, GPUModel: model, Labels: parseLabels(d)}, nil
+	ns := topo.NodeSpec{Name: name, Domains: strings.Split(doms, ","), GPUs: n, GPUModel: model, Labels: parseLabels(d)}
+	return ns, sharing(d, &ns)
+}
+
+// sharing reads the MIG and sharing options of a node: mig (MIG mode),
+// layout=3g,2g,1g,1g (its instances), timeslice=REPLICAS, mps=CLIENTS.
+func sharing(d *datadriven.TestData, n *topo.NodeSpec) error {
+	_, n.MIG = arg(d, "mig")
+	if v, ok := arg(d, "layout"); ok {
+		n.MIGLayout = strings.ReplaceAll(v, ",", " ")
+	}
+	for _, k := range []string{"timeslice", "mps"} {
+		v, ok := arg(d, k)
+		if !ok {
+			continue
+		}
+		r, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s: %v", k, err)
+		}
+		n.Sharing = mig.Sharing{Mode: mig.TimeSlicing, Replicas: r}
+		if k == "mps" {
+			n.Sharing = mig.Sharing{Mode: mig.MPS, Replicas: r}
+		}
+	}
+	return nil
 }
 
 func parseLabels(d *datadriven.TestData) map[string]string {
@@ -516,11 +580,18 @@ func ranges(idx []int) string {
 	return b.String()
 }
 
-// members formats members as node[local GPUs], merged per node.
+// members formats members as node[local GPUs], merged per node; a
+// fractional member prints alone with what it holds:
+// n0[3]{1g.10gb@6 new} (a MIG instance to create) or n1[0]{share 250m}.
 func members(ms []engine.Member) string {
 	var nodes []string
 	per := map[string][]int{}
+	var frac []string
 	for _, m := range ms {
+		if m.Fractional {
+			frac = append(frac, fracMember(m))
+			continue
+		}
 		if _, ok := per[m.Node]; !ok {
 			nodes = append(nodes, m.Node)
 		}
@@ -532,7 +603,25 @@ func members(ms []engine.Member) string {
 		slices.Sort(g)
 		parts[i] = n + "[" + ranges(g) + "]"
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(append(parts, frac...), " ")
+}
+
+func fracMember(m engine.Member) string {
+	var what string
+	switch {
+	case m.Share.ID != 0 && m.Share.Replicas == m.Share.Milli:
+		what = fmt.Sprintf("share %dm", m.Share.Milli) // share-free GPUs count thousandths
+	case m.Share.ID != 0 && m.Share.Replicas > 0:
+		what = fmt.Sprintf("share %dm, %d replicas", m.Share.Milli, m.Share.Replicas)
+	case m.Share.ID != 0:
+		what = fmt.Sprintf("share %dm, mps %d%% %dMiB", m.Share.Milli, m.Share.ActiveThreadPercent, m.Share.PinnedMemoryMiB)
+	default:
+		what = m.Instance.String()
+		if m.Created {
+			what += " new"
+		}
+	}
+	return fmt.Sprintf("%s[%d]{%s}", m.Node, m.GPUs[0], what)
 }
 
 // gpuSet formats cluster GPU indices as node[local GPUs].
@@ -580,6 +669,16 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 		}
 		fmt.Fprintf(&b, "bind %s: %s%s\n", bd.Job, members(bd.Members), bf)
 	}
+	for _, r := range rd.MIG {
+		fmt.Fprintf(&b, "reconfigure %s[%d]: %v -> %v", r.Node, r.GPU, r.From, r.To)
+		if len(r.Destroy) > 0 {
+			fmt.Fprintf(&b, " destroy %v", r.Destroy)
+		}
+		if len(r.Create) > 0 {
+			fmt.Fprintf(&b, " create %v", r.Create)
+		}
+		b.WriteByte('\n')
+	}
 	for _, r := range rd.Reservations {
 		kind := "reserve"
 		if r.Preemption {
@@ -618,7 +717,11 @@ func FormatView(v *engine.View) string {
 		if r.Stopping {
 			state = "stopping until " + rel(r.Deadline)
 		}
-		fmt.Fprintf(&b, "%s %s: %d GPUs since %s, ends %s", state, r.Job, r.GPUs, rel(r.Start), rel(r.ExpectedEnd))
+		fmt.Fprintf(&b, "%s %s: %d GPUs", state, r.Job, r.GPUs)
+		if r.Shared > 0 {
+			fmt.Fprintf(&b, " + %d shared", r.Shared)
+		}
+		fmt.Fprintf(&b, " since %s, ends %s", rel(r.Start), rel(r.ExpectedEnd))
 		if r.Backfilled {
 			b.WriteString(" (backfilled)")
 		}
