@@ -1,0 +1,120 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// Errors of the backend interfaces and the Runner. Backends wrap them with
+// details; match them with errors.Is.
+var (
+	// ErrRefused: the backend will not apply a decision (the node is gone
+	// or down, the GPUs are taken, the job is unknown). It is permanent for
+	// that decision: the Runner does not retry it and reports it to
+	// Advance as refused. Any other error from an Actuator is taken as
+	// transient and retried with backoff.
+	ErrRefused = errors.New("backends: decision refused")
+	// ErrClosed: the event stream has ended (a simulation ran out of
+	// events, or the backend shut down). Run returns nil on it.
+	ErrClosed = errors.New("backends: event stream closed")
+	// ErrInvalidConfig: a RunnerConfig field is invalid.
+	ErrInvalidConfig = errors.New("backends: invalid runner config")
+	// ErrEngine: the engine rejected an event or an Advance; the wrapped
+	// error is the engine's.
+	ErrEngine = errors.New("backends: engine error")
+)
+
+// RunningJob is a job the backend already runs when the Runner starts: it
+// is adopted by the engine (engine.Adopted) with its members.
+type RunningJob struct {
+	Job     *queue.Job
+	Members []engine.Member
+	Start   time.Time
+}
+
+// Inventory reads what the backend has: nodes and the jobs already
+// running. It is called once, when Run starts.
+type Inventory interface {
+	// Cluster returns the nodes and topology. The result is owned by the
+	// caller.
+	Cluster(ctx context.Context) (topo.Spec, error)
+	// Running returns the jobs running now. The result is owned by the
+	// caller; the jobs must not be modified afterwards.
+	Running(ctx context.Context) ([]RunningJob, error)
+}
+
+// Actuator applies the engine's decisions. The Runner calls its methods
+// from several goroutines at once (bounded by RunnerConfig.Parallelism),
+// so implementations must be safe for concurrent use. Arguments are
+// read-only. An error wrapping ErrRefused is final for that call; any
+// other error is retried with backoff.
+type Actuator interface {
+	// BindMember starts one member of job on m.Node, on GPUs m.GPUs. A
+	// gang is bound member by member; when some members fail the Runner
+	// unbinds the others and reports the bind refused.
+	BindMember(ctx context.Context, job string, m engine.Member) error
+	// UnbindMember stops a member that BindMember started: rollback of a
+	// half-bound gang, and the shrink of an elastic job. Unbinding a member
+	// that is not bound returns nil.
+	UnbindMember(ctx context.Context, job string, m engine.Member) error
+	// Preempt stops a running job within p.Deadline. The backend must not
+	// report the job finished: the engine requeues it.
+	Preempt(ctx context.Context, p engine.Preemption) error
+	// ApplyMIG reconfigures the MIG layout of one GPU.
+	ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error
+}
+
+// Events is the stream of job and node changes.
+type Events interface {
+	// Next blocks until at least one change has happened, the backend's
+	// clock reaches wake (a zero wake: no wake-up), or ctx is done. It
+	// returns the changes in time order, stamped with the backend's clock;
+	// an empty slice with a nil error means wake was reached. The slice is
+	// owned by the caller. Errors: ErrClosed when the stream has ended,
+	// ctx.Err() when ctx is done. Next is called by one goroutine at a
+	// time.
+	Next(ctx context.Context, wake time.Time) ([]engine.Event, error)
+}
+
+// Backend is everything the Runner needs of a cluster.
+type Backend interface {
+	Inventory
+	Actuator
+	Events
+}
+
+// Clock is the Runner's time: a real clock in production (RealClock), the
+// simulator's virtual clock in replays.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// Sleep waits d (the backoff between retries) or until ctx is done,
+	// returning ctx.Err() then. A virtual clock returns at once.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// Sleep waits d on a timer, or until ctx is done.
+func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

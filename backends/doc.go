@@ -1,0 +1,57 @@
+// Package backends connects berth's deterministic engine to clusters: the
+// small interfaces a backend implements, and the Runner that drives an
+// engine against one.
+//
+// # Interfaces
+//
+// A backend is read through Inventory (the nodes and topology, and the
+// jobs already running), written through Actuator (bind one member of a
+// gang, unbind it, preempt a job, change a MIG layout) and watched through
+// Events (job and node changes, stamped with the backend's clock). Every
+// method takes a context first. Errors wrapping ErrRefused are final
+// refusals; any other Actuator error is taken as transient and retried.
+// backends/sim is the in-memory backend on a virtual clock; Feed turns
+// watchers that push changes from their own goroutines into an Events
+// stream on the wall clock, for real backends.
+//
+// # Runner
+//
+// Runner.Run builds the engine from the inventory, adopts the running
+// jobs, and loops:
+//
+//	evs := backend.Next(ctx, wake)   // events, or a wake-up (tick)
+//	engine.Step(ev) for each
+//	rd := engine.Ready()             // only when something changed
+//	apply rd: preemptions, resizes, binds (every member of every gang in
+//	          parallel, at most Parallelism calls in flight, each retried
+//	          with exponential backoff), MIG changes
+//	engine.Advance(rd, refusals)     // a gang with a failed member is
+//	                                 // unbound and reported refused whole
+//
+// Wake-ups come from preemption deadlines, bind retries after refusals and
+// an optional periodic tick. Run returns nil when the event stream ends
+// (ErrClosed) and ctx.Err() when ctx is cancelled, after the cycle being
+// applied was finished or rolled back and advanced.
+//
+// # Concurrency
+//
+// The Runner is the only place in berth with goroutines and a clock: Run
+// owns the engine and runs on the caller's goroutine; it starts goroutines
+// only to call the Actuator in parallel (errgroup with a limit), and waits
+// for them before it advances. Actuator implementations must therefore be
+// safe for concurrent use; Inventory and Events are called from Run's
+// goroutine only. Runner.View may be called from any goroutine. The clock
+// is injected (Clock): RealClock in production, a simulator's virtual
+// clock in replays, so that replays stay deterministic.
+//
+// # Usage
+//
+//	s, _ := sim.New(sim.Config{Cluster: spec, Start: t0})
+//	_ = s.Submit(job, 2*time.Hour)
+//	r, err := backends.NewRunner(backends.RunnerConfig{
+//		Engine:  engine.Config{Policy: queue.StrictPriority(), Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}},
+//		Backend: s,
+//		Clock:   s,
+//	})
+//	err = r.Run(ctx) // nil once every job has run
+package backends

@@ -1,0 +1,51 @@
+package backends_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/backends/sim"
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// A Runner drives the engine against the simulator; one node refuses the
+// first bind of a 2-node gang, so the whole gang is rolled back and bound
+// again after the engine's retry backoff.
+func ExampleRunner() {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, _ := sim.New(sim.Config{Cluster: topo.Uniform(nil, nil, 2, 8, "H100"), Start: start})
+	_ = s.Submit(&queue.Job{
+		ID: "train", Queue: "team", Submit: start,
+		Request: gang.Request{Groups: []gang.Group{{Members: 2, GPUsPerMember: 8}}},
+	}, time.Hour)
+	s.RefuseBinds("train", "n1", 1)
+
+	r, _ := backends.NewRunner(backends.RunnerConfig{
+		Engine: engine.Config{
+			Queues:           queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}}},
+			BindRetryBackoff: time.Minute,
+		},
+		Backend: s,
+		Clock:   s,
+		Observe: func(c backends.Cycle) {
+			if len(c.Ready.Binds) > 0 {
+				fmt.Printf("%v: bind %s, refused %v\n", c.Ready.At.Sub(start), c.Ready.Binds[0].Job, c.Outcome.RefusedBinds)
+			}
+		},
+	})
+	if err := r.Run(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	o := s.Outcomes()[0]
+	fmt.Printf("ran %v .. %v\n", o.Start.Sub(start), o.End.Sub(start))
+	// Output:
+	// 0s: bind train, refused [train]
+	// 1m0s: bind train, refused []
+	// ran 1m0s .. 1h1m0s
+}

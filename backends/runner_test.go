@@ -1,0 +1,377 @@
+package backends_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fake is a scripted backend: Next hands out the batches of script, then
+// blocks until ctx is done (or returns ErrClosed when closeAtEnd). Binds
+// follow the rules set on it; every call is recorded.
+type fake struct {
+	spec       topo.Spec
+	running    []backends.RunningJob
+	script     [][]engine.Event
+	closeAtEnd bool
+
+	mu         sync.Mutex
+	bound      map[string][]engine.Member
+	refuseNode map[string]bool // binds on these nodes are refused
+	transient  map[string]int  // job -> transient failures left
+	block      map[string]bool // binds of these jobs block until ctx is done
+	unbinds    []string
+	preempted  []string
+	refusePre  bool
+	inflight   int
+	maxFlight  int
+	calls      atomic.Int64
+}
+
+func newFake(nodes, gpus int) *fake {
+	return &fake{
+		spec: topo.Uniform(nil, nil, nodes, gpus, "H100"), bound: map[string][]engine.Member{},
+		refuseNode: map[string]bool{}, transient: map[string]int{}, block: map[string]bool{},
+	}
+}
+
+func (f *fake) Cluster(context.Context) (topo.Spec, error)                { return f.spec, nil }
+func (f *fake) Running(context.Context) ([]backends.RunningJob, error)    { return f.running, nil }
+func (f *fake) ApplyMIG(context.Context, engine.MIGReconfiguration) error { return nil }
+
+func (f *fake) Next(ctx context.Context, _ time.Time) ([]engine.Event, error) {
+	if len(f.script) > 0 {
+		b := f.script[0]
+		f.script = f.script[1:]
+		return b, nil
+	}
+	if f.closeAtEnd {
+		return nil, backends.ErrClosed
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (f *fake) BindMember(ctx context.Context, job string, m engine.Member) error {
+	f.calls.Add(1)
+	f.mu.Lock()
+	f.inflight++
+	f.maxFlight = max(f.maxFlight, f.inflight)
+	block := f.block[job]
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	}()
+	if block {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	time.Sleep(time.Millisecond) // let calls overlap
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuseNode[m.Node] {
+		return fmt.Errorf("%w: node %s", backends.ErrRefused, m.Node)
+	}
+	if f.transient[job] > 0 {
+		f.transient[job]--
+		return errors.New("apiserver: timeout")
+	}
+	f.bound[job] = append(f.bound[job], m)
+	return nil
+}
+
+func (f *fake) UnbindMember(_ context.Context, job string, m engine.Member) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unbinds = append(f.unbinds, job+"@"+m.Node)
+	f.bound[job] = slices.DeleteFunc(f.bound[job], func(b engine.Member) bool { return b.Node == m.Node })
+	if len(f.bound[job]) == 0 {
+		delete(f.bound, job)
+	}
+	return nil
+}
+
+func (f *fake) Preempt(_ context.Context, p engine.Preemption) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refusePre {
+		return fmt.Errorf("%w: victim busy", backends.ErrRefused)
+	}
+	f.preempted = append(f.preempted, p.Victim)
+	delete(f.bound, p.Victim)
+	return nil
+}
+
+func (f *fake) boundJobs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.bound {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// clock is a virtual clock that records the backoff sleeps.
+type clock struct {
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+func (c *clock) Now() time.Time { return t0 }
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.sleeps = append(c.sleeps, d)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
+func job(id string, members, per int) *queue.Job {
+	return &queue.Job{ID: id, Queue: "q", Submit: t0, Request: gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: per}}}}
+}
+
+func config(f *fake, c *clock, cycles *[]backends.Cycle) backends.RunnerConfig {
+	return backends.RunnerConfig{
+		Engine: engine.Config{
+			Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
+			Policy: queue.StrictPriority(),
+		},
+		Backend: f, Clock: c,
+		Observe: func(cy backends.Cycle) { *cycles = append(*cycles, cy) },
+	}
+}
+
+func TestRunnerBindsEveryMemberWithinParallelism(t *testing.T) {
+	f := newFake(16, 8)
+	var batch []engine.Event
+	for i := range 16 {
+		batch = append(batch, engine.Submitted(t0, job(fmt.Sprintf("j%02d", i), 1, 8)))
+	}
+	f.script = [][]engine.Event{batch}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	cfg := config(f, &clock{}, &cycles)
+	cfg.Parallelism = 3
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+
+	require.Len(t, cycles, 1)
+	assert.Len(t, cycles[0].Ready.Binds, 16)
+	assert.Empty(t, cycles[0].Outcome.RefusedBinds)
+	assert.Len(t, f.boundJobs(), 16)
+	assert.LessOrEqual(t, f.maxFlight, 3)
+	assert.Greater(t, f.maxFlight, 1, "binds ran in parallel")
+	require.NotNil(t, r.View())
+	assert.Len(t, r.View().Running(), 16)
+}
+
+func TestRunnerRollsBackAHalfFailedGang(t *testing.T) {
+	f := newFake(2, 4)
+	f.refuseNode["n1"] = true
+	f.script = [][]engine.Event{{engine.Submitted(t0, job("g", 2, 4))}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+
+	require.NotEmpty(t, cycles)
+	c := cycles[0]
+	require.Len(t, c.Ready.Binds, 1)
+	assert.Equal(t, []string{"g"}, c.Outcome.RefusedBinds)
+	assert.Empty(t, c.Errors)
+	assert.Equal(t, []string{"g@n0"}, f.unbinds, "the member that was bound is unbound")
+	assert.Empty(t, f.boundJobs())
+	// The engine took the refusal: g is pending again, nothing runs.
+	v := r.View()
+	assert.Empty(t, v.Running())
+	assert.Equal(t, 8, v.FreeGPUs)
+}
+
+func TestRunnerRetriesTransientErrorsWithBackoff(t *testing.T) {
+	f := newFake(1, 8)
+	f.transient["a"] = 2
+	f.transient["b"] = 5
+	f.script = [][]engine.Event{{engine.Submitted(t0, job("a", 1, 4)), engine.Submitted(t0, job("b", 1, 4))}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	c := &clock{}
+	cfg := config(f, c, &cycles)
+	cfg.Parallelism = 1
+	cfg.Retry = backends.Retry{Attempts: 3, Initial: time.Second, Max: 90 * time.Second}
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+
+	require.NotEmpty(t, cycles)
+	assert.Equal(t, []string{"b"}, cycles[0].Outcome.RefusedBinds, "b fails three times: given up")
+	assert.Equal(t, []string{"a"}, f.boundJobs())
+	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, time.Second, 2 * time.Second}, c.sleeps)
+}
+
+func TestRunnerStopsCleanlyOnCancel(t *testing.T) {
+	f := newFake(2, 4)
+	f.block["slow"] = true
+	f.script = [][]engine.Event{{engine.Submitted(t0, job("fast", 1, 4)), engine.Submitted(t0, job("slow", 1, 4))}}
+	var cycles []backends.Cycle
+	cfg := config(f, &clock{}, &cycles)
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return f.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop after cancel")
+	}
+	require.Len(t, cycles, 1, "the cycle in flight was advanced and observed")
+	assert.Equal(t, []string{"slow"}, cycles[0].Outcome.RefusedBinds)
+	assert.Equal(t, []string{"fast"}, f.boundJobs(), "a whole gang that was bound stays bound")
+}
+
+func TestRunnerCancelWhileWaiting(t *testing.T) {
+	f := newFake(1, 1)
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine:  engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}},
+		Backend: f,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, r.Run(ctx), context.DeadlineExceeded)
+	require.ErrorIs(t, r.Run(ctx), backends.ErrInvalidConfig, "Run runs once")
+}
+
+func TestRunnerRefusedPreemption(t *testing.T) {
+	f := newFake(1, 4)
+	low := job("low", 1, 4)
+	low.Preemptible = true
+	high := job("high", 1, 4)
+	high.Priority = 10
+	f.refusePre = true
+	f.script = [][]engine.Event{{engine.Submitted(t0, low)}, {engine.Submitted(t0.Add(time.Minute), high)}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	cfg := config(f, &clock{}, &cycles)
+	cfg.Engine.Preemption.Priority = true
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+
+	var refused []string
+	var asked int
+	for _, c := range cycles {
+		asked += len(c.Ready.Preemptions)
+		refused = append(refused, c.Outcome.RefusedPreemptions...)
+	}
+	require.Positive(t, asked, "the engine preempts low for high")
+	assert.Equal(t, []string{"low"}, refused)
+	assert.Equal(t, []string{"low"}, f.boundJobs(), "low keeps running")
+}
+
+func TestRunnerStepErrors(t *testing.T) {
+	f := newFake(1, 1)
+	f.script = [][]engine.Event{{engine.Finished(t0, "ghost")}, {engine.Submitted(t0, job("a", 1, 1))}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	require.NoError(t, err)
+	err = r.Run(context.Background())
+	require.ErrorIs(t, err, backends.ErrEngine)
+	require.ErrorIs(t, err, engine.ErrUnknownJob)
+
+	f = newFake(1, 1)
+	f.script = [][]engine.Event{{engine.Finished(t0, "ghost")}, {engine.Submitted(t0, job("a", 1, 1))}}
+	f.closeAtEnd = true
+	cfg := config(f, &clock{}, &cycles)
+	var skipped []string
+	cfg.OnStepError = func(ev engine.Event, err error) error {
+		skipped = append(skipped, ev.JobID)
+		return nil
+	}
+	r, err = backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	assert.Equal(t, []string{"ghost"}, skipped)
+	assert.Equal(t, []string{"a"}, f.boundJobs())
+}
+
+func TestRunnerAdoptsRunningJobs(t *testing.T) {
+	f := newFake(1, 8)
+	f.running = []backends.RunningJob{{Job: job("old", 1, 4), Members: []engine.Member{{Node: "n0", GPUs: []int{0, 1, 2, 3}}}, Start: t0}}
+	f.script = [][]engine.Event{{engine.Submitted(t0, job("new", 1, 8))}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.NotEmpty(t, cycles)
+	assert.Empty(t, cycles[len(cycles)-1].Ready.Binds, "new does not fit beside old")
+	v := r.View()
+	require.Len(t, v.Running(), 1)
+	assert.Equal(t, "old", v.Running()[0].Job)
+}
+
+func TestNewRunnerErrors(t *testing.T) {
+	for name, cfg := range map[string]backends.RunnerConfig{
+		"no backend":   {},
+		"parallelism":  {Backend: newFake(1, 1), Parallelism: -1},
+		"retry":        {Backend: newFake(1, 1), Retry: backends.Retry{Initial: -1}},
+		"tickInterval": {Backend: newFake(1, 1), TickInterval: -time.Second},
+	} {
+		_, err := backends.NewRunner(cfg)
+		assert.ErrorIs(t, err, backends.ErrInvalidConfig, name)
+	}
+	r, err := backends.NewRunner(backends.RunnerConfig{Backend: newFake(1, 1)})
+	require.NoError(t, err)
+	assert.Nil(t, r.View(), "no engine before Run")
+}
+
+func TestRealClockSleep(t *testing.T) {
+	var c backends.RealClock
+	require.NoError(t, c.Sleep(context.Background(), time.Microsecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, c.Sleep(ctx, time.Hour), context.Canceled)
+	assert.False(t, c.Now().IsZero())
+}
+
+func TestRunnerClampsLateEvents(t *testing.T) {
+	f := newFake(1, 8)
+	f.script = [][]engine.Event{
+		{engine.Submitted(t0.Add(time.Hour), job("a", 1, 4))},
+		{engine.Submitted(t0, job("b", 1, 4))}, // stamped before the engine's clock
+	}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.Len(t, cycles, 2)
+	assert.Equal(t, t0.Add(time.Hour), cycles[1].Ready.At)
+	assert.Equal(t, []string{"a", "b"}, f.boundJobs())
+}

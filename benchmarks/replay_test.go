@@ -1,0 +1,257 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime/debug"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/benchmarks/metrics"
+	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/gang"
+)
+
+func replaySynthetic(t testing.TB, jobs, gpus int) []workload.Job {
+	t.Helper()
+	c := workload.DefaultSynthetic()
+	c.Jobs, c.ClusterGPUs = jobs, gpus
+	js, err := workload.Synthetic(c)
+	require.NoError(t, err)
+	return js
+}
+
+// replayRace reports whether the test binary runs with the race detector
+// (the full-trace tests are left to the plain run).
+func replayRace() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" && s.Value == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// replayTrace loads a shared trace, or skips when the traces are absent.
+func replayTrace(t testing.TB, rel string) []workload.Job {
+	t.Helper()
+	p, err := workload.TracePath(rel)
+	if errors.Is(err, workload.ErrNoTraces) {
+		t.Skipf("no shared traces: %v", err)
+	}
+	require.NoError(t, err)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("trace %s absent: %v", rel, err)
+	}
+	var tr *workload.Trace
+	if rel == workload.SWFNASA {
+		tr, err = workload.OpenSWF(p)
+	} else {
+		tr, err = workload.OpenITP(p)
+	}
+	require.NoError(t, err)
+	return tr.Jobs
+}
+
+func TestReplayEngineConfig(t *testing.T) {
+	for _, p := range ReplayPolicies {
+		c, err := ReplayEngineConfig(p)
+		require.NoError(t, err, p)
+		assert.NotNil(t, c.Policy, p)
+	}
+	_, err := ReplayEngineConfig("sjf")
+	require.ErrorIs(t, err, ErrReplay)
+	for _, p := range DefaultReplayPolicies {
+		assert.Contains(t, ReplayPolicies, p)
+	}
+}
+
+func TestReplayClusterSpec(t *testing.T) {
+	spec, err := ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 4}.Spec()
+	require.NoError(t, err)
+	assert.Len(t, spec.Nodes, 16)
+	assert.Equal(t, []string{"rack"}, spec.Levels)
+	spec, err = ReplayCluster{Nodes: 3, GPUsPerNode: 2}.Spec()
+	require.NoError(t, err)
+	assert.Empty(t, spec.Levels)
+	for _, bad := range []ReplayCluster{{}, {Nodes: 4}, {Nodes: 4, GPUsPerNode: 65}, {Nodes: 10, GPUsPerNode: 8, Racks: 3}, {Nodes: 2, GPUsPerNode: 8, Racks: 3}, {Nodes: 2, GPUsPerNode: 8, Racks: -1}} {
+		_, err := bad.Spec()
+		assert.ErrorIs(t, err, ErrReplay, "%+v", bad)
+	}
+}
+
+func TestReplayRequest(t *testing.T) {
+	g := func(r gang.Request) [][2]int {
+		var out [][2]int
+		for _, x := range r.Groups {
+			out = append(out, [2]int{x.Members, x.GPUsPerMember})
+		}
+		return out
+	}
+	assert.Equal(t, [][2]int{{1, 3}}, g(replayRequest(3, 8)))
+	assert.Equal(t, [][2]int{{1, 8}}, g(replayRequest(8, 8)))
+	assert.Equal(t, [][2]int{{4, 8}}, g(replayRequest(32, 8)))
+	assert.Equal(t, [][2]int{{1, 8}, {1, 4}}, g(replayRequest(12, 8)))
+}
+
+func TestReplaySynthetic(t *testing.T) {
+	jobs := replaySynthetic(t, 250, 128)
+	cl := ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}
+	for _, p := range ReplayPolicies {
+		t.Run(p, func(t *testing.T) {
+			var cycles, lastDone int
+			cfg := ReplayConfig{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1,
+				Progress: func(n int) {
+					require.GreaterOrEqual(t, n, lastDone)
+					lastDone = n
+				},
+				Observe: func(backends.Cycle) { cycles++ }}
+			r, err := Replay(context.Background(), cfg)
+			require.NoError(t, err)
+			res := r.Result
+			assert.Equal(t, p, res.Policy)
+			assert.Equal(t, 250, res.Jobs)
+			assert.Equal(t, 250, res.Finished)
+			assert.Equal(t, 250, lastDone)
+			assert.Positive(t, cycles)
+			assert.Empty(t, r.Violations)
+			assert.Zero(t, r.Dropped)
+			assert.InDelta(t, 0.5, res.Utilization, 0.5)
+			assert.Positive(t, res.Utilization)
+			assert.GreaterOrEqual(t, res.P95Wait, res.AvgWait/20)
+			assert.GreaterOrEqual(t, res.AvgBSLD, 1.0)
+			assert.LessOrEqual(t, res.LargestPlaceableGang, cl.GPUs())
+			assert.GreaterOrEqual(t, res.FragFreeGPUs, 0.0)
+			assert.Len(t, r.Waits, 250)
+			assert.True(t, slices.IsSorted(r.Waits))
+			assert.NotEmpty(t, r.Series)
+			if p == "fifo" {
+				assert.Zero(t, r.Reserved, "no backfill, no reservation")
+			}
+			if p == "easy" {
+				assert.Positive(t, r.Reserved)
+				assert.Empty(t, r.Delayed, "EASY with exact estimates delays no reservation")
+			}
+			again, err := Replay(context.Background(), ReplayConfig{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1})
+			require.NoError(t, err)
+			assert.Equal(t, res, again.Result, "deterministic")
+		})
+	}
+}
+
+func TestReplayDropsWhatCannotRun(t *testing.T) {
+	jobs := []workload.Job{
+		{ID: "ok", Submit: 0, Runtime: time.Minute, GPUs: 2, NumGPU: 2, GPUMilli: 1000},
+		{ID: "huge", Submit: 0, Runtime: time.Minute, GPUs: 64, NumGPU: 64, GPUMilli: 1000},
+		{ID: "cpu", Submit: 0, Runtime: time.Minute},
+		{ID: "share", Submit: 0, Runtime: time.Minute, NumGPU: 1, GPUMilli: 500},
+	}
+	r, err := Replay(context.Background(), ReplayConfig{Jobs: jobs, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy"})
+	require.NoError(t, err)
+	assert.Equal(t, 3, r.Dropped)
+	assert.Equal(t, 1, r.Result.Finished)
+	assert.Equal(t, time.Minute, r.Result.Makespan)
+
+	early := append([]workload.Job{{ID: "early", Submit: -time.Hour, Runtime: time.Minute, GPUs: 1, NumGPU: 1, GPUMilli: 1000}}, jobs...)
+	r, err = Replay(context.Background(), ReplayConfig{Jobs: early, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "fifo"})
+	require.NoError(t, err, "a submission before the trace start")
+	assert.Equal(t, 2, r.Result.Finished)
+	assert.Equal(t, time.Hour+time.Minute, r.Result.Makespan)
+
+	_, err = Replay(context.Background(), ReplayConfig{Jobs: jobs, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy", EstimateFactor: 0.5})
+	require.ErrorIs(t, err, ErrReplay)
+	_, err = Replay(context.Background(), ReplayConfig{Jobs: jobs, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "nope"})
+	require.ErrorIs(t, err, ErrReplay)
+}
+
+func TestReplayCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Replay(ctx, ReplayConfig{Jobs: replaySynthetic(t, 50, 64), Cluster: ReplayCluster{Nodes: 8, GPUsPerNode: 8}, Policy: "easy"})
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = ReplayMany(ctx, []ReplayConfig{{Jobs: replaySynthetic(t, 50, 64), Cluster: ReplayCluster{Nodes: 8, GPUsPerNode: 8}, Policy: "easy"}}, 0)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestMeanResult(t *testing.T) {
+	a := metrics.Result{Policy: "easy", Utilization: 0.5, AvgWait: time.Minute, Jobs: 10, Finished: 10, LargestPlaceableGang: 8}
+	b := metrics.Result{Policy: "easy", Utilization: 0.7, AvgWait: 3 * time.Minute, Jobs: 10, Finished: 9, LargestPlaceableGang: 16, Preemptions: 3}
+	m := MeanResult([]metrics.Result{a, b})
+	assert.Equal(t, "easy", m.Policy)
+	assert.InDelta(t, 0.6, m.Utilization, 1e-12)
+	assert.Equal(t, 2*time.Minute, m.AvgWait)
+	assert.Equal(t, 10, m.Jobs)
+	assert.Equal(t, 12, m.LargestPlaceableGang)
+	assert.Equal(t, 2, m.Preemptions)
+	assert.Equal(t, a, MeanResult([]metrics.Result{a}))
+	assert.Equal(t, metrics.Result{}, MeanResult(nil))
+}
+
+// replayCompare runs policies on jobs with exact and inflated estimates
+// and checks the trace comparison's claims: every job runs, EASY's
+// utilization is at least FIFO's (strictly more where strict is set), and
+// with exact estimates EASY delays no reserved job past its first
+// reservation. Conservative backfill is run on conservativeJobs jobs only
+// (it is the slowest policy).
+func replayCompare(t *testing.T, name string, jobs []workload.Job, cl ReplayCluster, conservativeJobs int, strict bool) {
+	for _, factor := range []float64{1, 2} {
+		var cfgs []ReplayConfig
+		for _, p := range []string{"fifo", "easy", "fairshare", "conservative"} {
+			js := jobs
+			if p == "conservative" {
+				js = jobs[:min(len(jobs), conservativeJobs)]
+			}
+			cfgs = append(cfgs, ReplayConfig{Workload: name, Jobs: js, Cluster: cl, Policy: p, EstimateFactor: factor, EstimateSeed: 42})
+		}
+		rs, err := ReplayMany(context.Background(), cfgs, 0)
+		require.NoError(t, err)
+		fifo, easy := rs[0].Result, rs[1].Result
+		for i, r := range rs {
+			t.Logf("%s estimates x%v %-12s util %.4f avg wait %v p95 %v bsld %.2f reserved %d delayed %d (%d jobs)",
+				name, factor, r.Result.Policy, r.Result.Utilization, r.Result.AvgWait.Round(time.Second),
+				r.Result.P95Wait.Round(time.Second), r.Result.AvgBSLD, r.Reserved, len(r.Delayed), len(cfgs[i].Jobs))
+			assert.Empty(t, r.Violations, r.Result.Policy)
+			assert.Equal(t, r.Result.Jobs, r.Result.Finished, r.Result.Policy)
+		}
+		if strict {
+			assert.Greater(t, easy.Utilization, fifo.Utilization, "%s x%v: EASY beats FIFO", name, factor)
+		} else {
+			assert.GreaterOrEqual(t, easy.Utilization, fifo.Utilization, "%s x%v: EASY at least FIFO", name, factor)
+		}
+		assert.LessOrEqual(t, easy.AvgWait, fifo.AvgWait, "%s x%v", name, factor)
+		if factor == 1 {
+			assert.Empty(t, rs[1].Delayed, "%s: EASY with exact estimates delayed a reservation", name)
+		}
+	}
+}
+
+// TestReplayTraceComparison is the job-trace comparison of BENCHMARKS.md
+// (ITP cluster04 on 64 x 8 GPUs, NASA iPSC on 16 x 8): a cut of each
+// trace under -race, the whole traces otherwise (conservative backfill on
+// a cut in both cases).
+func TestReplayTraceComparison(t *testing.T) {
+	itp := replayTrace(t, workload.ITPCluster04)
+	nasa := replayTrace(t, workload.SWFNASA)
+	itpCut, nasaCut, consCut := 1000, 2000, 300
+	if !replayRace() && !testing.Short() {
+		itpCut, nasaCut, consCut = len(itp), len(nasa), 600
+	}
+	t.Run("itp04", func(t *testing.T) {
+		replayCompare(t, "itp04", itp[:itpCut], ReplayCluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, consCut, true)
+	})
+	t.Run("nasa", func(t *testing.T) {
+		// The NASA log is lightly loaded on 128 GPUs: its makespan is set
+		// by the last arrival, so utilization ties.
+		replayCompare(t, "nasa", nasa[:nasaCut], ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}, consCut, false)
+	})
+}

@@ -1,0 +1,214 @@
+// Command berth compares scheduling policies by replaying job traces
+// through berth's engine on a simulated cluster.
+//
+//	berth replay  [flags]   one workload, one or more policies
+//	berth compare [flags]   several workloads x policies
+//
+// With no flags, `berth replay` runs the default generated workload (2,000
+// jobs after ITP cluster04's statistics, seed 42) on 64 nodes of 8 GPUs
+// under fifo, easy, conservative and fairshare, and prints a table.
+// Run `berth replay -h` for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+
+	"github.com/berthsched/berth/benchmarks"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const topUsage = `berth compares GPU scheduling policies by replaying job traces.
+
+Usage:
+  berth replay  [flags]   replay one workload under one or more policies
+  berth compare [flags]   replay several workloads under several policies
+
+Run 'berth replay -h' or 'berth compare -h' for the flags.
+`
+
+// run is main without the process: it returns the exit code (0 ok, 1 a
+// failure, 2 a bad command line).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "replay":
+		err = cmdReplay(ctx, args[1:], stdout, stderr, false)
+	case "compare":
+		err = cmdReplay(ctx, args[1:], stdout, stderr, true)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, topUsage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "berth: unknown command %q\n\n%s", args[0], topUsage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "berth %s: %s\n", args[0], strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return 2
+	}
+	fmt.Fprintf(stderr, "berth %s: %v\n", args[0], err)
+	return 1
+}
+
+// options are the parsed flags of replay and compare.
+type options struct {
+	compare    bool
+	traces     []traceSpec
+	nodes      int
+	gpn        int
+	racks      int
+	policies   []string
+	policySet  bool
+	seeds      []int64
+	estimates  string
+	estFactor  float64
+	format     string
+	out        string
+	experiment string
+	parallel   int
+	progress   string
+}
+
+func parseOptions(args []string, stderr io.Writer, compare bool) (*options, error) {
+	name := "replay"
+	traceHelp := "workload: synthetic[:N], swf[:PATH], itp[:PATH], or openb[:DIR] (with --experiment fgd); without a path, the shared trace"
+	defTrace := "synthetic"
+	if compare {
+		name = "compare"
+		traceHelp = "comma-separated workloads (see berth replay -h); may be repeated"
+		defTrace = "synthetic,itp,swf"
+	}
+	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var traces []string
+	fs.Func("trace", traceHelp+" (default \""+defTrace+"\")", func(s string) error {
+		traces = append(traces, parseList(s)...)
+		return nil
+	})
+	o := &options{compare: compare}
+	fs.IntVar(&o.nodes, "nodes", 0, "nodes in the cluster (default: the trace's own size; NASA 16, others 64)")
+	fs.IntVar(&o.gpn, "gpus-per-node", 8, "GPUs per node")
+	fs.IntVar(&o.racks, "racks", 0, "racks of equal size (default: racks of 8 nodes when the nodes split evenly, else 1)")
+	policy := fs.String("policy", strings.Join(benchmarks.DefaultReplayPolicies, ","),
+		"comma-separated policies: "+strings.Join(benchmarks.ReplayPolicies, ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth)")
+	seeds := fs.String("seeds", "42", "seeds: N, LO-HI or a comma list; rows are means over seeds")
+	fs.StringVar(&o.estimates, "estimates", "exact", "runtime estimates: exact, trace (the trace's own), or inflated:F (runtime x U[1,F], seeded)")
+	fs.StringVar(&o.format, "format", "table", "output: table, json or csv")
+	fs.StringVar(&o.out, "out", "", "directory for plots (PNG and SVG); empty: no plots")
+	if !compare {
+		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR])")
+	}
+	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
+	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "policy" {
+			o.policySet = true
+		}
+	})
+	if len(traces) == 0 {
+		traces = parseList(defTrace)
+	}
+	for _, s := range traces {
+		t, err := parseTrace(s)
+		if err != nil {
+			return nil, err
+		}
+		o.traces = append(o.traces, t)
+	}
+	if !compare && len(o.traces) > 1 {
+		return nil, usagef("replay takes one --trace (use berth compare for several)")
+	}
+	var err error
+	if o.seeds, err = parseSeeds(*seeds); err != nil {
+		return nil, err
+	}
+	if o.estFactor, err = parseEstimates(o.estimates); err != nil {
+		return nil, err
+	}
+	if o.format, err = parseFormat(o.format); err != nil {
+		return nil, err
+	}
+	switch o.progress {
+	case "auto", "on", "off":
+	default:
+		return nil, usagef("--progress %q: want auto, on or off", o.progress)
+	}
+	switch {
+	case o.nodes < 0:
+		return nil, usagef("--nodes must not be negative, got %d", o.nodes)
+	case o.gpn < 1 || o.gpn > 64:
+		return nil, usagef("--gpus-per-node must be in 1..64, got %d", o.gpn)
+	case o.racks < 0:
+		return nil, usagef("--racks must not be negative, got %d", o.racks)
+	case o.parallel < 1:
+		return nil, usagef("--parallel must be at least 1, got %d", o.parallel)
+	}
+	switch o.experiment {
+	case "":
+		if o.policies, err = parsePolicies(*policy, benchmarks.ReplayPolicies); err != nil {
+			return nil, err
+		}
+		for _, t := range o.traces {
+			if t.kind == "openb" {
+				return nil, usagef("--trace openb replays only with --experiment fgd (its pods have no runtimes)")
+			}
+		}
+	case "fgd":
+		if o.traces[0].kind != "openb" {
+			return nil, usagef("--experiment fgd needs --trace openb[:DIR]")
+		}
+		p := *policy
+		if !o.policySet {
+			p = "random,bestfit,fgd,berth"
+		}
+		if o.policies, err = parsePolicies(p, fgdPolicies()); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, usagef("--experiment %q: the only experiment is fgd", o.experiment)
+	}
+	return o, nil
+}
+
+func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, compare bool) error {
+	o, err := parseOptions(args, stderr, compare)
+	if err != nil {
+		return err
+	}
+	if o.experiment == "fgd" {
+		return runFGD(ctx, o, stdout, stderr)
+	}
+	return runReplays(ctx, o, stdout, stderr)
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berthsched/berth/benchmarks/metrics"
+	"github.com/berthsched/berth/benchmarks/workload"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestParseSeeds(t *testing.T) {
+	for in, want := range map[string][]int64{
+		"42":        {42},
+		"42-45":     {42, 43, 44, 45},
+		"1,3,2-4,1": {1, 3, 2, 4},
+		" 7 , 8 ":   {7, 8},
+	} {
+		got, err := parseSeeds(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", ",", "x", "5-1", "-3", "1-", "0-5000", "1.5"} {
+		_, err := parseSeeds(in)
+		assert.ErrorIs(t, err, errUsage, in)
+	}
+}
+
+func TestParseTrace(t *testing.T) {
+	tr, err := parseTrace("synthetic:300")
+	require.NoError(t, err)
+	assert.Equal(t, traceSpec{kind: "synthetic", jobs: 300}, tr)
+	assert.Equal(t, "synthetic300", tr.name())
+	tr, err = parseTrace("swf:/data/x/NASA.swf.gz")
+	require.NoError(t, err)
+	assert.Equal(t, "swf-NASA", tr.name())
+	tr, err = parseTrace("itp")
+	require.NoError(t, err)
+	assert.Equal(t, "itp04", tr.name())
+	for _, in := range []string{"", "csv:x", "synthetic:0", "synthetic:abc"} {
+		_, err := parseTrace(in)
+		assert.ErrorIs(t, err, errUsage, in)
+	}
+}
+
+func TestParseEstimatesAndPolicies(t *testing.T) {
+	for in, want := range map[string]float64{"exact": 1, "trace": 0, "inflated:2": 2, "inflated:1.5": 1.5} {
+		f, err := parseEstimates(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, f, in)
+	}
+	for _, in := range []string{"", "inflated", "inflated:0.5", "inflated:NaN", "inflated:x", "guess"} {
+		_, err := parseEstimates(in)
+		assert.ErrorIs(t, err, errUsage, in)
+	}
+	ps, err := parsePolicies("easy, fifo,easy", []string{"fifo", "easy"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"easy", "fifo"}, ps)
+	_, err = parsePolicies("sjf", []string{"fifo"})
+	assert.ErrorIs(t, err, errUsage)
+	_, err = parsePolicies(" , ", []string{"fifo"})
+	assert.ErrorIs(t, err, errUsage)
+}
+
+func TestClusterFor(t *testing.T) {
+	c, err := clusterFor(0, 8, 0, 64)
+	require.NoError(t, err)
+	assert.Equal(t, 64, c.Nodes)
+	assert.Equal(t, 8, c.Racks)
+	c, err = clusterFor(0, 8, 0, 16)
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Racks)
+	c, err = clusterFor(12, 4, 0, 64)
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.Racks)
+	_, err = clusterFor(10, 8, 3, 64)
+	assert.ErrorIs(t, err, errUsage)
+}
+
+func TestBadCommandLines(t *testing.T) {
+	for name, args := range map[string][]string{
+		"no command":       {},
+		"unknown command":  {"simulate"},
+		"unknown flag":     {"replay", "--colour"},
+		"bad format":       {"replay", "--format", "xml"},
+		"bad seeds":        {"replay", "--seeds", "9-3"},
+		"bad policy":       {"replay", "--policy", "fifo,sjf"},
+		"negative nodes":   {"replay", "--nodes", "-1"},
+		"bad gpus":         {"replay", "--gpus-per-node", "0"},
+		"uneven racks":     {"replay", "--nodes", "10", "--racks", "3"},
+		"bad trace":        {"replay", "--trace", "pbs:/x"},
+		"two traces":       {"replay", "--trace", "synthetic,itp"},
+		"openb replay":     {"replay", "--trace", "openb"},
+		"bad estimates":    {"replay", "--estimates", "inflated:0"},
+		"bad experiment":   {"replay", "--experiment", "nope"},
+		"fgd needs openb":  {"replay", "--experiment", "fgd"},
+		"fgd bad policy":   {"replay", "--experiment", "fgd", "--trace", "openb", "--policy", "easy"},
+		"positional":       {"replay", "extra"},
+		"bad progress":     {"replay", "--progress", "maybe"},
+		"parallel":         {"replay", "--parallel", "0"},
+		"not an int":       {"replay", "--nodes", "many"},
+		"compare no exper": {"compare", "--experiment", "fgd"},
+	} {
+		code, stdout, stderr := runCLI(t, args...)
+		assert.Equal(t, 2, code, "%s: stderr %q", name, stderr)
+		assert.Empty(t, stdout, name)
+		assert.NotEmpty(t, stderr, name)
+		assert.NotContains(t, stderr, "panic", name)
+	}
+	code, _, stderr := runCLI(t, "replay", "--seeds", "9-3")
+	require.Equal(t, 2, code)
+	assert.Equal(t, "berth replay: --seeds \"9-3\": \"9-3\" is not a range lo-hi with lo <= hi\n", stderr)
+}
+
+func TestHelp(t *testing.T) {
+	code, stdout, _ := runCLI(t, "help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stdout, "berth replay")
+	code, _, stderr := runCLI(t, "replay", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stderr, "-gpus-per-node")
+}
+
+func TestMissingTraceFile(t *testing.T) {
+	code, _, stderr := runCLI(t, "replay", "--trace", "itp:"+filepath.Join(t.TempDir(), "none.csv"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "none.csv")
+}
+
+func TestReplayJSON(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "replay", "--trace", "synthetic:80", "--nodes", "4", "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	var rows []metrics.Result
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 4)
+	for i, p := range []string{"fifo", "easy", "conservative", "fairshare"} {
+		assert.Equal(t, p, rows[i].Policy)
+		assert.Equal(t, 80, rows[i].Jobs)
+		assert.Equal(t, 80, rows[i].Finished)
+		assert.Positive(t, rows[i].Utilization)
+	}
+	var raw []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &raw))
+	for _, k := range []string{"policy", "utilization", "avg_wait_s", "p95_wait_s", "avg_jct_s", "avg_bsld", "makespan_s", "preemptions"} {
+		assert.Contains(t, raw[0], k)
+	}
+}
+
+func TestReplayTableAndCSV(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "replay", "--trace", "synthetic:60", "--nodes", "4", "--policy", "fifo,easy", "--seeds", "1-2", "--estimates", "inflated:2")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "synthetic60: 60 jobs on 4 nodes x 8 GPUs (32), estimates inflated:2, seeds 1-2 (means over 2)")
+	lines := strings.Split(stdout, "\n")
+	var policies []string
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "fifo" || f[0] == "easy") {
+			policies = append(policies, f[0])
+		}
+	}
+	assert.Equal(t, []string{"fifo", "easy"}, policies)
+
+	code, stdout, stderr = runCLI(t, "compare", "--trace", "synthetic:40", "--trace", "synthetic:50", "--nodes", "4", "--policy", "easy", "--format", "csv")
+	require.Equal(t, 0, code, stderr)
+	recs, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, recs, 3)
+	assert.Equal(t, append([]string{"workload"}, metrics.CSVHeader()...), recs[0])
+	assert.Equal(t, []string{"synthetic40", "easy"}, recs[1][:2])
+	assert.Equal(t, []string{"synthetic50", "easy"}, recs[2][:2])
+}
+
+func TestCompareJSONAndPlots(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "plots")
+	code, stdout, stderr := runCLI(t, "compare", "--trace", "synthetic:40,synthetic:30", "--nodes", "2", "--racks", "2",
+		"--policy", "fifo,fairshare", "--format", "json", "--out", dir)
+	require.Equal(t, 0, code, stderr)
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 4)
+	assert.Equal(t, "synthetic40", rows[0]["workload"])
+	assert.Equal(t, "fairshare", rows[1]["policy"])
+	assert.Equal(t, "synthetic30", rows[3]["workload"])
+	for _, w := range []string{"synthetic40", "synthetic30"} {
+		for _, p := range []string{"utilization", "queue", "wait-cdf"} {
+			for _, ext := range []string{".png", ".svg"} {
+				fi, err := os.Stat(filepath.Join(dir, w+"-"+p+ext))
+				require.NoError(t, err)
+				assert.Positive(t, fi.Size())
+			}
+		}
+	}
+}
+
+func TestFGDExperiment(t *testing.T) {
+	if _, err := workload.TracePath(workload.OpenbPods); err != nil {
+		t.Skipf("no shared traces: %v", err)
+	}
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI(t, "replay", "--experiment", "fgd", "--trace", "openb", "--policy", "random,bestfit", "--seeds", "42", "--format", "json", "--out", dir)
+	require.Equal(t, 0, code, stderr)
+	var rows []map[string]float64
+	var named []struct {
+		Policy string `json:"policy"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &named))
+	require.NoError(t, json.Unmarshal([]byte(strings.ReplaceAll(strings.ReplaceAll(stdout, `"random"`, "0"), `"bestfit"`, "1")), &rows))
+	require.Len(t, rows, 2)
+	assert.Equal(t, "random", named[0].Policy)
+	assert.Equal(t, "bestfit", named[1].Policy)
+	for _, r := range rows {
+		for _, k := range []string{"alloc_pct_at_100", "alloc_pct_at_130", "alloc_pct_std_at_130"} {
+			assert.Contains(t, r, k)
+		}
+		assert.Greater(t, r["alloc_pct_at_130"], 80.0)
+	}
+	assert.Greater(t, rows[1]["alloc_pct_at_130"], rows[0]["alloc_pct_at_130"], "bestfit beats random")
+	_, err := os.Stat(filepath.Join(dir, "fgd-alloc.svg"))
+	require.NoError(t, err)
+}
+
+func TestProgress(t *testing.T) {
+	var buf bytes.Buffer
+	assert.False(t, progressOn("auto", &buf), "a buffer is not a terminal")
+	assert.True(t, progressOn("on", &buf))
+	assert.False(t, progressOn("off", os.Stderr))
+	drawBar(&buf, "jobs", 50, 200, 3*time.Second)
+	assert.Equal(t, "\r[=======                       ]  25% 50/200 jobs 3s", buf.String())
+	buf.Reset()
+	p := startProgress(&buf, true, "jobs", 10, func() int64 { return 5 })
+	p.stop() // before the first second: nothing drawn
+	p.stop()
+	assert.Empty(t, buf.String())
+}

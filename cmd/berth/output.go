@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/berthsched/berth/benchmarks/metrics"
+)
+
+// writeRows prints the rows in o.format. JSON: replay prints an array of
+// the metrics rows (policy, utilization, avg_wait_s, ...); compare adds a
+// leading "workload" key. CSV: the same columns, with a header.
+func writeRows(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.Duration) error {
+	switch o.format {
+	case "json":
+		return writeJSON(w, o.compare, rows)
+	case "csv":
+		return writeCSV(w, o.compare, rows)
+	}
+	return writeTable(w, o, ws, rows, elapsed)
+}
+
+func writeJSON(w io.Writer, compare bool, rows []row) error {
+	var buf bytes.Buffer
+	buf.WriteString("[\n")
+	for i, r := range rows {
+		b, err := json.Marshal(r.res)
+		if err != nil {
+			return err
+		}
+		if compare {
+			name, err := json.Marshal(r.workload)
+			if err != nil {
+				return err
+			}
+			b = append(append([]byte(`{"workload":`), name...), append([]byte{','}, b[1:]...)...)
+		}
+		buf.WriteString("  ")
+		buf.Write(b)
+		if i < len(rows)-1 {
+			buf.WriteByte(',')
+		}
+		buf.WriteByte('\n')
+	}
+	buf.WriteString("]\n")
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func writeCSV(w io.Writer, compare bool, rows []row) error {
+	cw := csv.NewWriter(w)
+	header := metrics.CSVHeader()
+	if compare {
+		header = append([]string{"workload"}, header...)
+	}
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		rec := r.res.CSVRecord()
+		if compare {
+			rec = append([]string{r.workload}, rec...)
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.Duration) error {
+	var b strings.Builder
+	for _, l := range ws {
+		jobs := 0
+		for _, r := range rows {
+			if r.workload == l.name {
+				jobs = r.res.Jobs
+				break
+			}
+		}
+		c := l.cluster
+		racks := ""
+		if c.Racks > 1 {
+			racks = fmt.Sprintf(" in %d racks", c.Racks)
+		}
+		fmt.Fprintf(&b, "%s: %d jobs on %d nodes x %d GPUs (%d)%s, estimates %s, seeds %s\n",
+			l.name, jobs, c.Nodes, c.GPUsPerNode, c.GPUs(), racks, o.estimates, seedsString(o.seeds, l.seedDependent(o)))
+	}
+	b.WriteByte('\n')
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	head := "policy\tutil\tavg wait\tp95 wait\tavg JCT\tavg bsld\tmakespan\tpreempt\tfrag GPUs\tlargest gang\tfinished"
+	if o.compare {
+		head = "workload\t" + head
+	}
+	fmt.Fprintln(tw, head)
+	for _, r := range rows {
+		s := r.res
+		line := fmt.Sprintf("%s\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t%d\t%.1f\t%d\t%d/%d",
+			s.Policy, 100*s.Utilization, dur(s.AvgWait), dur(s.P95Wait), dur(s.AvgJCT), s.AvgBSLD,
+			dur(s.Makespan), s.Preemptions, s.FragFreeGPUs, s.LargestPlaceableGang, s.Finished, s.Jobs)
+		if o.compare {
+			line = r.workload + "\t" + line
+		}
+		fmt.Fprintln(tw, line)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.dropped > 0 && (len(rows) == 0 || r.res.Policy == rows[0].res.Policy) {
+			fmt.Fprintf(&b, "\n%s: %d jobs left out (no GPUs, larger than the cluster, or unreadable in the trace)\n", r.workload, r.dropped)
+		}
+	}
+	fmt.Fprintf(&b, "\nutil: GPU-seconds busy / available from first submit to last end (it ties when the last\n"+
+		"arrivals set the makespan); bsld: bounded slowdown (10 s);\n"+
+		"frag GPUs: mean free GPUs no pending job could use; largest gang: mean largest placeable gang (GPUs).\n"+
+		"%d replays in %s.\n", len(rows), elapsed.Round(10*time.Millisecond))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// dur prints a duration compactly: whole seconds, or days and hours past
+// two days.
+func dur(d time.Duration) string {
+	if d >= 48*time.Hour {
+		days := d / (24 * time.Hour)
+		return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour+30*time.Minute)/time.Hour)
+	}
+	return d.Round(time.Second).String()
+}
+
+func seedsString(seeds []int64, used bool) string {
+	if !used {
+		return strconv.FormatInt(seeds[0], 10) + " (no effect: exact trace replay)"
+	}
+	if len(seeds) == 1 {
+		return strconv.FormatInt(seeds[0], 10)
+	}
+	contiguous := true
+	for i := 1; i < len(seeds); i++ {
+		if seeds[i] != seeds[i-1]+1 {
+			contiguous = false
+		}
+	}
+	if contiguous {
+		return fmt.Sprintf("%d-%d (means over %d)", seeds[0], seeds[len(seeds)-1], len(seeds))
+	}
+	parts := make([]string, len(seeds))
+	for i, s := range seeds {
+		parts[i] = strconv.FormatInt(s, 10)
+	}
+	return strings.Join(parts, ",") + fmt.Sprintf(" (means over %d)", len(seeds))
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/berthsched/berth/benchmarks"
+	"github.com/berthsched/berth/benchmarks/metrics"
+	"github.com/berthsched/berth/benchmarks/workload"
+)
+
+// loaded is one workload: its jobs per seed (one entry when the jobs do
+// not depend on the seed) and its cluster.
+type loaded struct {
+	spec    traceSpec
+	name    string
+	cluster benchmarks.ReplayCluster
+	trace   []workload.Job // a trace read once
+	dropped int            // dropped by the loader
+}
+
+func (l *loaded) jobs(seed int64, gpus int) ([]workload.Job, error) {
+	if l.spec.kind != "synthetic" {
+		return l.trace, nil
+	}
+	c := workload.DefaultSynthetic()
+	c.Seed = uint64(seed)
+	c.ClusterGPUs = gpus
+	if l.spec.jobs > 0 {
+		c.Jobs = l.spec.jobs
+	}
+	return workload.Synthetic(c)
+}
+
+// seedDependent reports whether seeds change the replay: generated jobs
+// or inflated estimates.
+func (l *loaded) seedDependent(o *options) bool {
+	return l.spec.kind == "synthetic" || o.estFactor > 1
+}
+
+func load(o *options, t traceSpec) (*loaded, error) {
+	l := &loaded{spec: t, name: t.name()}
+	defNodes := 64
+	switch t.kind {
+	case "itp", "swf":
+		path := t.path
+		if path == "" {
+			rel := workload.ITPCluster04
+			if t.kind == "swf" {
+				rel = workload.SWFNASA
+			}
+			p, err := workload.TracePath(rel)
+			if err != nil {
+				return nil, err
+			}
+			path = p
+		}
+		var tr *workload.Trace
+		var err error
+		if t.kind == "itp" {
+			tr, err = workload.OpenITP(path)
+		} else {
+			tr, err = workload.OpenSWF(path)
+			if err == nil {
+				defNodes = 16
+				if n, ok := tr.HeaderInt("MaxProcs"); ok && n > 0 {
+					defNodes = (n + o.gpn - 1) / o.gpn
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
+	}
+	c, err := clusterFor(o.nodes, o.gpn, o.racks, defNodes)
+	if err != nil {
+		return nil, err
+	}
+	l.cluster = c
+	return l, nil
+}
+
+// row is one (workload, policy) line of the output: means over seeds.
+type row struct {
+	workload string
+	res      metrics.Result
+	dropped  int
+	first    benchmarks.ReplayResult // the first seed's run, for plots
+}
+
+func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	var ws []*loaded
+	for _, t := range o.traces {
+		l, err := load(o, t)
+		if err != nil {
+			return err
+		}
+		ws = append(ws, l)
+	}
+	type key struct{ w, p int }
+	var cfgs []benchmarks.ReplayConfig
+	var keys []key
+	for wi, l := range ws {
+		seeds := o.seeds
+		if !l.seedDependent(o) {
+			seeds = seeds[:1]
+		}
+		for pi, p := range o.policies {
+			for _, seed := range seeds {
+				jobs, err := l.jobs(seed, l.cluster.GPUs())
+				if err != nil {
+					return err
+				}
+				cfgs = append(cfgs, benchmarks.ReplayConfig{
+					Workload: l.name, Jobs: jobs, Cluster: l.cluster, Policy: p,
+					EstimateFactor: o.estFactor, EstimateSeed: uint64(seed),
+				})
+				keys = append(keys, key{wi, pi})
+			}
+		}
+	}
+
+	done := make([]atomic.Int64, len(cfgs))
+	var total int64
+	for i := range cfgs {
+		total += int64(len(cfgs[i].Jobs))
+		cfgs[i].Progress = func(n int) { done[i].Store(int64(n)) }
+	}
+	bar := startProgress(stderr, progressOn(o.progress, stderr), "jobs", total, func() int64 {
+		var s int64
+		for i := range done {
+			s += done[i].Load()
+		}
+		return s
+	})
+	start := time.Now()
+	results, err := benchmarks.ReplayMany(ctx, cfgs, o.parallel)
+	bar.stop()
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+
+	var rows []row
+	for wi, l := range ws {
+		for pi := range o.policies {
+			var rs []metrics.Result
+			var first *benchmarks.ReplayResult
+			for i, k := range keys {
+				if k == (key{wi, pi}) {
+					rs = append(rs, results[i].Result)
+					if first == nil {
+						first = &results[i]
+					}
+				}
+			}
+			rows = append(rows, row{workload: l.name, res: benchmarks.MeanResult(rs), dropped: l.dropped + first.Dropped, first: *first})
+		}
+	}
+	if err := writeRows(stdout, o, ws, rows, elapsed); err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return err
+		}
+		files, err := plotReplays(o.out, rows)
+		if err != nil {
+			return err
+		}
+		if o.format == "table" {
+			fmt.Fprintf(stdout, "\nplots: %d files in %s\n", len(files), o.out)
+		}
+	}
+	return nil
+}
