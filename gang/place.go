@@ -29,6 +29,8 @@ type Placer struct {
 	order  []int // groups by GPUs per member, descending
 
 	caps   []domCap
+	cnt    []int32 // capacity buckets
+	pick   []int32 // positions in caps
 	chosen []int32
 	best   []int32
 	takes  []take
@@ -321,61 +323,105 @@ func (p *Placer) placeOne() Result {
 }
 
 // choose picks the fewest preferred domains inside required domain d whose
-// capacity reaches need (largest first), then swaps picks for smaller
-// unpicked domains while the sum still reaches need (tightest fit). It
-// leaves the picks in p.chosen and returns their count and free GPUs.
+// capacity reaches need (largest first, lower index on ties), then, from
+// the smallest pick up, swaps a pick for the smallest unpicked domain
+// (lower index on ties) that keeps the sum >= need (tightest fit). It
+// leaves the picks, ascending, in p.chosen and returns their count and
+// free GPUs. Capacities are counted into buckets, so the cost is linear in
+// the domains read, with no sort of them.
 func (p *Placer) choose(d int, gi *groupInfo, need int) (spread, freeChosen int) {
 	lo, hi := p.span(p.lr, d, p.lp)
 	p.caps = p.caps[:0]
+	maxCap := 0
 	for i := lo; i < hi; i++ {
 		if c := p.capacity(p.lp, i, gi); c > 0 {
+			c = min(c, 1<<30)
 			p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
+			maxCap = max(maxCap, c)
 		}
 	}
-	caps := p.caps
-	slices.SortFunc(caps, func(a, b domCap) int {
-		if a.cap != b.cap {
-			return int(b.cap - a.cap)
+	if maxCap > 1<<20 {
+		// Huge domains: capacity beyond need never changes the count of
+		// picks, so clamp it to keep the buckets small (tightness among
+		// domains above need is then lost, which is harmless there).
+		for i := range p.caps {
+			p.caps[i].cap = min(p.caps[i].cap, int32(need))
 		}
-		return int(a.idx - b.idx)
-	})
-	m, sum := 0, 0
-	for m < len(caps) && sum < need {
-		sum += int(caps[m].cap)
-		m++
+		maxCap = min(maxCap, need)
 	}
-	// Tighten: from the smallest pick up, replace a pick by the smallest
-	// unpicked domain that keeps the sum >= need. Unpicked domains are
-	// caps[m:], sorted descending, and stay sorted after each swap
-	// because a swap only exchanges a pick for a smaller unpicked domain
-	// and re-sorting the tail is done by insertion.
-	slack := sum - need
-	for j := m - 1; j >= 0 && slack > 0; j-- {
-		want := int(caps[j].cap) - slack
-		for u := len(caps) - 1; u >= m; u-- {
-			if int(caps[u].cap) >= want {
-				if caps[u].cap < caps[j].cap {
-					slack -= int(caps[j].cap - caps[u].cap)
-					caps[j], caps[u] = caps[u], caps[j]
-					// keep caps[m:] sorted descending
-					for v := u; v > m && (caps[v].cap > caps[v-1].cap || (caps[v].cap == caps[v-1].cap && caps[v].idx < caps[v-1].idx)); v-- {
-						caps[v], caps[v-1] = caps[v-1], caps[v]
-					}
-					for v := u; v+1 < len(caps) && (caps[v].cap < caps[v+1].cap || (caps[v].cap == caps[v+1].cap && caps[v].idx > caps[v+1].idx)); v++ {
-						caps[v], caps[v+1] = caps[v+1], caps[v]
-					}
-				}
-				break
+	cnt := p.bucket(maxCap + 1)
+	for _, c := range p.caps {
+		cnt[c.cap]++
+	}
+	// The picks: every domain above the threshold capacity thr, and the
+	// first atThr domains (by index) at it.
+	sum, m, thr, atThr := 0, 0, 0, 0
+	for v := maxCap; v > 0; v-- {
+		n := int(cnt[v])
+		if n == 0 {
+			continue
+		}
+		if k := (need - sum + v - 1) / v; k <= n {
+			m, sum, thr, atThr = m+k, sum+k*v, v, k
+			break
+		}
+		m, sum = m+n, sum+n*v
+	}
+	p.pick = p.pick[:0]
+	for i := range p.caps {
+		c := &p.caps[i]
+		if c.cap > int32(thr) || (c.cap == int32(thr) && atThr > 0) {
+			if c.cap == int32(thr) {
+				atThr--
 			}
+			p.pick = append(p.pick, int32(i))
+			cnt[c.cap]-- // cnt now counts unpicked domains
+		}
+	}
+	// Tighten, smallest pick first (higher index first on ties).
+	slices.SortFunc(p.pick, func(a, b int32) int {
+		if ca, cb := p.caps[a].cap, p.caps[b].cap; ca != cb {
+			return int(ca - cb)
+		}
+		return int(b - a)
+	})
+	slack := sum - need
+	for j := 0; j < len(p.pick) && slack > 0; j++ {
+		cj := int(p.caps[p.pick[j]].cap)
+		for v := max(cj-slack, 1); v < cj; v++ {
+			if cnt[v] == 0 {
+				continue
+			}
+			for u := range p.caps { // lowest index unpicked at v
+				if int(p.caps[u].cap) == v && !slices.Contains(p.pick, int32(u)) {
+					cnt[v]--
+					cnt[cj]++
+					p.pick[j] = int32(u)
+					slack -= cj - v
+					break
+				}
+			}
+			break
 		}
 	}
 	p.chosen = p.chosen[:0]
-	for _, c := range caps[:m] {
-		p.chosen = append(p.chosen, c.idx)
-		freeChosen += p.free(p.lp, int(c.idx))
+	for _, i := range p.pick {
+		idx := p.caps[i].idx
+		p.chosen = append(p.chosen, idx)
+		freeChosen += p.free(p.lp, int(idx))
 	}
 	slices.Sort(p.chosen)
 	return m, freeChosen
+}
+
+// bucket returns a zeroed scratch slice of n counters.
+func (p *Placer) bucket(n int) []int32 {
+	if cap(p.cnt) < n {
+		p.cnt = make([]int32, n)
+	}
+	p.cnt = p.cnt[:n]
+	clear(p.cnt)
+	return p.cnt
 }
 
 // nodeRanges calls f for every node of the chosen preferred domains (or of
