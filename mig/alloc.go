@@ -169,7 +169,7 @@ func (p *Pool) AllocateIn(set *roaring.Bitmap, r Request, mode AllocMode) (Grant
 }
 
 func (p *Pool) bestIndexed(set *roaring.Bitmap, rs *resolved, mode AllocMode) (choice, bool) {
-	x := &p.idx
+	x := p.index()
 	// Phases 1 and 3 probe, class by class, every model present.
 	mig := func(phase uint8, buckets *[len(modelTable)][maxProfiles][9]*roaring.Bitmap) (choice, bool) {
 		for class := 0; class <= 8; class++ {

@@ -68,6 +68,9 @@ func (p *Pool) Check() error {
 	if migGPUs != p.migGPUs {
 		return fmt.Errorf("MIG GPU counts %v, want %v", p.migGPUs, migGPUs)
 	}
+	if p.idx == nil {
+		return nil // not built yet: nothing to disagree
+	}
 	for m := range want.idle {
 		for pi := range want.idle[m] {
 			for k := range want.idle[m][pi] {

@@ -110,27 +110,19 @@ func (x *poolIndex) update(g uint32, o, n idxKey) {
 	}
 }
 
-func (x *poolIndex) clone() poolIndex {
-	c := poolIndex{levelCount: x.levelCount}
-	cl := func(b *roaring.Bitmap) *roaring.Bitmap {
-		if b == nil {
-			return nil
+// index returns the pool's index, building it on first use. Clones start
+// without one, so a what-if copy that only allocates on given GPUs (as
+// placement does) never pays for it.
+func (p *Pool) index() *poolIndex {
+	if p.idx == nil {
+		x := new(poolIndex)
+		empty := (&gpuState{head: -1}).key()
+		for g := range p.gpus {
+			x.update(uint32(g), empty, p.gpus[g].key())
 		}
-		return b.Clone()
+		p.idx = x
 	}
-	for m := range x.idle {
-		for p := range x.idle[m] {
-			for k := range x.idle[m][p] {
-				c.idle[m][p][k] = cl(x.idle[m][p][k])
-				c.create[m][p][k] = cl(x.create[m][p][k])
-			}
-		}
-	}
-	for i := range x.share {
-		c.share[i] = cl(x.share[i])
-	}
-	c.levels = *x.levels.Clone()
-	return c
+	return p.idx
 }
 
 // firstIn returns the smallest GPU of b that is also in set (nil set: all).

@@ -121,7 +121,7 @@ type Pool struct {
 	gpus      []gpuState
 	shares    []shareRec
 	freeShare int32
-	idx       poolIndex
+	idx       *poolIndex // nil until an indexed allocation needs it (see index)
 	// migGPUs counts GPUs in MIG mode per model, so queries skip absent
 	// models.
 	migGPUs [len(modelTable)]int
@@ -200,7 +200,9 @@ func (p *Pool) set(g uint32, ns gpuState) {
 		p.migGPUs[ns.layout.model]++
 	}
 	*st = ns
-	p.idx.update(g, ok, nk)
+	if p.idx != nil {
+		p.idx.update(g, ok, nk)
+	}
 }
 
 // GPUInfo describes one GPU of a pool.
@@ -298,7 +300,6 @@ func (p *Pool) Clone() *Pool {
 		gpus:      append([]gpuState(nil), p.gpus...),
 		shares:    append([]shareRec(nil), p.shares...),
 		freeShare: p.freeShare,
-		idx:       p.idx.clone(),
 		migGPUs:   p.migGPUs,
 	}
 	return c
