@@ -24,12 +24,15 @@
 //	rd := engine.Ready()             // only when something changed
 //	apply rd: preemptions, resizes, binds (every member of every gang in
 //	          parallel, at most Parallelism calls in flight, each retried
-//	          with exponential backoff), MIG changes
+//	          with exponential backoff), then MIG changes (the same rules)
 //	engine.Advance(rd, refusals)     // a gang with a failed member is
-//	                                 // unbound and reported refused whole
+//	                                 // unbound and reported refused whole;
+//	                                 // a failed MIG change in RefusedMIG
 //
-// Wake-ups come from preemption deadlines, bind retries after refusals and
-// an optional periodic tick. Run returns nil when the event stream ends
+// Wake-ups come from preemption deadlines, bind retries after refusals,
+// the engine's MIG backoff after a refused MIG change, an immediate cycle
+// after applied MIG changes (it places the jobs they serve), and an
+// optional periodic tick. Run returns nil when the event stream ends
 // (ErrClosed) and ctx.Err() when ctx is cancelled, after the cycle being
 // applied was finished or rolled back and advanced.
 //

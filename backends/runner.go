@@ -55,7 +55,8 @@ type Cycle struct {
 	// Outcome is what was reported to Advance.
 	Outcome engine.Outcome
 	// Errors are failures that no refusal could report: a rollback unbind
-	// or a MIG change that failed after its retries, a shrink that failed.
+	// that failed after its retries, a shrink that failed. (A MIG change
+	// that failed finally is in Outcome.RefusedMIG.)
 	// The backend may then disagree with the engine.
 	Errors []error
 	// View is the engine's view after the cycle.
@@ -234,10 +235,27 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 		// Refusals make the engine dirty; retry them later, not at once.
 		r.addWake(now.Add(max(r.cfg.Engine.BindRetryBackoff, r.cfg.Retry.Initial)))
 	}
+	if len(out.RefusedMIG) > 0 {
+		// The engine plans no change for its MIG backoff; look again then.
+		r.addWake(now.Add(migRetryBackoff(r.cfg.Engine.MIG.RetryBackoff)))
+	}
+	if len(out.RefusedMIG) < len(rd.MIG) {
+		// Applied changes serve blocked jobs, which the next cycle places:
+		// run it now rather than at the next event.
+		r.addWake(now)
+	}
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Errors: errs, View: eng.View()})
 	}
 	return ctx.Err()
+}
+
+// migRetryBackoff is engine.MIGConfig.RetryBackoff with its default.
+func migRetryBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return time.Minute
+	}
+	return d
 }
 
 func (r *Runner) addWake(t time.Time) {
@@ -320,14 +338,17 @@ func (r *Runner) apply(ctx context.Context, rd *engine.Ready) (engine.Outcome, [
 	}
 	out.RefusedBinds = r.bindGangs(ctx, binds, &errs)
 
-	// MIG.
+	// MIG: after the binds, whose created instances the changes' From
+	// layouts already hold. A change that fails finally (refused, or
+	// transient past its retries) is reported refused: the engine keeps
+	// its old layout and backs off.
 	merr := make([]error, len(rd.MIG))
 	r.each(ctx, len(rd.MIG), func(ctx context.Context, i int) {
 		merr[i] = r.retry(ctx, func(ctx context.Context) error { return act.ApplyMIG(ctx, rd.MIG[i]) })
 	})
 	for i, err := range merr {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("backends: MIG change on %s GPU %d: %w", rd.MIG[i].Node, rd.MIG[i].GPU, err))
+			out.RefusedMIG = append(out.RefusedMIG, rd.MIG[i])
 		}
 	}
 	return out, errs

@@ -42,6 +42,12 @@ type fake struct {
 	inflight   int
 	maxFlight  int
 	calls      atomic.Int64
+
+	refuseMIG    bool // MIG changes are refused
+	transientMIG int  // MIG changes fail transiently this many times
+	migCalls     int
+	migApplied   []engine.MIGReconfiguration
+	wakes        []time.Time // the wake of every Next call
 }
 
 func newFake(nodes, gpus int) *fake {
@@ -51,11 +57,26 @@ func newFake(nodes, gpus int) *fake {
 	}
 }
 
-func (f *fake) Cluster(context.Context) (topo.Spec, error)                { return f.spec, nil }
-func (f *fake) Running(context.Context) ([]backends.RunningJob, error)    { return f.running, nil }
-func (f *fake) ApplyMIG(context.Context, engine.MIGReconfiguration) error { return nil }
+func (f *fake) Cluster(context.Context) (topo.Spec, error)             { return f.spec, nil }
+func (f *fake) Running(context.Context) ([]backends.RunningJob, error) { return f.running, nil }
 
-func (f *fake) Next(ctx context.Context, _ time.Time) ([]engine.Event, error) {
+func (f *fake) ApplyMIG(_ context.Context, r engine.MIGReconfiguration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.migCalls++
+	if f.refuseMIG {
+		return fmt.Errorf("%w: GPU busy", backends.ErrRefused)
+	}
+	if f.transientMIG > 0 {
+		f.transientMIG--
+		return errors.New("nvml: timeout")
+	}
+	f.migApplied = append(f.migApplied, r)
+	return nil
+}
+
+func (f *fake) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
+	f.wakes = append(f.wakes, wake)
 	if len(f.script) > 0 {
 		b := f.script[0]
 		f.script = f.script[1:]
@@ -374,4 +395,93 @@ func TestRunnerClampsLateEvents(t *testing.T) {
 	require.Len(t, cycles, 2)
 	assert.Equal(t, t0.Add(time.Hour), cycles[1].Ready.At)
 	assert.Equal(t, []string{"a", "b"}, f.boundJobs())
+}
+
+// migFake is one H100 in MIG mode split into seven 1g instances: a 1g job
+// takes one, then a 3g job waits two minutes, so the engine plans a
+// reconfiguration of the idle instances at the scripted tick.
+func migFake() *fake {
+	f := newFake(1, 1)
+	f.spec = topo.Spec{Nodes: []topo.NodeSpec{{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"}}}
+	prof := func(id, p string) *queue.Job {
+		return &queue.Job{ID: id, Queue: "q", Submit: t0, RuntimeEstimate: time.Hour, RuntimeLimit: time.Hour,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
+	}
+	big := prof("big", "3g.40gb")
+	big.Submit = t0.Add(time.Minute)
+	f.script = [][]engine.Event{
+		{engine.Submitted(t0, prof("small", "1g.10gb"))},
+		{engine.Submitted(t0.Add(time.Minute), big)},
+		{engine.Tick(t0.Add(3 * time.Minute))},
+		{engine.Tick(t0.Add(3 * time.Minute))},
+	}
+	f.closeAtEnd = true
+	return f
+}
+
+func TestRunnerAppliesMIGWithRetries(t *testing.T) {
+	f := migFake()
+	f.transientMIG = 2
+	var cycles []backends.Cycle
+	c := &clock{}
+	cfg := config(f, c, &cycles)
+	cfg.Retry = backends.Retry{Attempts: 3, Initial: time.Second}
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+
+	var mig []backends.Cycle
+	for _, cy := range cycles {
+		if len(cy.Ready.MIG) > 0 {
+			mig = append(mig, cy)
+		}
+	}
+	require.Len(t, mig, 1, "one reconfiguration planned")
+	assert.Empty(t, mig[0].Outcome.RefusedMIG, "transient failures are retried")
+	assert.Empty(t, mig[0].Errors)
+	assert.Equal(t, 3, f.migCalls)
+	require.Len(t, f.migApplied, 1)
+	assert.Equal(t, "m0", f.migApplied[0].Node)
+	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second}, c.sleeps)
+	assert.Contains(t, f.wakes, t0.Add(3*time.Minute), "a cycle right after the applied change")
+	assert.Equal(t, []string{"big", "small"}, f.boundJobs(), "the 3g job runs on the new instance")
+	var in []string
+	for _, m := range f.bound["big"] {
+		in = append(in, m.Instance.String())
+	}
+	assert.Equal(t, []string{f.migApplied[0].Create[0].String()}, in)
+}
+
+func TestRunnerReportsRefusedMIG(t *testing.T) {
+	for _, name := range []string{"refused", "transient past retries"} {
+		t.Run(name, func(t *testing.T) {
+			f := migFake()
+			if name == "refused" {
+				f.refuseMIG = true
+			} else {
+				f.transientMIG = 100
+			}
+			var cycles []backends.Cycle
+			cfg := config(f, &clock{}, &cycles)
+			cfg.Engine.MIG.RetryBackoff = 10 * time.Minute
+			r, err := backends.NewRunner(cfg)
+			require.NoError(t, err)
+			require.NoError(t, r.Run(context.Background()))
+
+			var refused []engine.MIGReconfiguration
+			for _, cy := range cycles {
+				refused = append(refused, cy.Outcome.RefusedMIG...)
+				assert.Empty(t, cy.Errors)
+			}
+			require.Len(t, refused, 1)
+			assert.Equal(t, "m0", refused[0].Node)
+			assert.Empty(t, f.migApplied)
+			assert.Equal(t, []string{"small"}, f.boundJobs(), "the 3g job still waits")
+			assert.Contains(t, f.wakes, t0.Add(13*time.Minute), "a wake-up at the end of the MIG backoff")
+			st := r.View().Pending
+			require.Len(t, st, 1)
+			assert.Equal(t, "big", st[0].Job)
+			assert.NotEqual(t, engine.ReasonReconfiguring, st[0].Reason, "the refused plan was dropped")
+		})
+	}
 }

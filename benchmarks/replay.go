@@ -20,6 +20,7 @@ import (
 	"github.com/berthsched/berth/benchmarks/workload"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -128,6 +129,46 @@ type ReplayConfig struct {
 	Progress func(finished int)
 	// Observe, if set, sees every cycle (tests read reservations from it).
 	Observe func(backends.Cycle)
+	// Spec, when it has nodes, is the cluster instead of Cluster's uniform
+	// shape: heterogeneous nodes, MIG nodes, shared GPUs, host resources
+	// (see OpenbSpec and SyntheticMIG). Jobs are then split over nodes of
+	// its largest GPU count, and members ask for the jobs' CPU and memory.
+	Spec topo.Spec
+	// TickInterval, when positive, runs a cycle at least this often
+	// (backends.RunnerConfig.TickInterval): MIG plans are weighed against
+	// the time blocked jobs have waited, which only cycles see.
+	TickInterval time.Duration
+}
+
+// fractional reports whether the cluster takes fractional members: MIG
+// nodes, shared nodes, or ShareFreeGPUs.
+func replayFractional(sp *topo.Spec) bool {
+	if sp.ShareFreeGPUs {
+		return true
+	}
+	for i := range sp.Nodes {
+		if sp.Nodes[i].MIG || sp.Nodes[i].Sharing.Mode != mig.Exclusive {
+			return true
+		}
+	}
+	return false
+}
+
+// replaySpec returns the replay's cluster, its GPU count and the largest
+// GPU count of a node.
+func replaySpec(cfg *ReplayConfig) (spec topo.Spec, gpus, per int, err error) {
+	if len(cfg.Spec.Nodes) == 0 {
+		spec, err = cfg.Cluster.Spec()
+		return spec, cfg.Cluster.GPUs(), cfg.Cluster.GPUsPerNode, err
+	}
+	if err := cfg.Spec.Validate(); err != nil {
+		return spec, 0, 0, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
+	for i := range cfg.Spec.Nodes {
+		gpus += cfg.Spec.Nodes[i].GPUs
+		per = max(per, cfg.Spec.Nodes[i].GPUs)
+	}
+	return cfg.Spec, gpus, per, nil
 }
 
 // ReplayResult is what one replay measured.
@@ -138,16 +179,33 @@ type ReplayResult struct {
 	Series []metrics.Sample
 	// Waits are the sorted waits of the finished jobs (a CDF's points).
 	Waits []time.Duration
-	// Dropped counts workload jobs left out: no whole GPUs (CPU-only or
-	// shared-GPU pods), or more GPUs than the cluster has.
-	Dropped int
+	// Dropped counts workload jobs left out: no GPUs (CPU-only pods), a
+	// fraction of a GPU on a cluster that takes none (or a fraction of
+	// several GPUs), more GPUs than the cluster has, or no runtime;
+	// NoRuntime is the part of Dropped left out for the last reason
+	// (openb pods that never ran).
+	Dropped   int
+	NoRuntime int
+	// ClusterGPUs is the cluster's GPU count; utilization is GPU milli
+	// held (whole GPUs, shares, MIG instances by compute fraction) over
+	// ClusterGPUs x 1000.
+	ClusterGPUs int
+	// Fractional counts the replayed jobs with fractional members.
+	Fractional int
+	// MIGDecided counts the MIG reconfigurations the engine emitted;
+	// Sim the simulator's MIG and share counters (changes applied and
+	// refused, instances created and destroyed, shares bound).
+	MIGDecided int
+	Sim        sim.Stats
 	// Reserved counts the jobs that held a backfill reservation;
 	// Delayed lists those that started after the start their first
 	// reservation promised.
 	Reserved int
 	Delayed  []ReservationDelay
-	// Violations are impossible binds the simulator refused (a GPU booked
-	// twice): always empty for a correct engine.
+	// Violations are impossible binds and MIG changes the simulator
+	// refused (a GPU, MIG instance or share booked twice, a bind on an
+	// instance that does not exist, a change destroying an instance in
+	// use): always empty for a correct engine.
 	Violations []error
 }
 
@@ -184,26 +242,38 @@ func replayRequest(g, per int) gang.Request {
 
 // replayJobs converts the workload: IDs by position (so ties in FIFO
 // order follow the trace), queue by user, else queue, else "default".
-func replayJobs(cfg *ReplayConfig) (jobs []replayJob, queues []string, dropped int, err error) {
+// Share pods (a fraction of one GPU) become one fractional member where
+// the cluster takes them.
+func replayJobs(cfg *ReplayConfig) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	if f := cfg.EstimateFactor; f != 0 {
 		if math.IsNaN(f) || f < 1 {
-			return nil, nil, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrReplay, f)
+			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrReplay, f)
 		}
 		src = slices.Clone(src)
 		if err := workload.InflateEstimates(src, cfg.EstimateSeed, f); err != nil {
-			return nil, nil, 0, fmt.Errorf("%w: %w", ErrReplay, err)
+			return nil, nil, 0, 0, fmt.Errorf("%w: %w", ErrReplay, err)
 		}
 	}
-	total := cfg.Cluster.GPUs()
-	per := cfg.Cluster.GPUsPerNode
+	spec, total, per, err := replaySpec(cfg)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	custom := len(cfg.Spec.Nodes) > 0
+	frac := replayFractional(&spec)
 	width := len(strconv.Itoa(len(src)))
 	seen := map[string]bool{}
 	jobs = make([]replayJob, 0, len(src))
 	for i := range src {
 		w := &src[i]
 		g := w.GPUs
-		if g <= 0 || g > total || w.Runtime <= 0 {
+		share := frac && w.Shared() && w.NumGPU == 1
+		if w.Runtime <= 0 {
+			dropped++
+			noRuntime++
+			continue
+		}
+		if (g <= 0 && !share) || g > total {
 			dropped++
 			continue
 		}
@@ -216,18 +286,36 @@ func replayJobs(cfg *ReplayConfig) (jobs []replayJob, queues []string, dropped i
 		if est <= 0 {
 			est = w.Runtime
 		}
-		req := replayRequest(g, per)
-		minPer := req.Groups[len(req.Groups)-1].GPUsPerMember
+		var req gang.Request
+		milli := int64(g) * 1000
+		if share {
+			req = gang.Request{Groups: []gang.Group{{Members: 1, GPUMilli: w.GPUMilli}}}
+			milli = int64(w.GPUMilli)
+		} else {
+			req = replayRequest(g, per)
+		}
+		if custom {
+			// Host resources per member, split like the GPUs.
+			n := 0
+			for _, gr := range req.Groups {
+				n += gr.Members
+			}
+			for k := range req.Groups {
+				req.Groups[k].CPUMilli = w.CPUMilli / int64(n)
+				req.Groups[k].MemoryMiB = w.MemoryMiB / int64(n)
+			}
+		}
+		minPer := max(1, req.Groups[len(req.Groups)-1].GPUsPerMember)
 		jobs = append(jobs, replayJob{
 			q: &queue.Job{
 				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, Submit: replayBase.Add(w.Submit),
 				Request: req, RuntimeEstimate: est,
 			},
-			runtime: w.Runtime, minPer: minPer, gpuMilli: int64(g) * 1000,
+			runtime: w.Runtime, minPer: minPer, gpuMilli: milli,
 		})
 	}
 	slices.Sort(queues)
-	return jobs, queues, dropped, nil
+	return jobs, queues, dropped, noRuntime, nil
 }
 
 // replayQueues is one cohort holding twice the cluster's GPUs, with a
@@ -259,16 +347,16 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 	if err != nil {
 		return res, err
 	}
-	spec, err := cfg.Cluster.Spec()
+	spec, gpus, per, err := replaySpec(&cfg)
 	if err != nil {
 		return res, err
 	}
-	jobs, queues, dropped, err := replayJobs(&cfg)
+	jobs, queues, dropped, noRuntime, err := replayJobs(&cfg)
 	if err != nil {
 		return res, err
 	}
-	res.Dropped = dropped
-	ecfg.Queues = replayQueues(queues, cfg.Cluster.GPUs())
+	res.Dropped, res.NoRuntime, res.ClusterGPUs = dropped, noRuntime, gpus
+	ecfg.Queues = replayQueues(queues, gpus)
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
 	for _, j := range jobs {
@@ -286,11 +374,14 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 			return res, err
 		}
 		minPer[j.q.ID] = j.minPer
+		if j.q.Request.Groups[0].GPUMilli > 0 {
+			res.Fractional++
+		}
 	}
 
-	ob := newReplayObserver(cfg, s, minPer)
+	ob := newReplayObserver(cfg, s, minPer, per)
 	r, err := backends.NewRunner(backends.RunnerConfig{
-		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe,
+		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe, TickInterval: cfg.TickInterval,
 	})
 	if err != nil {
 		return res, err
@@ -303,8 +394,12 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 	mo := make([]metrics.Outcome, len(outs))
 	var firstSubmit, lastEnd time.Duration
 	for i, o := range outs {
+		held := jobs[i].gpuMilli
+		if o.Started {
+			held = o.Milli // what the run held: a MIG instance may be larger than the ask
+		}
 		m := metrics.Outcome{
-			ID: o.ID, Submit: o.Submit.Sub(replayBase), GPUMilli: jobs[i].gpuMilli,
+			ID: o.ID, Submit: o.Submit.Sub(replayBase), GPUMilli: held,
 			Started: o.Started, Finished: o.Finished, Preemptions: o.Preemptions, PreemptedRun: o.LostRun,
 		}
 		if o.Started {
@@ -322,13 +417,15 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 			res.Delayed = append(res.Delayed, ReservationDelay{Job: o.ID, Promised: p.Sub(replayBase), Started: o.Start.Sub(replayBase)})
 		}
 	}
-	in := metrics.Input{Policy: cfg.Policy, ClusterGPUs: cfg.Cluster.GPUs(), Jobs: mo}
+	in := metrics.Input{Policy: cfg.Policy, ClusterGPUs: gpus, Jobs: mo}
 	if res.Result, err = metrics.Compute(in); err != nil {
 		return res, err
 	}
 	res.Result.FragFreeGPUs, res.Result.LargestPlaceableGang = ob.fragmentation()
 	res.Reserved = len(ob.promised)
 	res.Violations = s.Violations()
+	res.MIGDecided = ob.migDecided
+	res.Sim = s.Stats()
 	res.Waits = metrics.Waits(mo)
 	step := cfg.Step
 	if step <= 0 {
@@ -348,7 +445,10 @@ type replayObserver struct {
 	cfg      ReplayConfig
 	sim      *sim.Sim
 	minPer   map[string]int
+	per      int                  // the largest GPU count of a node
 	promised map[string]time.Time // first reservation start per job
+
+	migDecided int
 
 	buf                  []int
 	last                 time.Time
@@ -358,8 +458,8 @@ type replayObserver struct {
 	span                 float64
 }
 
-func newReplayObserver(cfg ReplayConfig, s *sim.Sim, minPer map[string]int) *replayObserver {
-	return &replayObserver{cfg: cfg, sim: s, minPer: minPer, promised: map[string]time.Time{}}
+func newReplayObserver(cfg ReplayConfig, s *sim.Sim, minPer map[string]int, per int) *replayObserver {
+	return &replayObserver{cfg: cfg, sim: s, minPer: minPer, per: per, promised: map[string]time.Time{}}
 }
 
 func (o *replayObserver) observe(c backends.Cycle) {
@@ -371,6 +471,7 @@ func (o *replayObserver) observe(c backends.Cycle) {
 			o.promised[r.Job] = r.Start
 		}
 	}
+	o.migDecided += len(c.Ready.MIG)
 	st := o.sim.State(o.buf)
 	o.buf = st.NodeFree
 	o.integrate(c.Ready.At)
@@ -399,7 +500,7 @@ func (o *replayObserver) integrate(now time.Time) {
 // placed in the replay's member shapes (whole free nodes plus the freest
 // other node, or the freest node alone).
 func (o *replayObserver) measure(free []int, pending []engine.PendingStatus) (frag, largest float64) {
-	per := o.cfg.Cluster.GPUsPerNode
+	per := o.per
 	whole, best, bestPartial := 0, 0, 0
 	for _, f := range free {
 		best = max(best, f)
@@ -493,4 +594,121 @@ func MeanResult(rs []metrics.Result) metrics.Result {
 	m.Preemptions, m.Jobs, m.Finished = int(math.Round(pre)), int(math.Round(jobs)), int(math.Round(fin))
 	m.LargestPlaceableGang = int(math.Round(lg))
 	return m
+}
+
+// OpenbSpec builds the cluster of the openb node list for a time replay of
+// its pods: one node per listed node with GPUs (CPU-only nodes are left
+// out, as are the CPU-only pods), with its GPU model, CPU and memory, and
+// topo.Spec.ShareFreeGPUs, the GPU-share model of the trace (a share pod
+// takes part of a free GPU, which is then time-sliced with exact
+// thousandths). Errors wrap ErrReplay.
+func OpenbSpec(nodes []workload.Node) (topo.Spec, error) {
+	sp := topo.Spec{ShareFreeGPUs: true}
+	for _, n := range nodes {
+		if n.GPUs <= 0 {
+			continue
+		}
+		sp.Nodes = append(sp.Nodes, topo.NodeSpec{Name: n.Name, GPUs: n.GPUs, GPUModel: cmp.Or(n.Model, "GPU"),
+			CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB})
+	}
+	if len(sp.Nodes) == 0 {
+		return sp, fmt.Errorf("%w: the openb node list has no GPU node", ErrReplay)
+	}
+	if err := sp.Validate(); err != nil {
+		return sp, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
+	return sp, nil
+}
+
+// SyntheticMIGConfig configures SyntheticMIG.
+type SyntheticMIGConfig struct {
+	Seed uint64
+	// Nodes of 8 H100-80GB GPUs: the first half exclusive (whole-GPU
+	// jobs), the rest in MIG mode, every GPU split into seven 1g.10gb
+	// instances to begin with. At least 2.
+	Nodes int
+	// WholeJobs are drawn by workload.Synthetic for the exclusive half
+	// (load 0.9); FracJobs fractional jobs arrive over the same span.
+	WholeJobs, FracJobs int
+}
+
+// DefaultSyntheticMIG is the workload of `--trace synthetic-mig`: 16 nodes
+// (64 exclusive GPUs and 64 in MIG mode), 300 whole-GPU jobs and 1,500
+// fractional ones.
+func DefaultSyntheticMIG() SyntheticMIGConfig {
+	return SyntheticMIGConfig{Seed: 42, Nodes: 16, WholeJobs: 300, FracJobs: 1500}
+}
+
+// syntheticMIGMilli are the fractional asks and their weights: on an H100
+// they resolve to 1g (100), 2g (250), 3g (400) and 4g (500) instances, so
+// a cluster split into 1g instances needs re-layouts for most of them.
+var syntheticMIGMilli = []workload.SizeWeight{{GPUs: 100, Weight: 4}, {GPUs: 250, Weight: 3}, {GPUs: 400, Weight: 2}, {GPUs: 500, Weight: 1}}
+
+// SyntheticMIG generates a mixed workload and its cluster: whole-GPU jobs
+// after ITP cluster04 on the exclusive nodes, and fractional jobs (GPU
+// thousandths resolving to 1g..4g MIG instances) arriving uniformly over
+// the same span, with log-uniform runtimes over a 24x range scaled for an
+// offered load of about 0.8 of the MIG GPUs (in GPU thousandths asked;
+// about 1 to 23 hours with the defaults). Seeded and deterministic.
+// Errors wrap ErrReplay.
+func SyntheticMIG(c SyntheticMIGConfig) ([]workload.Job, topo.Spec, error) {
+	if c.Nodes < 2 || c.Nodes > 1<<16 || c.WholeJobs < 1 || c.FracJobs < 0 {
+		return nil, topo.Spec{}, fmt.Errorf("%w: synthetic MIG: %d nodes (want >= 2), %d whole and %d fractional jobs", ErrReplay, c.Nodes, c.WholeJobs, c.FracJobs)
+	}
+	plain := c.Nodes / 2
+	var sp topo.Spec
+	for i := range c.Nodes {
+		n := topo.NodeSpec{Name: fmt.Sprintf("n%03d", i), GPUs: 8, GPUModel: "H100-80GB"}
+		if i >= plain {
+			n.Name = fmt.Sprintf("m%03d", i)
+			n.MIG, n.MIGLayout = true, "1g,1g,1g,1g,1g,1g,1g"
+		}
+		sp.Nodes = append(sp.Nodes, n)
+	}
+	wc := workload.DefaultSynthetic()
+	wc.Seed, wc.Jobs, wc.ClusterGPUs = c.Seed, c.WholeJobs, plain*8
+	jobs, err := workload.Synthetic(wc)
+	if err != nil {
+		return nil, sp, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
+	// Fractional jobs arrive over the whole jobs' arrival span; their
+	// runtimes are log-uniform over a 24x range scaled so that the
+	// offered load on the MIG GPUs is about 0.8 (the mean of log-uniform
+	// [lo, hi] is (hi-lo)/ln(hi/lo)).
+	var span time.Duration
+	for _, j := range jobs {
+		span = max(span, j.Submit)
+	}
+	span = max(span, time.Hour)
+	wsum, msum := 0, 0
+	for _, w := range syntheticMIGMilli {
+		wsum += w.Weight
+		msum += w.Weight * w.GPUs
+	}
+	meanMilli := float64(msum) / float64(wsum)
+	lo, hi := float64(time.Minute), float64(24*time.Minute)
+	if c.FracJobs > 0 {
+		want := 0.8 * float64(span) * float64((c.Nodes-plain)*8) / (float64(c.FracJobs) * meanMilli / 1000)
+		lo = max(float64(time.Minute), want*math.Log(24)/23)
+		hi = 24 * lo
+	}
+	rng := workload.NewSplitMix64(c.Seed ^ 0x6d6967) // "mig"
+	for i := range c.FracJobs {
+		at := time.Duration(rng.Draw(uint64(span/time.Second))) * time.Second
+		k := rng.Draw(uint64(wsum))
+		milli := 0
+		for _, w := range syntheticMIGMilli {
+			if k < uint64(w.Weight) {
+				milli = w.GPUs
+				break
+			}
+			k -= uint64(w.Weight)
+		}
+		u := float64(rng.Draw(1<<53)) / (1 << 53)
+		rt := max(time.Second, time.Duration(lo*math.Exp(u*math.Log(hi/lo))).Round(time.Second))
+		jobs = append(jobs, workload.Job{ID: fmt.Sprintf("f%05d", i), Submit: at, Runtime: rt, Estimate: rt,
+			NumGPU: 1, GPUMilli: milli, Queue: fmt.Sprintf("q%d", i%8)})
+	}
+	slices.SortStableFunc(jobs, func(a, b workload.Job) int { return cmp.Compare(a.Submit, b.Submit) })
+	return jobs, sp, nil
 }

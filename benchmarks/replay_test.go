@@ -16,6 +16,7 @@ import (
 	"github.com/berthsched/berth/benchmarks/metrics"
 	"github.com/berthsched/berth/benchmarks/workload"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/topo"
 )
 
 func replaySynthetic(t testing.TB, jobs, gpus int) []workload.Job {
@@ -254,4 +255,129 @@ func TestReplayTraceComparison(t *testing.T) {
 		// by the last arrival, so utilization ties.
 		replayCompare(t, "nasa", nasa[:nasaCut], ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}, consCut, false)
 	})
+}
+
+func TestReplaySyntheticMIG(t *testing.T) {
+	c := DefaultSyntheticMIG()
+	c.Nodes, c.WholeJobs, c.FracJobs = 4, 60, 300
+	jobs, spec, err := SyntheticMIG(c)
+	require.NoError(t, err)
+	again, _, err := SyntheticMIG(c)
+	require.NoError(t, err)
+	require.Equal(t, jobs, again, "seeded")
+	for _, p := range []string{"fifo", "easy"} {
+		t.Run(p, func(t *testing.T) {
+			r, err := Replay(context.Background(), ReplayConfig{Workload: "synthetic-mig", Jobs: jobs, Spec: spec, Policy: p, EstimateFactor: 1})
+			require.NoError(t, err)
+			t.Logf("%s: util %.4f wait %v finished %d/%d frac %d mig decided %d sim %+v", p, r.Result.Utilization, r.Result.AvgWait, r.Result.Finished, r.Result.Jobs, r.Fractional, r.MIGDecided, r.Sim)
+			assert.Empty(t, r.Violations)
+			assert.Equal(t, len(jobs), r.Result.Jobs+r.Dropped, "every job accounted for")
+			assert.Zero(t, r.Dropped)
+			assert.Equal(t, r.Result.Jobs, r.Result.Finished)
+			assert.Equal(t, 300, r.Fractional)
+			assert.Equal(t, 32, r.ClusterGPUs)
+			assert.Positive(t, r.MIGDecided, "1g-split GPUs must be re-laid out for 2g..4g asks")
+			assert.Equal(t, r.MIGDecided, r.Sim.MIGApplied+r.Sim.MIGRefused, "every decision reached the simulator")
+			assert.Zero(t, r.Sim.MIGRefused)
+			assert.Equal(t, 300, r.Sim.InstanceBinds)
+			assert.Positive(t, r.Sim.InstancesDestroyed)
+			assert.Greater(t, r.Result.Utilization, 0.0)
+			assert.Less(t, r.Result.Utilization, 1.0)
+		})
+	}
+}
+
+// replayOpenb loads the openb pods and nodes, or skips when absent.
+func replayOpenb(t testing.TB) ([]workload.Job, topo.Spec) {
+	t.Helper()
+	pp, err := workload.TracePath(workload.OpenbPods)
+	if errors.Is(err, workload.ErrNoTraces) {
+		t.Skipf("no shared traces: %v", err)
+	}
+	require.NoError(t, err)
+	np, err := workload.TracePath(workload.OpenbNodes)
+	require.NoError(t, err)
+	if _, err := os.Stat(pp); err != nil {
+		t.Skipf("trace %s absent: %v", pp, err)
+	}
+	tr, err := workload.OpenOpenbPods(pp)
+	require.NoError(t, err)
+	nodes, err := workload.OpenOpenbNodes(np)
+	require.NoError(t, err)
+	spec, err := OpenbSpec(nodes)
+	require.NoError(t, err)
+	return tr.Jobs, spec
+}
+
+// TestReplayOpenbTrace replays the openb pods as a time trace: share pods
+// become fractional members on GPUs shared on demand.
+func TestReplayOpenbTrace(t *testing.T) {
+	pods, spec := replayOpenb(t)
+	if replayRace() || testing.Short() {
+		pods = pods[:1500]
+	}
+	gpus := 0
+	for _, n := range spec.Nodes {
+		gpus += n.GPUs
+	}
+	shared, noRun := 0, 0
+	for i := range pods {
+		if pods[i].Runtime <= 0 {
+			noRun++
+		} else if pods[i].Shared() && pods[i].NumGPU == 1 {
+			shared++
+		}
+	}
+	r, err := Replay(context.Background(), ReplayConfig{Workload: "openb", Jobs: pods, Spec: spec, Policy: "easy", EstimateFactor: 1})
+	require.NoError(t, err)
+	t.Logf("openb: %d pods, %d replayed, %d dropped (%d no runtime), %d fractional; util %.4f wait %v sim %+v",
+		len(pods), r.Result.Jobs, r.Dropped, r.NoRuntime, r.Fractional, r.Result.Utilization, r.Result.AvgWait, r.Sim)
+	assert.Empty(t, r.Violations)
+	assert.Equal(t, len(pods), r.Result.Jobs+r.Dropped, "every pod accounted for")
+	assert.Equal(t, noRun, r.NoRuntime)
+	assert.Equal(t, shared, r.Fractional)
+	assert.Positive(t, r.Fractional)
+	assert.Equal(t, r.Fractional, r.Sim.ShareBinds)
+	assert.Greater(t, r.Sim.MaxSharesPerGPU, 1, "share pods pack onto one GPU")
+	assert.Equal(t, r.Result.Jobs, r.Result.Finished)
+	assert.Equal(t, gpus, r.ClusterGPUs)
+}
+
+// Share pods run as fractional members where the cluster shares GPUs; pods
+// that never ran and CPU-only pods are dropped and counted.
+func TestReplaySharePods(t *testing.T) {
+	jobs := []workload.Job{
+		{ID: "whole", Submit: 0, Runtime: time.Hour, GPUs: 2, NumGPU: 2, GPUMilli: 1000, CPUMilli: 4000, MemoryMiB: 1024},
+		{ID: "s1", Submit: 0, Runtime: time.Hour, NumGPU: 1, GPUMilli: 500, CPUMilli: 1000},
+		{ID: "s2", Submit: time.Minute, Runtime: time.Hour, NumGPU: 1, GPUMilli: 400},
+		{ID: "s3", Submit: time.Minute, Runtime: 30 * time.Minute, NumGPU: 1, GPUMilli: 300},
+		{ID: "never", Submit: 0, NumGPU: 1, GPUMilli: 300},
+		{ID: "cpu", Submit: 0, Runtime: time.Hour, CPUMilli: 1000},
+		{ID: "multi", Submit: 0, Runtime: time.Hour, NumGPU: 2, GPUMilli: 500},
+	}
+	spec, err := OpenbSpec([]workload.Node{{Name: "a", GPUs: 2, Model: "V100M16", CPUMilli: 8000, MemoryMiB: 4096},
+		{Name: "b", GPUs: 1, Model: "T4", CPUMilli: 8000}, {Name: "cpu-only", CPUMilli: 8000}})
+	require.NoError(t, err)
+	require.Len(t, spec.Nodes, 2, "CPU-only nodes are left out")
+	r, err := Replay(context.Background(), ReplayConfig{Workload: "shares", Jobs: jobs, Spec: spec, Policy: "fifo", EstimateFactor: 1})
+	require.NoError(t, err)
+	assert.Empty(t, r.Violations)
+	assert.Equal(t, 3, r.Dropped)
+	assert.Equal(t, 1, r.NoRuntime)
+	assert.Equal(t, 3, r.Fractional)
+	assert.Equal(t, 3, r.ClusterGPUs)
+	assert.Equal(t, 4, r.Result.Finished)
+	assert.Equal(t, 3, r.Sim.ShareBinds)
+	assert.GreaterOrEqual(t, r.Sim.MaxSharesPerGPU, 2, "500 + 400 milli share the free GPU")
+	// s1 and s2 share the T4 (900 milli); s3 (300) fits nowhere until the
+	// whole job or s1 ends at 60 min, and runs to 90. GPU milli held over
+	// 3 GPUs x 90 minutes:
+	want := (2000.0*60 + 500*60 + 400*60 + 300*30) / (3000.0 * 90)
+	assert.InDelta(t, want, r.Result.Utilization, 1e-9)
+	assert.Equal(t, 90*time.Minute, r.Result.Makespan)
+
+	_, err = OpenbSpec([]workload.Node{{Name: "cpu"}})
+	require.ErrorIs(t, err, ErrReplay)
+	_, _, err = SyntheticMIG(SyntheticMIGConfig{Nodes: 1, WholeJobs: 1})
+	require.ErrorIs(t, err, ErrReplay)
 }

@@ -16,15 +16,34 @@
 //     GPU, node or job, or a down node is refused (backends.ErrRefused);
 //     impossible binds are also kept as Violations, so tests can assert
 //     that the engine never double-books.
+//   - Fractional members (engine.Member.Fractional) are booked for real.
+//     A node in MIG mode keeps a mig.Layout per GPU (from its MIGLayout);
+//     a member holds one instance of it, created first when the member
+//     says Created (and destroyed again when such a member is unbound: a
+//     rolled-back bind). Shared GPUs (time-slicing, MPS, or any free GPU
+//     with topo.Spec.ShareFreeGPUs) hold shares by ID and milli, at most
+//     1000 milli per GPU, and are never handed out whole meanwhile. An
+//     instance bound twice, one that does not exist or cannot be created,
+//     a share on a GPU that is not shared or over 1000 milli are
+//     violations.
+//   - ApplyMIG carries out a MIG change on the GPU's layout: refused when
+//     its From is not the layout (stale) or the node is down; refused and
+//     a violation when it destroys an instance in use or its Destroy /
+//     Create do not lead from From to To. Instances released by finished
+//     jobs stay, idle, as on a real GPU.
 //   - Preempt stops a job at once without reporting it finished (the
 //     engine requeues it); it reruns from the start.
 //   - FailNode and RecoverNode inject node failures; RefuseBinds and
 //     FailBinds inject refused and transient bind failures, keyed by job
-//     and node so that they do not depend on call order.
+//     and node so that they do not depend on call order; RefuseMIG and
+//     FailMIG the same for MIG changes, keyed by node and GPU.
 //
-// Outcomes gives every job's submit, start, end, GPUs and lost runs;
-// State the occupancy (busy GPUs, free GPUs per node) at the current
-// instant.
+// Outcomes gives every job's submit, start, end, GPUs (whole) and GPU
+// milli held, and lost runs; State the occupancy (busy GPUs and milli,
+// shares, idle GPUs per node) at the current instant; Stats the MIG and
+// share counters (changes applied and refused, instances created and
+// destroyed, fractional binds, the most shares at once); Layout a MIG
+// GPU's layout.
 //
 // # Concurrency and determinism
 //

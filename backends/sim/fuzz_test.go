@@ -90,3 +90,100 @@ func FuzzReplay(f *testing.F) {
 		require.Equal(t, len(runtimes), st.Finished)
 	})
 }
+
+// FuzzReplayShared drives the engine against the simulator on a cluster
+// with H100 nodes in MIG mode (various starting layouts), GPUs shared on
+// demand and plain nodes, with whole-GPU, fractional and MIG-profile jobs,
+// refused and failing binds and MIG changes. After the run: no violation
+// (no instance or share booked twice, no bind on a missing instance, no
+// change destroying an instance in use, never over 1000 milli on a GPU),
+// every job finished exactly once for its runtime, the cluster is empty
+// and every MIG layout is valid.
+func FuzzReplayShared(f *testing.F) {
+	f.Add([]byte{1, 1, 0, 3, 2, 0, 5, 9, 1, 2, 40, 3, 0, 7, 7, 1, 2, 3, 4, 5})
+	f.Add([]byte{2, 2, 1, 0, 1, 0, 200, 1, 3, 2, 9, 4, 4, 4, 4, 2, 1, 0, 250, 250})
+	f.Add([]byte{0, 1, 2, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17})
+	layouts := []string{"", "1g,1g,1g,1g,1g,1g,1g", "3g,2g,1g,1g", "4g.40gb,3g.40gb", "7g"}
+	profiles := []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return int(b)
+		}
+		spec := topo.Spec{ShareFreeGPUs: true}
+		migNodes, plainNodes := 1+next()%2, 1+next()%2
+		for i := range migNodes {
+			spec.Nodes = append(spec.Nodes, topo.NodeSpec{Name: fmt.Sprintf("m%d", i), GPUs: 1 + next()%2,
+				GPUModel: "H100-80GB", MIG: true, MIGLayout: layouts[next()%len(layouts)]})
+		}
+		for i := range plainNodes {
+			spec.Nodes = append(spec.Nodes, topo.NodeSpec{Name: fmt.Sprintf("n%d", i), GPUs: 2, GPUModel: "H100-80GB"})
+		}
+		cfg := engine.Config{
+			Queues:           queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
+			Policy:           queue.StrictPriority(),
+			Backfill:         engine.BackfillConfig{Mode: engine.BackfillMode(next() % 2)},
+			BindRetryBackoff: time.Minute,
+			MIG:              engine.MIGConfig{RetryBackoff: 5 * time.Minute},
+		}
+		s, err := sim.New(sim.Config{Cluster: spec, Start: t0})
+		require.NoError(t, err)
+		runtimes := map[string]time.Duration{}
+		for i := 0; len(data) >= 3 && i < 16; i++ {
+			id := fmt.Sprintf("j%02d", i)
+			var g gang.Group
+			members := 1
+			switch next() % 3 {
+			case 0:
+				members, g.GPUsPerMember = 1+next()%plainNodes, 1+next()%2
+			case 1:
+				members, g.GPUMilli = 1+next()%2, 1+next()%999
+			case 2:
+				g.MIGProfile = profiles[next()%len(profiles)]
+			}
+			j := fracJob(id, time.Duration(next()%12)*10*time.Minute, members, g)
+			rt := time.Duration(1+next()%90) * time.Minute
+			j.RuntimeEstimate = rt
+			require.NoError(t, s.Submit(j, rt))
+			runtimes[id] = rt
+			switch next() % 6 {
+			case 0:
+				s.RefuseBinds(id, "", 1)
+			case 1:
+				s.FailBinds(id, "", 1+next()%4)
+			case 2:
+				s.RefuseMIG(fmt.Sprintf("m%d", next()%migNodes), -1, 1)
+			case 3:
+				s.FailMIG(fmt.Sprintf("m%d", next()%migNodes), -1, 1+next()%4)
+			}
+		}
+		r, err := backends.NewRunner(backends.RunnerConfig{Engine: cfg, Backend: s, Clock: s, Parallelism: 4, TickInterval: time.Minute})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, r.Run(ctx))
+
+		require.Empty(t, s.Violations())
+		for _, o := range s.Outcomes() {
+			require.True(t, o.Finished, "%s never finished: %+v", o.ID, o)
+			require.False(t, o.Start.Before(o.Submit), o.ID)
+			require.Equal(t, runtimes[o.ID], o.End.Sub(o.Start), o.ID)
+		}
+		st := s.State(nil)
+		require.Zero(t, st.BusyGPUs)
+		require.Zero(t, st.BusyMilli)
+		require.Zero(t, st.Shares)
+		require.Equal(t, len(runtimes), st.Finished)
+		for _, n := range spec.Nodes[:migNodes] {
+			for g := range n.GPUs {
+				l, ok := s.Layout(n.Name, g)
+				require.True(t, ok)
+				require.NoError(t, l.Validate())
+			}
+		}
+	})
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -45,8 +46,12 @@ type Outcome struct {
 	Start, End time.Time
 	Started    bool
 	Finished   bool
-	// GPUs is the number of GPUs the last run held (its largest size).
-	GPUs int
+	// GPUs is the number of whole GPUs the last run held (its largest
+	// size). Milli is what the last run held in thousandths of a GPU (its
+	// largest): 1000 per whole GPU, a share's milli, a MIG instance's
+	// compute fraction (a 3g of a 7-slice GPU is 428).
+	GPUs  int
+	Milli int64
 	// Preemptions counts the job's preempted runs; Interrupted its runs
 	// stopped by node failures. LostRun is the time those runs held their
 	// GPUs.
@@ -76,26 +81,56 @@ type Sim struct {
 	order   []*job // submission order
 	refuse  map[injKey]int
 	fail    map[injKey]int
+	refMIG  map[migKey]int
+	failMIG map[migKey]int
 
-	busy     int // GPUs held
-	running  int // jobs with members bound
-	finished int
-	viol     []error
-	mig      []engine.MIGReconfiguration
+	busy      int   // GPUs with anything on them
+	busyMilli int64 // GPU milli held
+	running   int   // jobs with members bound
+	finished  int
+	viol      []error
+	mig       []engine.MIGReconfiguration
+	stats     Stats
 }
 
 type node struct {
-	name   string
-	holder []string // job holding each GPU; "" free
-	down   bool
-	busy   int
+	name  string
+	gpus  []gpu
+	down  bool
+	busy  int       // GPUs with anything on them
+	mig   mig.Model // MIG mode on every GPU (NoModel: not in MIG mode)
+	share bool      // fractional members may share its GPUs
 }
+
+// gpu is one simulated GPU: held whole, or holding MIG instances in use,
+// or shares.
+type gpu struct {
+	holder string     // job holding the GPU whole; "" none
+	layout mig.Layout // MIG nodes: the instances present
+	inUse  []instUse  // MIG instances in use
+	shares []shareUse
+	milli  int // milli held by shares
+}
+
+type instUse struct {
+	in  mig.Instance
+	job string
+}
+
+type shareUse struct {
+	id    mig.ShareID
+	milli int
+	job   string
+}
+
+func (g *gpu) idle() bool { return g.holder == "" && len(g.inUse) == 0 && len(g.shares) == 0 }
 
 type job struct {
 	j       *queue.Job
 	runtime time.Duration
 	members []engine.Member
-	gpus    int // GPUs bound now
+	gpus    int   // whole GPUs bound now
+	milli   int64 // GPU milli bound now
 	gen     uint64
 	out     Outcome
 	prev    Outcome // before the current run began (restored on rollback)
@@ -103,6 +138,29 @@ type job struct {
 }
 
 type injKey struct{ job, node string }
+
+type migKey struct {
+	node string
+	gpu  int
+}
+
+// Stats counts what the simulator did with MIG instances and shares.
+type Stats struct {
+	// MIGApplied and MIGRefused count ApplyMIG calls applied and refused
+	// (injected refusals included; transient failures are not counted).
+	MIGApplied, MIGRefused int
+	// InstancesCreated counts MIG instances created, by binds (a member
+	// with Created) and by MIG changes; InstancesDestroyed those destroyed
+	// by MIG changes and by rolled-back binds.
+	InstancesCreated, InstancesDestroyed int
+	// InstanceBinds and ShareBinds count fractional members bound.
+	InstanceBinds, ShareBinds int
+	// MaxShares is the most shares held at once; MaxSharesPerGPU the most
+	// on one GPU.
+	MaxShares, MaxSharesPerGPU int
+
+	shares int
+}
 
 type evKind uint8
 
@@ -152,10 +210,29 @@ func New(cfg Config) (*Sim, error) {
 	s := &Sim{
 		spec: cloneSpec(cfg.Cluster), nodeIdx: map[string]int{}, now: cfg.Start,
 		jobs: map[string]*job{}, refuse: map[injKey]int{}, fail: map[injKey]int{},
+		refMIG: map[migKey]int{}, failMIG: map[migKey]int{},
 	}
 	for i, n := range s.spec.Nodes {
 		s.nodeIdx[n.Name] = i
-		s.nodes = append(s.nodes, node{name: n.Name, holder: make([]string, n.GPUs), down: n.State == topo.Down})
+		nd := node{name: n.Name, gpus: make([]gpu, n.GPUs), down: n.State == topo.Down,
+			share: n.Sharing.Mode != mig.Exclusive || (cfg.Cluster.ShareFreeGPUs && !n.MIG)}
+		if n.MIG {
+			m, err := mig.LookupModel(n.GPUModel)
+			if err != nil {
+				return nil, fmt.Errorf("%w: node %s: %w", ErrInvalid, n.Name, err)
+			}
+			l := mig.EmptyLayout(m)
+			if n.MIGLayout != "" {
+				if l, err = mig.ParseLayout(m, n.MIGLayout); err != nil {
+					return nil, fmt.Errorf("%w: node %s: %w", ErrInvalid, n.Name, err)
+				}
+			}
+			nd.mig = m
+			for g := range nd.gpus {
+				nd.gpus[g].layout = l
+			}
+		}
+		s.nodes = append(s.nodes, nd)
 	}
 	return s, nil
 }
@@ -237,6 +314,35 @@ func (s *Sim) FailBinds(job, node string, n int) {
 	s.fail[injKey{job, node}] = n
 }
 
+// RefuseMIG makes the next n MIG changes of GPU gpu (node-local) of node
+// fail with backends.ErrRefused (n < 0: all of them). A negative gpu means
+// any GPU of the node.
+func (s *Sim) RefuseMIG(node string, gpu, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refMIG[migKey{node, max(gpu, -1)}] = n
+}
+
+// FailMIG makes the next n MIG changes of GPU gpu of node fail with
+// ErrTransient, which the Runner retries. A negative gpu means any GPU.
+func (s *Sim) FailMIG(node string, gpu, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failMIG[migKey{node, max(gpu, -1)}] = n
+}
+
+func takeMIG(m map[migKey]int, node string, gpu int) bool {
+	for _, k := range [2]migKey{{node, gpu}, {node, -1}} {
+		if n, ok := m[k]; ok && n != 0 {
+			if n > 0 {
+				m[k] = n - 1
+			}
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Sim) push(e event) {
 	s.seq++
 	e.seq = s.seq
@@ -287,7 +393,8 @@ func (s *Sim) Running(ctx context.Context) ([]backends.RunningJob, error) {
 
 // Next moves the virtual clock to the earliest pending event (or to wake,
 // if that comes first) and returns every event of that instant. It
-// returns backends.ErrClosed when no event is left and wake is zero.
+// returns backends.ErrClosed when no event is left and wake is zero, or
+// every submitted job has finished (so periodic ticks do not run forever).
 func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -296,7 +403,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 	defer s.mu.Unlock()
 	for {
 		if len(s.evq) == 0 {
-			if wake.IsZero() {
+			if wake.IsZero() || s.finished == len(s.order) {
 				return nil, backends.ErrClosed
 			}
 			s.advanceTo(wake)
@@ -360,13 +467,24 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		n := &s.nodes[s.nodeIdx[e.node]]
 		n.down = true
 		var hit []*job
-		for _, h := range n.holder {
-			if h != "" {
-				if js := s.jobs[h]; !slices.Contains(hit, js) {
-					hit = append(hit, js)
-				}
+		add := func(h string) {
+			if js := s.jobs[h]; js != nil && !slices.Contains(hit, js) {
+				hit = append(hit, js)
 			}
 		}
+		for g := range n.gpus {
+			gs := &n.gpus[g]
+			if gs.holder != "" {
+				add(gs.holder)
+			}
+			for _, u := range gs.inUse {
+				add(u.job)
+			}
+			for _, u := range gs.shares {
+				add(u.job)
+			}
+		}
+		slices.SortFunc(hit, func(a, b *job) int { return cmp.Compare(a.j.ID, b.j.ID) })
 		for _, js := range hit {
 			js.out.Interrupted++
 			js.out.LostRun += s.now.Sub(js.out.Start)
@@ -382,19 +500,175 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 	return engine.Event{}, false
 }
 
-// release frees every GPU of js.
+// release frees every GPU, instance and share of js. MIG instances stay
+// in their GPU's layout, idle.
 func (s *Sim) release(js *job) {
 	for _, m := range js.members {
-		n := &s.nodes[s.nodeIdx[m.Node]]
-		for _, g := range m.GPUs {
-			n.holder[g] = ""
-		}
-		n.busy -= len(m.GPUs)
+		s.unhold(js.j.ID, m, false)
 	}
-	s.busy -= js.gpus
-	js.gpus = 0
+	js.gpus, js.milli = 0, 0
 	js.members = nil
 	s.running--
+}
+
+// instMilli is a MIG instance's compute fraction in thousandths.
+func instMilli(in mig.Instance) int64 {
+	return int64(in.Profile.ComputeSlices()) * 1000 / int64(max(1, in.Profile.Model().ComputeSlices()))
+}
+
+// memberMilli is the GPU milli a member holds.
+func memberMilli(m engine.Member) int64 {
+	switch {
+	case !m.Fractional:
+		return 1000 * int64(len(m.GPUs))
+	case m.Share.ID != 0:
+		return int64(m.Share.Milli)
+	}
+	return instMilli(m.Instance)
+}
+
+func sameMember(a, b engine.Member) bool {
+	return a.Node == b.Node && slices.Equal(a.GPUs, b.GPUs) && a.Fractional == b.Fractional &&
+		a.Instance == b.Instance && a.Share.ID == b.Share.ID
+}
+
+// busyDelta updates the busy GPU counts after GPU gs of n went from
+// wasIdle to its current state.
+func (s *Sim) busyDelta(n *node, gs *gpu, wasIdle bool) {
+	switch idle := gs.idle(); {
+	case wasIdle && !idle:
+		n.busy++
+		s.busy++
+	case !wasIdle && idle:
+		n.busy--
+		s.busy--
+	}
+}
+
+// unhold gives back what member m of job holds. destroy: a MIG instance
+// the member created is destroyed (a rolled-back bind: the engine takes it
+// out of its books).
+func (s *Sim) unhold(jobID string, m engine.Member, destroy bool) {
+	n := &s.nodes[s.nodeIdx[m.Node]]
+	s.busyMilli -= memberMilli(m)
+	if !m.Fractional {
+		for _, g := range m.GPUs {
+			gs := &n.gpus[g]
+			gs.holder = ""
+			s.busyDelta(n, gs, false)
+		}
+		return
+	}
+	gs := &n.gpus[m.GPUs[0]]
+	wasIdle := gs.idle()
+	if m.Share.ID != 0 {
+		if i := slices.IndexFunc(gs.shares, func(u shareUse) bool { return u.id == m.Share.ID }); i >= 0 {
+			gs.milli -= gs.shares[i].milli
+			gs.shares = slices.Delete(gs.shares, i, i+1)
+			s.stats.shares--
+		}
+	} else {
+		gs.inUse = slices.DeleteFunc(gs.inUse, func(u instUse) bool { return u.in == m.Instance && u.job == jobID })
+		if destroy && m.Created {
+			if l, err := gs.layout.Remove(m.Instance); err == nil {
+				gs.layout = l
+				s.stats.InstancesDestroyed++
+			}
+		}
+	}
+	s.busyDelta(n, gs, wasIdle)
+}
+
+// hold books member m of job on its node, or says why it cannot be (an
+// impossible bind: the caller records it as a violation).
+func (s *Sim) hold(jobID string, n *node, m engine.Member) error {
+	for _, g := range m.GPUs {
+		if g < 0 || g >= len(n.gpus) {
+			return refused("job %q: node %s has no GPU %d", jobID, m.Node, g)
+		}
+	}
+	if !m.Fractional {
+		if n.mig.Valid() || n.share && s.spec.Nodes[s.nodeIdx[m.Node]].Sharing.Mode != mig.Exclusive {
+			return refused("job %q: whole GPUs %v of %s, which is in MIG mode or shared", jobID, m.GPUs, m.Node)
+		}
+		for _, g := range m.GPUs {
+			if gs := &n.gpus[g]; !gs.idle() {
+				return refused("job %q: GPU %d of %s is held by %q", jobID, g, m.Node, gs.user())
+			}
+		}
+		for _, g := range m.GPUs {
+			gs := &n.gpus[g]
+			gs.holder = jobID
+			s.busyDelta(n, gs, true)
+		}
+		s.busyMilli += memberMilli(m)
+		return nil
+	}
+	if len(m.GPUs) != 1 {
+		return refused("job %q: fractional member on %d GPUs of %s", jobID, len(m.GPUs), m.Node)
+	}
+	g := m.GPUs[0]
+	gs := &n.gpus[g]
+	if gs.holder != "" {
+		return refused("job %q: GPU %d of %s is held whole by %q", jobID, g, m.Node, gs.holder)
+	}
+	wasIdle := gs.idle()
+	if m.Share.ID != 0 {
+		switch {
+		case n.mig.Valid() || !n.share:
+			return refused("job %q: share on GPU %d of %s, which is not shared", jobID, g, m.Node)
+		case m.Share.GPU != uint32(g):
+			return refused("job %q: share of GPU %d bound on GPU %d of %s", jobID, m.Share.GPU, g, m.Node)
+		case m.Share.Milli < 1 || gs.milli+m.Share.Milli > 1000:
+			return refused("job %q: share of %d milli on GPU %d of %s, which has %d milli held", jobID, m.Share.Milli, g, m.Node, gs.milli)
+		case slices.ContainsFunc(gs.shares, func(u shareUse) bool { return u.id == m.Share.ID }):
+			return refused("job %q: share %d on GPU %d of %s is bound twice", jobID, m.Share.ID, g, m.Node)
+		}
+		gs.shares = append(gs.shares, shareUse{id: m.Share.ID, milli: m.Share.Milli, job: jobID})
+		gs.milli += m.Share.Milli
+		s.stats.ShareBinds++
+		s.stats.shares++
+		s.stats.MaxShares = max(s.stats.MaxShares, s.stats.shares)
+		s.stats.MaxSharesPerGPU = max(s.stats.MaxSharesPerGPU, len(gs.shares))
+	} else {
+		in := m.Instance
+		switch {
+		case !n.mig.Valid():
+			return refused("job %q: MIG instance %v on GPU %d of %s, which is not in MIG mode", jobID, in, g, m.Node)
+		case in.Profile.Model() != n.mig:
+			return refused("job %q: instance %v on a %v GPU (%s)", jobID, in, n.mig, m.Node)
+		case slices.ContainsFunc(gs.inUse, func(u instUse) bool { return u.in == in }):
+			return refused("job %q: instance %v of GPU %d of %s is bound twice (held by %q)", jobID, in, g, m.Node, gs.user())
+		}
+		if m.Created {
+			l, err := gs.layout.Place(in)
+			if err != nil {
+				return refused("job %q: cannot create %v on GPU %d of %s: %v", jobID, in, g, m.Node, err)
+			}
+			gs.layout = l
+			s.stats.InstancesCreated++
+		} else if !gs.layout.Has(in) {
+			return refused("job %q: instance %v does not exist on GPU %d of %s (%v)", jobID, in, g, m.Node, gs.layout)
+		}
+		gs.inUse = append(gs.inUse, instUse{in: in, job: jobID})
+		s.stats.InstanceBinds++
+	}
+	s.busyMilli += memberMilli(m)
+	s.busyDelta(n, gs, wasIdle)
+	return nil
+}
+
+// user names a job using the GPU, for messages.
+func (g *gpu) user() string {
+	switch {
+	case g.holder != "":
+		return g.holder
+	case len(g.inUse) > 0:
+		return g.inUse[0].job
+	case len(g.shares) > 0:
+		return g.shares[0].job
+	}
+	return ""
 }
 
 // ---------------------------------------------------------------- actuator
@@ -417,10 +691,14 @@ func take(m map[injKey]int, job, node string) bool {
 }
 
 // BindMember starts one member of job. A bind on a down or unknown node,
-// of an unknown job, or injected by RefuseBinds is refused; a bind on a
-// GPU another job holds is refused and recorded as a violation (the
-// engine double-booked). Binding a member already bound is a no-op. The
-// job's run begins with its first member.
+// of an unknown job, or injected by RefuseBinds is refused. An impossible
+// bind is refused and recorded as a violation (the engine double-booked):
+// a GPU another job holds (whole, or by instances or shares when the
+// member wants it whole), a GPU out of range, whole GPUs on a MIG or
+// shared node, a MIG instance that does not exist (and is not to be
+// created), that is in use already or cannot be created, a share on a GPU
+// that is not shared or that would exceed 1000 milli. Binding a member
+// already bound is a no-op. The job's run begins with its first member.
 func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -446,43 +724,37 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		return refused("job %q on %s (injected)", jobID, m.Node)
 	}
 	for _, b := range js.members {
-		if b.Node == m.Node && slices.Equal(b.GPUs, m.GPUs) {
+		if sameMember(b, m) {
 			return nil
 		}
 	}
-	for _, g := range m.GPUs {
-		if g < 0 || g >= len(n.holder) {
-			err := refused("job %q: node %s has no GPU %d", jobID, m.Node, g)
-			s.viol = append(s.viol, err)
-			return err
-		}
-		if h := n.holder[g]; h != "" {
-			err := refused("job %q: GPU %d of %s is held by %q", jobID, g, m.Node, h)
-			s.viol = append(s.viol, err)
-			return err
-		}
+	if err := s.hold(jobID, n, m); err != nil {
+		s.viol = append(s.viol, err)
+		return err
 	}
-	for _, g := range m.GPUs {
-		n.holder[g] = jobID
-	}
-	n.busy += len(m.GPUs)
-	s.busy += len(m.GPUs)
 	if len(js.members) == 0 {
 		js.prev = js.out
-		js.out.Started, js.out.Start, js.out.GPUs = true, s.now, 0
+		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
 		s.push(event{at: s.now.Add(js.runtime), kind: evFinish, job: js, gen: js.gen})
 	}
-	js.members = append(js.members, engine.Member{Group: m.Group, Node: m.Node, GPUs: slices.Clone(m.GPUs), CPUMilli: m.CPUMilli, MemoryMiB: m.MemoryMiB})
-	js.gpus += len(m.GPUs)
+	b := m
+	b.GPUs = slices.Clone(m.GPUs)
+	js.members = append(js.members, b)
+	if !m.Fractional {
+		js.gpus += len(m.GPUs)
+	}
+	js.milli += memberMilli(m)
 	js.out.GPUs = max(js.out.GPUs, js.gpus)
+	js.out.Milli = max(js.out.Milli, js.milli)
 	return nil
 }
 
-// UnbindMember stops one bound member. When the last member of a run that
-// began at this instant is unbound (a rolled-back gang), the run is
-// forgotten.
+// UnbindMember stops one bound member. A MIG instance the member created
+// is destroyed again (the engine takes the instances of a refused bind out
+// of its books). When the last member of a run that began at this instant
+// is unbound (a rolled-back gang), the run is forgotten.
 func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -493,17 +765,16 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 	if js == nil {
 		return nil
 	}
-	i := slices.IndexFunc(js.members, func(b engine.Member) bool { return b.Node == m.Node && slices.Equal(b.GPUs, m.GPUs) })
+	i := slices.IndexFunc(js.members, func(b engine.Member) bool { return sameMember(b, m) })
 	if i < 0 {
 		return nil
 	}
-	n := &s.nodes[s.nodeIdx[m.Node]]
-	for _, g := range m.GPUs {
-		n.holder[g] = ""
+	b := js.members[i]
+	s.unhold(jobID, b, true)
+	if !b.Fractional {
+		js.gpus -= len(b.GPUs)
 	}
-	n.busy -= len(m.GPUs)
-	s.busy -= len(m.GPUs)
-	js.gpus -= len(m.GPUs)
+	js.milli -= memberMilli(b)
 	js.members = slices.Delete(js.members, i, i+1)
 	if len(js.members) == 0 {
 		s.running--
@@ -538,19 +809,97 @@ func (s *Sim) Preempt(ctx context.Context, p engine.Preemption) error {
 	return nil
 }
 
-// ApplyMIG records the change; the simulator does not model MIG
-// instances. A change on an unknown node is refused.
+// ApplyMIG carries out a MIG change on the simulated GPU. It is refused
+// (backends.ErrRefused) for an unknown node, one that is down, an injected
+// refusal (RefuseMIG), a From that is not the GPU's layout (stale), a
+// reset while the GPU is in use, and a change that destroys an instance in
+// use or whose Destroy / Create do not lead from From to To. The last two,
+// and changes on GPUs that do not exist or are not in MIG mode, are also
+// recorded as violations: the engine never plans them.
 func (s *Sim) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.nodeIdx[r.Node]; !ok {
+	ni, ok := s.nodeIdx[r.Node]
+	if !ok {
+		s.stats.MIGRefused++
 		return refused("MIG change on unknown node %q", r.Node)
 	}
+	n := &s.nodes[ni]
+	bad := func(err error) error {
+		s.stats.MIGRefused++
+		s.viol = append(s.viol, err)
+		return err
+	}
+	if r.GPU < 0 || r.GPU >= len(n.gpus) || !n.mig.Valid() {
+		return bad(refused("MIG change on GPU %d of %s, which is not a MIG GPU", r.GPU, r.Node))
+	}
+	if takeMIG(s.failMIG, r.Node, r.GPU) {
+		return fmt.Errorf("%w: MIG change on %s GPU %d", ErrTransient, r.Node, r.GPU)
+	}
+	if n.down {
+		s.stats.MIGRefused++
+		return refused("MIG change on %s, which is down", r.Node)
+	}
+	if takeMIG(s.refMIG, r.Node, r.GPU) {
+		s.stats.MIGRefused++
+		return refused("MIG change on %s GPU %d (injected)", r.Node, r.GPU)
+	}
+	gs := &n.gpus[r.GPU]
+	if r.From != gs.layout {
+		s.stats.MIGRefused++
+		return refused("MIG change on %s GPU %d from %v: the layout is %v", r.Node, r.GPU, r.From, gs.layout)
+	}
+	if r.NeedsReset && !gs.idle() {
+		s.stats.MIGRefused++
+		return refused("MIG change on %s GPU %d needs a reset, and the GPU is in use", r.Node, r.GPU)
+	}
+	l := r.From
+	for _, in := range r.Destroy {
+		if u := slices.IndexFunc(gs.inUse, func(u instUse) bool { return u.in == in }); u >= 0 {
+			return bad(refused("MIG change on %s GPU %d destroys %v, in use by %q", r.Node, r.GPU, in, gs.inUse[u].job))
+		}
+		var err error
+		if l, err = l.Remove(in); err != nil {
+			return bad(refused("MIG change on %s GPU %d: destroy: %v", r.Node, r.GPU, err))
+		}
+	}
+	for _, in := range r.Create {
+		var err error
+		if l, err = l.Place(in); err != nil {
+			return bad(refused("MIG change on %s GPU %d: create: %v", r.Node, r.GPU, err))
+		}
+	}
+	if l != r.To {
+		return bad(refused("MIG change on %s GPU %d: destroying and creating gives %v, not %v", r.Node, r.GPU, l, r.To))
+	}
+	gs.layout = l
+	s.stats.MIGApplied++
+	s.stats.InstancesDestroyed += len(r.Destroy)
+	s.stats.InstancesCreated += len(r.Create)
 	s.mig = append(s.mig, r)
 	return nil
+}
+
+// Layout returns the MIG layout of GPU gpu (node-local) of node; false
+// when there is no such GPU or it is not in MIG mode.
+func (s *Sim) Layout(node string, gpu int) (mig.Layout, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ni, ok := s.nodeIdx[node]
+	if !ok || gpu < 0 || gpu >= len(s.nodes[ni].gpus) || !s.nodes[ni].mig.Valid() {
+		return mig.Layout{}, false
+	}
+	return s.nodes[ni].gpus[gpu].layout, true
+}
+
+// Stats returns the MIG and share counters so far.
+func (s *Sim) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
 }
 
 // ---------------------------------------------------------------- observing
@@ -568,12 +917,18 @@ func (s *Sim) Outcomes() []Outcome {
 
 // State is the simulated cluster's occupancy at one instant.
 type State struct {
-	Now      time.Time
-	BusyGPUs int
-	Running  int
-	Finished int // jobs finished so far
-	// NodeFree is the free GPU count of every ready node, in spec order;
-	// down nodes count 0.
+	Now time.Time
+	// BusyGPUs counts GPUs with anything on them (held whole, MIG
+	// instances in use, shares); BusyMilli the GPU milli held (see
+	// Outcome.Milli).
+	BusyGPUs  int
+	BusyMilli int64
+	Running   int
+	Finished  int // jobs finished so far
+	// Shares counts the shares held now.
+	Shares int
+	// NodeFree is the count of idle GPUs (nothing on them) of every ready
+	// node, in spec order; down nodes count 0.
 	NodeFree []int
 }
 
@@ -587,15 +942,18 @@ func (s *Sim) State(buf []int) State {
 		if n.down {
 			buf = append(buf, 0)
 		} else {
-			buf = append(buf, len(n.holder)-n.busy)
+			buf = append(buf, len(n.gpus)-n.busy)
 		}
 	}
-	return State{Now: s.now, BusyGPUs: s.busy, Running: s.running, Finished: s.finished, NodeFree: buf}
+	return State{Now: s.now, BusyGPUs: s.busy, BusyMilli: s.busyMilli, Running: s.running, Finished: s.finished,
+		Shares: s.stats.shares, NodeFree: buf}
 }
 
-// Violations returns the binds the simulator refused because they were
-// impossible (a GPU booked twice, a GPU index out of range): an engine
-// that respects its own bookings causes none.
+// Violations returns the binds and MIG changes the simulator refused
+// because they were impossible (a GPU or instance booked twice, a GPU
+// index out of range, an instance that does not exist, a change that
+// destroys an instance in use): an engine that respects its own bookings
+// causes none.
 func (s *Sim) Violations() []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -19,19 +19,19 @@ func usagef(format string, args ...any) error {
 
 // traceSpec is one --trace value: kind and path (or job count).
 type traceSpec struct {
-	kind string // synthetic, swf, itp, openb
+	kind string // synthetic, synthetic-mig, swf, itp, openb
 	path string // empty: the shared trace of that kind
-	jobs int    // synthetic: job count (0: default)
+	jobs int    // synthetic: job count; synthetic-mig: fractional job count (0: default)
 }
 
 // name is how the workload is called in tables, rows and plot files.
 func (t traceSpec) name() string {
 	switch t.kind {
-	case "synthetic":
+	case "synthetic", "synthetic-mig":
 		if t.jobs > 0 {
-			return "synthetic" + strconv.Itoa(t.jobs)
+			return t.kind + strconv.Itoa(t.jobs)
 		}
-		return "synthetic"
+		return t.kind
 	case "itp":
 		if t.path == "" {
 			return "itp04"
@@ -54,26 +54,29 @@ func (t traceSpec) name() string {
 	return t.kind + "-" + base
 }
 
-// parseTrace reads "synthetic", "synthetic:N", "swf[:PATH]", "itp[:PATH]"
-// or "openb[:DIR]".
+// traceKinds is what --trace accepts, for messages.
+const traceKinds = "synthetic[:N], synthetic-mig[:N], swf[:PATH], itp[:PATH] or openb[:DIR]"
+
+// parseTrace reads "synthetic", "synthetic:N", "synthetic-mig[:N]",
+// "swf[:PATH]", "itp[:PATH]" or "openb[:DIR]".
 func parseTrace(s string) (traceSpec, error) {
 	kind, arg, _ := strings.Cut(strings.TrimSpace(s), ":")
 	switch kind {
-	case "synthetic":
+	case "synthetic", "synthetic-mig":
 		if arg == "" {
 			return traceSpec{kind: kind}, nil
 		}
 		n, err := strconv.Atoi(arg)
 		if err != nil || n < 1 || n > 10_000_000 {
-			return traceSpec{}, usagef("--trace %q: synthetic:N wants a job count in 1..10000000", s)
+			return traceSpec{}, usagef("--trace %q: %s:N wants a job count in 1..10000000", s, kind)
 		}
 		return traceSpec{kind: kind, jobs: n}, nil
 	case "swf", "itp", "openb":
 		return traceSpec{kind: kind, path: arg}, nil
 	case "":
-		return traceSpec{}, usagef("--trace is empty (want synthetic[:N], swf[:PATH], itp[:PATH] or openb[:DIR])")
+		return traceSpec{}, usagef("--trace is empty (want %s)", traceKinds)
 	}
-	return traceSpec{}, usagef("--trace %q: unknown kind %q (want synthetic[:N], swf[:PATH], itp[:PATH] or openb[:DIR])", s, kind)
+	return traceSpec{}, usagef("--trace %q: unknown kind %q (want %s)", s, kind, traceKinds)
 }
 
 // parseList splits a comma-separated flag value, dropping empty items.

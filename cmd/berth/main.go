@@ -7,7 +7,10 @@
 // With no flags, `berth replay` runs the default generated workload (2,000
 // jobs after ITP cluster04's statistics, seed 42) on 64 nodes of 8 GPUs
 // under fifo, easy, conservative and fairshare, and prints a table.
-// Run `berth replay -h` for the flags.
+// `--trace synthetic-mig` mixes in fractional jobs on nodes in MIG mode
+// (the engine plans MIG re-layouts, the simulator carries them out);
+// `--trace openb` replays the openb pods in time, share pods as fractions
+// of GPUs shared on demand. Run `berth replay -h` for the flags.
 package main
 
 import (
@@ -94,7 +97,10 @@ type options struct {
 
 func parseOptions(args []string, stderr io.Writer, compare bool) (*options, error) {
 	name := "replay"
-	traceHelp := "workload: synthetic[:N], swf[:PATH], itp[:PATH], or openb[:DIR] (with --experiment fgd); without a path, the shared trace"
+	traceHelp := "workload: synthetic[:N] (whole-GPU jobs after ITP cluster04), synthetic-mig[:N] (whole-GPU jobs plus N fractional jobs\n" +
+		"on H100 nodes in MIG mode, split into 1g instances to begin with: the engine plans MIG re-layouts), swf[:PATH], itp[:PATH],\n" +
+		"or openb[:DIR] (the openb pods as a time trace on the openb node list, share pods as fractions of GPUs shared on demand;\n" +
+		"with --experiment fgd, the FGD experiment); without a path, the shared trace"
 	defTrace := "synthetic"
 	if compare {
 		name = "compare"
@@ -109,7 +115,7 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		return nil
 	})
 	o := &options{compare: compare}
-	fs.IntVar(&o.nodes, "nodes", 0, "nodes in the cluster (default: the trace's own size; NASA 16, others 64)")
+	fs.IntVar(&o.nodes, "nodes", 0, "nodes in the cluster (default: the trace's own size; NASA 16, synthetic-mig 16 (half in MIG mode), others 64;\nopenb: its node list, not settable)")
 	fs.IntVar(&o.gpn, "gpus-per-node", 8, "GPUs per node")
 	fs.IntVar(&o.racks, "racks", 0, "racks of equal size (default: racks of 8 nodes when the nodes split evenly, else 1)")
 	policy := fs.String("policy", strings.Join(benchmarks.DefaultReplayPolicies, ","),
@@ -132,9 +138,13 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q (flags only; see -h)", fs.Arg(0))
 	}
+	shapeSet := ""
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "policy" {
+		switch f.Name {
+		case "policy":
 			o.policySet = true
+		case "nodes", "gpus-per-node", "racks":
+			shapeSet = f.Name
 		}
 	})
 	if len(traces) == 0 {
@@ -181,8 +191,11 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 			return nil, err
 		}
 		for _, t := range o.traces {
-			if t.kind == "openb" {
-				return nil, usagef("--trace openb replays only with --experiment fgd (its pods have no runtimes)")
+			if t.kind == "openb" && shapeSet != "" {
+				return nil, usagef("--%s: the openb replay runs on the trace's own node list", shapeSet)
+			}
+			if t.kind == "synthetic-mig" && (shapeSet == "gpus-per-node" || shapeSet == "racks") {
+				return nil, usagef("--%s: synthetic-mig has nodes of 8 GPUs and no racks (set --nodes only)", shapeSet)
 			}
 		}
 	case "fgd":

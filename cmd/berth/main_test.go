@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,17 @@ func TestParseTrace(t *testing.T) {
 	tr, err = parseTrace("itp")
 	require.NoError(t, err)
 	assert.Equal(t, "itp04", tr.name())
-	for _, in := range []string{"", "csv:x", "synthetic:0", "synthetic:abc"} {
+	tr, err = parseTrace("synthetic-mig")
+	require.NoError(t, err)
+	assert.Equal(t, "synthetic-mig", tr.name())
+	tr, err = parseTrace("synthetic-mig:200")
+	require.NoError(t, err)
+	assert.Equal(t, traceSpec{kind: "synthetic-mig", jobs: 200}, tr)
+	assert.Equal(t, "synthetic-mig200", tr.name())
+	tr, err = parseTrace("openb:/data/openb")
+	require.NoError(t, err)
+	assert.Equal(t, traceSpec{kind: "openb", path: "/data/openb"}, tr)
+	for _, in := range []string{"", "csv:x", "synthetic:0", "synthetic:abc", "synthetic-mig:x"} {
 		_, err := parseTrace(in)
 		assert.ErrorIs(t, err, errUsage, in)
 	}
@@ -106,7 +117,10 @@ func TestBadCommandLines(t *testing.T) {
 		"uneven racks":     {"replay", "--nodes", "10", "--racks", "3"},
 		"bad trace":        {"replay", "--trace", "pbs:/x"},
 		"two traces":       {"replay", "--trace", "synthetic,itp"},
-		"openb replay":     {"replay", "--trace", "openb"},
+		"openb nodes":      {"replay", "--trace", "openb", "--nodes", "4"},
+		"mig racks":        {"replay", "--trace", "synthetic-mig", "--racks", "2"},
+		"mig one node":     {"replay", "--trace", "synthetic-mig", "--nodes", "1"},
+		"mig bad count":    {"replay", "--trace", "synthetic-mig:0"},
 		"bad estimates":    {"replay", "--estimates", "inflated:0"},
 		"bad experiment":   {"replay", "--experiment", "nope"},
 		"fgd needs openb":  {"replay", "--experiment", "fgd"},
@@ -135,6 +149,8 @@ func TestHelp(t *testing.T) {
 	code, _, stderr := runCLI(t, "replay", "-h")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stderr, "-gpus-per-node")
+	assert.Contains(t, stderr, "synthetic-mig[:N]")
+	assert.Contains(t, stderr, "openb[:DIR] (the openb pods as a time trace")
 }
 
 func TestMissingTraceFile(t *testing.T) {
@@ -246,4 +262,79 @@ func TestProgress(t *testing.T) {
 	p.stop() // before the first second: nothing drawn
 	p.stop()
 	assert.Empty(t, buf.String())
+}
+
+// synthetic-mig: fractional jobs on MIG nodes split into 1g instances; the
+// table says how many MIG re-layouts were decided and applied, and
+// utilization counts GPU milli.
+func TestReplaySyntheticMIG(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "replay", "--trace", "synthetic-mig:120", "--nodes", "2", "--policy", "fifo,easy")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "synthetic-mig120: 157 jobs on 2 nodes (16 GPUs, 8 in MIG mode), estimates exact, seeds 42")
+	assert.Contains(t, stdout, "fractional jobs (first seed's run):")
+	assert.Regexp(t, `easy: 120 fractional jobs; 120 on MIG instances, 0 on shares \(at most 0 on one GPU\); MIG re-layouts decided ([1-9]\d*), applied ([1-9]\d*), refused 0`, stdout)
+	assert.Contains(t, stdout, "util: GPU-milli-seconds held / available")
+	for _, l := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "fifo" || f[0] == "easy") {
+			assert.Equal(t, "157/157", f[len(f)-1], l)
+		}
+	}
+	code, stdout, stderr = runCLI(t, "replay", "--trace", "synthetic-mig:120", "--nodes", "2", "--policy", "easy", "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	var rows []metrics.Result
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 1)
+	assert.Equal(t, 157, rows[0].Finished)
+	assert.Positive(t, rows[0].Utilization)
+}
+
+func TestReplayOpenbTrace(t *testing.T) {
+	if _, err := workload.TracePath(workload.OpenbPods); err != nil {
+		t.Skipf("no shared traces: %v", err)
+	}
+	if !raceEnabled() && !testing.Short() {
+		// The whole trace (about 1 s a policy; the race detector makes it
+		// 13 s, so it runs a cut below instead).
+		code, stdout, stderr := runCLI(t, "replay", "--trace", "openb", "--policy", "easy")
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stdout, "openb: 6203 jobs on 1213 nodes (6212 GPUs, shared on demand)")
+		assert.Contains(t, stdout, "openb: 1949 jobs left out (897 never ran (no runtime)")
+		assert.Contains(t, stdout, "easy: 2573 fractional jobs; 0 on MIG instances, 2573 on shares")
+		assert.Contains(t, stdout, "6203/6203")
+	}
+
+	// A directory holding the node list and the first 600 pods.
+	dir := t.TempDir()
+	for _, rel := range []string{workload.OpenbPods, workload.OpenbNodes} {
+		src, err := workload.TracePath(rel)
+		require.NoError(t, err)
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		if rel == workload.OpenbPods {
+			lines := strings.SplitAfter(string(b), "\n")
+			b = []byte(strings.Join(lines[:601], ""))
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(rel)), b, 0o644))
+	}
+	code, stdout, stderr := runCLI(t, "replay", "--trace", "openb:"+dir, "--policy", "fifo")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `fifo: \d+ fractional jobs; 0 on MIG instances, \d+ on shares`, stdout)
+	assert.Contains(t, stdout, "jobs left out (")
+	code, _, stderr = runCLI(t, "replay", "--trace", "openb:"+filepath.Join(dir, "none"), "--policy", "fifo")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "none")
+}
+
+// raceEnabled reports whether the test binary runs with the race detector.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" && s.Value == "true" {
+			return true
+		}
+	}
+	return false
 }

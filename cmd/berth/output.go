@@ -86,6 +86,11 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 				break
 			}
 		}
+		if len(l.topo.Nodes) > 0 {
+			fmt.Fprintf(&b, "%s: %d jobs on %s, estimates %s, seeds %s\n",
+				l.name, jobs, describeTopo(l), o.estimates, seedsString(o.seeds, l.seedDependent(o)))
+			continue
+		}
 		c := l.cluster
 		racks := ""
 		if c.Racks > 1 {
@@ -114,15 +119,42 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fractional := false
 	for _, r := range rows {
 		if r.dropped > 0 && (len(rows) == 0 || r.res.Policy == rows[0].res.Policy) {
-			fmt.Fprintf(&b, "\n%s: %d jobs left out (no GPUs, larger than the cluster, or unreadable in the trace)\n", r.workload, r.dropped)
+			why := "no GPUs, larger than the cluster, or unreadable in the trace"
+			if n := r.first.NoRuntime; n > 0 {
+				why = fmt.Sprintf("%d never ran (no runtime); the rest no GPUs, a fraction of several GPUs, or larger than the cluster", n)
+			}
+			fmt.Fprintf(&b, "\n%s: %d jobs left out (%s)\n", r.workload, r.dropped, why)
 		}
 	}
-	fmt.Fprintf(&b, "\nutil: GPU-seconds busy / available from first submit to last end (it ties when the last\n"+
+	for _, r := range rows {
+		f := &r.first
+		if f.Fractional == 0 {
+			continue
+		}
+		if !fractional {
+			b.WriteString("\nfractional jobs (first seed's run):\n")
+			fractional = true
+		}
+		name := r.res.Policy
+		if o.compare {
+			name = r.workload + " " + name
+		}
+		fmt.Fprintf(&b, "  %s: %d fractional jobs; %d on MIG instances, %d on shares (at most %d on one GPU); "+
+			"MIG re-layouts decided %d, applied %d, refused %d (instances created %d, destroyed %d)\n",
+			name, f.Fractional, f.Sim.InstanceBinds, f.Sim.ShareBinds, f.Sim.MaxSharesPerGPU,
+			f.MIGDecided, f.Sim.MIGApplied, f.Sim.MIGRefused, f.Sim.InstancesCreated, f.Sim.InstancesDestroyed)
+	}
+	utilDef := "util: GPU-seconds busy / available"
+	if fractional {
+		utilDef = "util: GPU-milli-seconds held / available (a share by its milli, a MIG instance by its compute fraction)"
+	}
+	fmt.Fprintf(&b, "\n%s from first submit to last end (it ties when the last\n"+
 		"arrivals set the makespan); bsld: bounded slowdown (10 s);\n"+
 		"frag GPUs: mean free GPUs no pending job could use; largest gang: mean largest placeable gang (GPUs).\n"+
-		"%d replays in %s.\n", len(rows), elapsed.Round(10*time.Millisecond))
+		"%d replays in %s.\n", utilDef, len(rows), elapsed.Round(10*time.Millisecond))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -158,4 +190,25 @@ func seedsString(seeds []int64, used bool) string {
 		parts[i] = strconv.FormatInt(s, 10)
 	}
 	return strings.Join(parts, ",") + fmt.Sprintf(" (means over %d)", len(seeds))
+}
+
+// describeTopo summarizes a workload's own cluster: nodes, GPUs, MIG and
+// shared GPUs.
+func describeTopo(l *loaded) string {
+	nodes, gpus, migGPUs := len(l.topo.Nodes), 0, 0
+	for i := range l.topo.Nodes {
+		n := &l.topo.Nodes[i]
+		gpus += n.GPUs
+		if n.MIG {
+			migGPUs += n.GPUs
+		}
+	}
+	s := fmt.Sprintf("%d nodes (%d GPUs", nodes, gpus)
+	if migGPUs > 0 {
+		s += fmt.Sprintf(", %d in MIG mode", migGPUs)
+	}
+	if l.topo.ShareFreeGPUs {
+		s += ", shared on demand"
+	}
+	return s + ")"
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/berthsched/berth/benchmarks"
 	"github.com/berthsched/berth/benchmarks/metrics"
 	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/topo"
 )
 
 // loaded is one workload: its jobs per seed (one entry when the jobs do
@@ -21,9 +23,32 @@ type loaded struct {
 	cluster benchmarks.ReplayCluster
 	trace   []workload.Job // a trace read once
 	dropped int            // dropped by the loader
+	// topo is the cluster of workloads that bring their own (openb's node
+	// list, synthetic-mig's MIG nodes); empty: cluster's uniform shape.
+	topo topo.Spec
+	// migNodes is synthetic-mig's node count.
+	migNodes int
+}
+
+// gpus is the cluster's GPU count.
+func (l *loaded) gpus() int {
+	if len(l.topo.Nodes) == 0 {
+		return l.cluster.GPUs()
+	}
+	n := 0
+	for i := range l.topo.Nodes {
+		n += l.topo.Nodes[i].GPUs
+	}
+	return n
 }
 
 func (l *loaded) jobs(seed int64, gpus int) ([]workload.Job, error) {
+	if l.spec.kind == "synthetic-mig" {
+		c := l.migConfig()
+		c.Seed = uint64(seed)
+		js, _, err := benchmarks.SyntheticMIG(c)
+		return js, err
+	}
 	if l.spec.kind != "synthetic" {
 		return l.trace, nil
 	}
@@ -36,10 +61,24 @@ func (l *loaded) jobs(seed int64, gpus int) ([]workload.Job, error) {
 	return workload.Synthetic(c)
 }
 
+func (l *loaded) migConfig() benchmarks.SyntheticMIGConfig {
+	c := benchmarks.DefaultSyntheticMIG()
+	if l.migNodes > 0 {
+		// Whole-GPU jobs and fractional jobs scale with the cluster.
+		c.WholeJobs = max(1, c.WholeJobs*l.migNodes/c.Nodes)
+		c.FracJobs = c.FracJobs * l.migNodes / c.Nodes
+		c.Nodes = l.migNodes
+	}
+	if l.spec.jobs > 0 {
+		c.FracJobs = l.spec.jobs
+	}
+	return c
+}
+
 // seedDependent reports whether seeds change the replay: generated jobs
 // or inflated estimates.
 func (l *loaded) seedDependent(o *options) bool {
-	return l.spec.kind == "synthetic" || o.estFactor > 1
+	return l.spec.kind == "synthetic" || l.spec.kind == "synthetic-mig" || o.estFactor > 1
 }
 
 func load(o *options, t traceSpec) (*loaded, error) {
@@ -76,6 +115,41 @@ func load(o *options, t traceSpec) (*loaded, error) {
 			return nil, err
 		}
 		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
+	case "openb":
+		pods, nodes := filepath.Join(t.path, filepath.Base(workload.OpenbPods)), filepath.Join(t.path, filepath.Base(workload.OpenbNodes))
+		if t.path == "" {
+			var err error
+			if pods, err = workload.TracePath(workload.OpenbPods); err != nil {
+				return nil, err
+			}
+			if nodes, err = workload.TracePath(workload.OpenbNodes); err != nil {
+				return nil, err
+			}
+		}
+		tr, err := workload.OpenOpenbPods(pods)
+		if err != nil {
+			return nil, err
+		}
+		ns, err := workload.OpenOpenbNodes(nodes)
+		if err != nil {
+			return nil, err
+		}
+		if l.topo, err = benchmarks.OpenbSpec(ns); err != nil {
+			return nil, err
+		}
+		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
+		return l, nil
+	case "synthetic-mig":
+		if o.nodes == 1 {
+			return nil, usagef("--nodes: synthetic-mig needs at least 2 nodes (half of them in MIG mode)")
+		}
+		l.migNodes = o.nodes
+		_, sp, err := benchmarks.SyntheticMIG(l.migConfig())
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		l.topo = sp
+		return l, nil
 	}
 	c, err := clusterFor(o.nodes, o.gpn, o.racks, defNodes)
 	if err != nil {
@@ -117,7 +191,7 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 					return err
 				}
 				cfgs = append(cfgs, benchmarks.ReplayConfig{
-					Workload: l.name, Jobs: jobs, Cluster: l.cluster, Policy: p,
+					Workload: l.name, Jobs: jobs, Cluster: l.cluster, Spec: l.topo, Policy: p,
 					EstimateFactor: o.estFactor, EstimateSeed: uint64(seed),
 				})
 				keys = append(keys, key{wi, pi})
