@@ -46,18 +46,43 @@ type cycleState struct {
 	ahead map[string][]string
 	// resAt is where the status of a job holding a reservation is in pend.
 	resAt map[string]int
+	// yield are the reservations the job being considered must respect
+	// besides res[:p]: those of jobs behind it that it yields to
+	// (Engine.yieldTo); set around its placement and reservation only.
+	yield []*resv
+	// yielded: in EASY mode, a job yielded its turn to a reservation
+	// holder behind it this cycle; no job but such a holder takes the one
+	// reservation this cycle (it goes to the yielding job next cycle).
+	yielded bool
+	backoff bool // a job waited for its bind retry backoff
+	// seen and seenGen: GPUs counted by enoughFree (seen[g] == seenGen).
+	seen    []uint32
+	seenGen uint32
+	took    []int32       // by node
+	touched []topo.NodeID // nodes with took > 0
+	// limMin and limMax are the least and greatest runtime limits of the
+	// jobs considered (zero: none had one).
+	limMin, limMax time.Duration
+	gen            uint64 // cycles run; job.walked is the cycle that considered it
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
 }
 
 type resv struct {
-	job     string
-	start   time.Time
-	gpus    []uint32 // ascending
-	pl      *placement
+	job   string
+	start time.Time
+	gpus  []uint32 // ascending
+	pl    *placement
+	// dur is how long the job is expected to hold the GPUs once started
+	// (duration: estimate, else limit; bounded false: unknown): later
+	// reservations may plan on them after start+dur.
 	dur     time.Duration
 	bounded bool
+	// lim is the job's runtime limit (limited false: none): how far it may
+	// overlap earlier reservations (see prefixFor).
+	lim     time.Duration
+	limited bool
 }
 
 type fracRec struct {
@@ -85,6 +110,9 @@ func (cs *cycleState) reset(now time.Time) {
 	clear(cs.fits)
 	clear(cs.statusOf)
 	cs.claimed = nil
+	cs.yield, cs.yielded, cs.backoff = cs.yield[:0], false, false
+	cs.limMin, cs.limMax = 0, 0
+	cs.gen++
 	cs.reserveTries = 0
 	cs.blockedCap = false
 	cs.preemptors = cs.preemptors[:0]
@@ -119,31 +147,33 @@ func (cs *cycleState) reset(now time.Time) {
 func (e *Engine) cycle() Ready {
 	now := e.now
 	cs := &e.cyc
-	cs.reset(now)
 	rd := Ready{Seq: e.seq, At: now, MIG: []MIGReconfiguration{}}
 	e.out = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}}
 
 	// 1. Drain.
 	e.drain(&rd)
-	e.endGracePeriods(now)
+	resumed := e.resume(now, &rd)
+	if !resumed {
+		cs.reset(now)
+		e.endGracePeriods(now)
 
-	// 2. Update fair share.
-	e.tree.Advance(now)
-	e.tlRefresh(now)
-	cs.pend = make([]PendingStatus, 0, e.pending.Len())
+		// 2. Update fair share.
+		e.tree.Advance(now)
+		e.tlRefresh(now)
+		// Room for the jobs a resumed cycle appends (see resume).
+		n := e.pending.Len()
+		cs.pend = make([]PendingStatus, 0, n+n/32+16)
+		e.order = e.order[:0]
 
-	cs.plan = e.snap.Clone()
-	e.bindClaims(&rd)
-	e.holdClaims()
+		cs.plan = e.snap.Clone()
+		e.bindClaims(&rd)
+		e.holdClaims()
 
-	// 3. Order.
-	cur := e.policy.Order(e.pending, now)
+		// 3. Order.
+		cur := e.policy.Order(e.pending, now)
 
-	// 4-6. Place, reserve, backfill: one walk in order.
-	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
-		if st, waits := e.consider(j, &rd); waits {
-			cs.pend = append(cs.pend, st)
-		}
+		// 4-6. Place, reserve, backfill: one walk in order.
+		e.walk(cur, &rd)
 	}
 	e.grow(&rd)
 
@@ -172,9 +202,17 @@ func (e *Engine) cycle() Ready {
 		}
 		return 0
 	})
+	for id := range e.lastRes {
+		if js := e.jobs[id]; js != nil {
+			js.hasRes = false
+		}
+	}
 	clear(e.lastRes)
 	for _, r := range cs.res {
 		e.lastRes[r.job] = r
+		if js := e.jobs[r.job]; js != nil {
+			js.hasRes = true
+		}
 	}
 	if len(cs.holds) > 0 {
 		if err := cs.plan.Release(cs.holds); err != nil {
@@ -187,12 +225,80 @@ func (e *Engine) cycle() Ready {
 	if len(cs.placedLate) > 0 {
 		cs.pend = slices.DeleteFunc(cs.pend, func(p PendingStatus) bool { return slices.Contains(cs.placedLate, p.Job) })
 	}
-	rd.Pending = cs.pend
+	// Ready and View get the statuses without spare capacity: a resumed
+	// cycle appends to cs.pend beyond their length, never within it.
+	rd.Pending = cs.pend[:len(cs.pend):len(cs.pend)]
+	e.lastPend = cs.pend
+	e.resumeOK = len(rd.Binds) == 0 && len(cs.placedLate) == 0 && len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 &&
+		len(rd.MIG) == 0 && len(cs.fracBlocked) == 0 && len(e.claims) == 0 && len(cs.holds) == 0 &&
+		!cs.backoff && !cs.yielded && e.stopping == 0 && len(e.requeued) == 0 && len(e.failed) == 0
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
 	rd.Rejected, e.rejected = e.rejected, nil
 	e.publish(&rd, e.pending.Publish(now))
 	return rd
+}
+
+// walk runs steps 4 to 6 over the cursor's jobs, noting the order.
+func (e *Engine) walk(cur queue.Cursor, rd *Ready) {
+	cs := &e.cyc
+	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
+		if st, waits := e.consider(j, rd); waits {
+			cs.pend = append(cs.pend, st)
+			e.order = append(e.order, j)
+		}
+	}
+}
+
+// resume is steps 2 to 6 for a cycle that follows one that changed
+// nothing (no bind, preemption, resize, MIG plan, claim, requeue or bind
+// backoff: a bind late in a walk changes what the jobs before it would
+// see in the next one) when only submissions and ticks came in
+// between (nothing finished, no node changed, Advance refused nothing),
+// no running job's expected end and no reservation's start has come, and
+// the policy still orders the jobs of that walk first and as before: then
+// the walk would repeat itself job for job (the same plan, quota,
+// reservations and memos), so their statuses are copied and only the jobs
+// after them are considered, on the walk state the last cycle left. It
+// reports false, having changed nothing but the cursor, when it cannot.
+// The decisions are those of a full cycle (FuzzEngine compares both).
+func (e *Engine) resume(now time.Time, rd *Ready) bool {
+	cs := &e.cyc
+	if !e.resumeOK || e.noResume || e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim ||
+		e.cfg.Backfill.Window > 0 { // the window moves with the clock
+		return false
+	}
+	if len(e.tl) > 0 && e.tl[0].at <= now.UnixNano() {
+		return false
+	}
+	for _, r := range cs.res {
+		if !r.start.After(now) {
+			return false
+		}
+		// A job with a limit overlaps the reservations starting before it
+		// would end (prefixFor): that count must not have changed.
+		if cs.limMax > 0 && !r.start.Before(cs.now.Add(cs.limMin)) && r.start.Before(now.Add(cs.limMax)) {
+			return false
+		}
+	}
+	e.tree.Advance(now) // policies order on decayed usage
+	cur := e.policy.Order(e.pending, now)
+	for _, o := range e.order {
+		j, ok := cur.Next()
+		if !ok || j != o {
+			return false
+		}
+	}
+	cs.now, cs.nowNs = now, now.UnixNano()
+	cs.held = cs.held[:0]
+	cs.plan = e.snap.Clone()
+	// The last cycle's statuses, shared: Ready and View hold them with no
+	// spare capacity, and they are never written again, so new statuses
+	// go after them in the same array while there is room.
+	cs.pend = e.lastPend
+	e.walk(cur, rd)
+	e.resumed++
+	return true
 }
 
 // drain moves the intake's jobs into the pending set.
@@ -307,6 +413,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	js.members = countGroup(p, 0)
 	js.checkpoint = time.Time{}
 	js.notBefore = 0
+	js.quotaWait = false
 	e.activate(js)
 	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill})
 	e.out.binds[js.j.ID] = true
@@ -322,9 +429,17 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool) {
 	cs := &e.cyc
 	js := e.byPtr[j]
+	js.walked = cs.gen
+	if l := j.RuntimeLimit; l > 0 {
+		if cs.limMax == 0 || l < cs.limMin {
+			cs.limMin = l
+		}
+		cs.limMax = max(cs.limMax, l)
+	}
 	st = PendingStatus{Job: j.ID, Queue: j.Queue}
 	waits = true
 	if js.notBefore > cs.nowNs {
+		cs.backoff = true
 		st.Reason = ReasonBindRefused
 		return st, true
 	}
@@ -344,6 +459,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		return st, true
 	}
 	if !fit.OK {
+		js.quotaWait = true
 		st.Reason, st.Quota = ReasonQuota, fit
 		e.blocked(js, len(cs.pend))
 		return st, true
@@ -356,14 +472,27 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	p := cs.prefixFor(js)
 	// A job whose reservation is due starts on exactly the reserved GPUs
 	// when they are free: jobs later in order were planned around them.
-	if r := e.lastRes[j.ID]; r != nil && !r.start.After(cs.now) && r.pl != nil {
+	if r := e.lastResOf(js); r != nil && !r.start.After(cs.now) && r.pl != nil {
 		if s := e.snapFor(p); allFree(s, r.pl.gpus) && r.pl.book(cs.plan) == nil {
 			if e.started(js, r.pl, len(cs.res) > 0, rd) {
 				return st, false
 			}
 		}
 	}
-	res, why, ok := e.tryPlace(js, p)
+	cs.yield = cs.yield[:0]
+	if js.quotaWait {
+		e.yieldTo(js)
+	}
+	var (
+		res gang.Result
+		why gang.Reason
+		ok  bool
+	)
+	if len(cs.yield) == 0 {
+		res, why, ok = e.tryPlace(js, p)
+	} else {
+		res, why, ok = e.tryPlaceYielding(js, p)
+	}
 	if js.badOf != nil {
 		st.Reason = badReason(js.badOf)
 		return st, true
@@ -403,7 +532,13 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	// 5. Reserve.
 	// A job that can never start within the window does not use up a
 	// reservation, but the tries are bounded: 2 x depth + 2 per cycle.
-	if d := e.cfg.depth(); len(cs.res) < d && cs.reserveTries < 2*d+2 {
+	d := e.cfg.depth()
+	easyTaken := d == 1 && (len(cs.yield) > 0 || cs.yielded && !e.holds(js))
+	if len(cs.yield) > 0 && d == 1 {
+		// EASY: the one reservation stays with its holder.
+		cs.yielded = true
+	}
+	if len(cs.res) < d && cs.reserveTries < 2*d+2 && !easyTaken {
 		cs.reserveTries++
 		if r, ok := e.reserve(js); ok {
 			cs.addRes(r)
@@ -414,8 +549,75 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 			st.Reason, st.Start = ReasonReserved, r.start
 		}
 	}
+	cs.yield = cs.yield[:0]
 	e.blocked(js, len(cs.pend))
 	return st, true
+}
+
+// yieldTo sets cs.yield for js, a job that was blocked by quota: the
+// reservations of the last cycle held by pending jobs not yet considered
+// in this walk (so behind js in order). While js waited for quota, those
+// jobs got reservations that js, ahead of them, did not take; once js has
+// the quota it is planned around them, like a later job, instead of
+// taking their GPUs back (which would delay a promised start though no
+// estimate failed). A job blocked by quota thus gets no reservation and
+// displaces no holder; in EASY mode it waits for the holder to start and
+// then takes the one reservation itself.
+func (e *Engine) yieldTo(js *job) {
+	cs := &e.cyc
+	if len(e.lastRes) == 0 {
+		return
+	}
+	for _, id := range sortedKeys(e.lastRes) {
+		r := e.lastRes[id]
+		if id == js.j.ID || r.pl == nil {
+			continue
+		}
+		if h := e.jobs[id]; h == nil || h.st != statePending {
+			continue
+		}
+		if h := e.jobs[id]; h.walked == cs.gen {
+			continue // considered this cycle, ahead of js (in cs.res if reserved)
+		}
+		cs.yield = append(cs.yield, r)
+	}
+}
+
+// holds reports whether js held a reservation in the last cycle.
+func (e *Engine) holds(js *job) bool {
+	_, ok := e.lastRes[js.j.ID]
+	return ok
+}
+
+// tryPlaceYielding places js now with the first p reservations held and
+// the reservations it yields to that it would overlap (by its limit).
+func (e *Engine) tryPlaceYielding(js *job, p int) (gang.Result, gang.Reason, bool) {
+	cs := &e.cyc
+	s := e.snapFor(p).Clone()
+	l := js.j.RuntimeLimit
+	for _, r := range cs.yield {
+		if l <= 0 || r.start.Before(cs.now.Add(l)) {
+			bookFree(s, r.gpus)
+		}
+	}
+	res, err := e.placer.Place(s, &js.req)
+	if err != nil {
+		js.badOf, js.badC = err, e.cluster
+		return gang.Result{}, gang.Reason{}, false
+	}
+	if !res.Found {
+		return res, res.Reason, false
+	}
+	return res, gang.Reason{}, true
+}
+
+// lastResOf is js's reservation of the last cycle, if any (the flag
+// spares the walk a map lookup per job).
+func (e *Engine) lastResOf(js *job) *resv {
+	if !js.hasRes {
+		return nil
+	}
+	return e.lastRes[js.j.ID]
 }
 
 // blocked notes a job that may preempt, and where its status will be.
@@ -569,6 +771,9 @@ func bookFree(s *topo.Snapshot, gpus []uint32) {
 // without placing it, using both memos.
 func (e *Engine) fitsAt(js *job, p int) bool {
 	cs := &e.cyc
+	if js.gpuN > 0 && js.gpuN > e.snapFor(p).Free() {
+		return false // fewer free GPUs than it needs
+	}
 	key := js.shape<<16 | uint64(p)
 	if js.shape != 0 {
 		if n, ok := cs.fits[key]; ok && js.members0 <= n {

@@ -33,6 +33,16 @@
 //     topology constraint. A reservation keeps its GPUs from cycle to
 //     cycle while they stay valid; it moves earlier when jobs end early,
 //     later when they overrun.
+//     A reservation is planned only where its job could start then:
+//     later reservations plan on a job ending at its estimate (else its
+//     limit), as the timeline does for running jobs, but a job goes into a
+//     hole before an earlier reservation on the same GPUs only if it ends
+//     by its runtime limit before that reservation starts (a job without
+//     a limit never does), the rule step 6 applies when it starts. A job
+//     that was blocked by quota (and so got no reservation while jobs
+//     behind it got theirs) does not take those back once it has the
+//     quota: it is placed and planned around them, and in EASY mode the
+//     one reservation stays with its holder until it starts.
 //  6. Backfill: a later job runs now only if it ends (by its limit) before
 //     every reservation whose GPUs it would use. Elastic jobs then grow
 //     into free GPUs that no reservation holds.
@@ -58,6 +68,14 @@
 //     MIG reconfigurations, and for every pending job a reason code and,
 //     where the timeline gives one, an estimated start; a View is
 //     published for observers.
+//
+// A cycle that follows one that changed nothing (no bind, preemption,
+// resize or MIG plan), when only submissions and ticks came in between
+// and the policy still orders the earlier walk's jobs first, resumes that
+// walk: their statuses are kept and only the new jobs are considered.
+// Its decisions are those of a full cycle (the fuzz target compares both);
+// preemption, elastic jobs, fractional submissions, a Window or a
+// reservation or expected end coming due turn it off.
 //
 // A refused bind (Advance) undoes the whole gang; the job returns to
 // pending with ReasonBindRefused and waits Config.BindRetryBackoff. Jobs on

@@ -63,6 +63,13 @@ type job struct {
 	inTL          bool      // on the timeline, at tlAt
 	tlAt          int64
 	victimFor     string // stopping: the preemptor
+	// quotaWait: the job was blocked by quota since it last started.
+	// While it was, reservations went to jobs behind it; it does not take
+	// them back (see Engine.yieldTo).
+	quotaWait bool
+	walked    uint64 // the cycle (cycleState.gen) that last considered it
+	hasRes    bool   // it is in lastRes
+	gpuN      int    // whole GPUs req asks for
 }
 
 // gpus is the number of GPUs the job holds.
@@ -109,14 +116,18 @@ func (js *job) expectedEnd(now time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// duration is how long a job is assumed to run once started, for
-// reservation overlap: its limit, else its estimate; ok false: unbounded.
+// duration is how long a job is expected to hold its GPUs once started,
+// for later reservations planned around it: its estimate, else its limit,
+// as the timeline expects of a running job (expectedEnd); ok false:
+// unbounded. (Planning on the limit while the timeline plans on the
+// estimate would move the job's successors earlier once it starts, onto
+// GPUs already promised to jobs behind them.)
 func duration(j *queue.Job) (time.Duration, bool) {
-	if j.RuntimeLimit > 0 {
-		return j.RuntimeLimit, true
-	}
 	if j.RuntimeEstimate > 0 {
 		return j.RuntimeEstimate, true
+	}
+	if j.RuntimeLimit > 0 {
+		return j.RuntimeLimit, true
 	}
 	return 0, false
 }
@@ -163,6 +174,18 @@ type Engine struct {
 	// sticky reservations of the last cycle: a job keeps its GPU set and
 	// start while they stay valid.
 	lastRes map[string]*resv
+	// resumeOK: the last cycle's walk may be resumed by the next one when
+	// only submissions and ticks came in between (see resume); order is
+	// that walk's pending jobs, in order, with their statuses in
+	// lastPend. noResume turns resuming off (tests compare both).
+	resumeOK bool
+	order    []*queue.Job
+	lastPend []PendingStatus
+	noResume bool
+	resumed  int // cycles that resumed (tests)
+	// checkGate (tests): a probe enoughFree skips is placed anyway, and
+	// the engine panics if that placement succeeds.
+	checkGate bool
 
 	now   time.Time
 	dirty bool
@@ -179,7 +202,8 @@ type Engine struct {
 	placer   gang.Placer
 	drainBuf []*queue.Job
 	view     atomic.Pointer[View]
-	running  *btree.BTreeG[runRec] // observers' copy of the running jobs
+	running  *btree.BTreeG[*runRec] // observers' copy of the running jobs
+	runDirty bool                   // running changed since the last View
 	cyc      cycleState
 }
 
@@ -245,6 +269,9 @@ func (e *Engine) Step(ev Event) error {
 		return fmt.Errorf("%w: event at %v, clock at %v", ErrTimeBackwards, ev.Time, e.now)
 	}
 	var err error
+	if ev.Kind != EventTick && ev.Kind != EventJobSubmitted {
+		e.resumeOK = false // see resume
+	}
 	switch ev.Kind {
 	case EventTick:
 	case EventJobSubmitted:
@@ -299,7 +326,9 @@ func (e *Engine) Ready() Ready {
 	e.accept()
 	e.seq++
 	rd := e.cycle()
-	e.dirty = false
+	// A job that yielded the one EASY reservation to a holder that started
+	// in this cycle takes it in the next one, without waiting for an event.
+	e.dirty = e.cyc.yielded && len(e.cyc.res) == 0
 	return rd
 }
 
@@ -328,6 +357,9 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	o := e.out
 	if o == nil {
 		o = &outstanding{}
+	}
+	if len(out.RefusedBinds)+len(out.RefusedPreemptions)+len(out.RefusedResizes)+len(out.RefusedMIG) > 0 || len(o.mig) > 0 {
+		e.resumeOK = false // see resume
 	}
 	for _, id := range out.RefusedBinds {
 		if !o.binds[id] || e.jobs[id] == nil || e.jobs[id].st != stateRunning {
@@ -402,7 +434,11 @@ func (e *Engine) submit(j *queue.Job) error {
 	if err := e.pending.Add(j); err != nil {
 		return err
 	}
-	e.jobs[j.ID] = e.newJob(j)
+	js := e.newJob(j)
+	e.jobs[j.ID] = js
+	if js.frac || !j.Elastic.IsZero() {
+		e.resumeOK = false
+	}
 	return nil
 }
 
@@ -414,6 +450,7 @@ func (e *Engine) newJob(j *queue.Job) *job {
 	}
 	js.shape = e.shapeID(&js.req)
 	js.members0 = js.req.Groups[0].Members
+	js.gpuN = js.req.GPUs()
 	for gi := range js.req.Groups {
 		if _, ok := sharedRequest(&js.req.Groups[gi]); ok {
 			js.frac = true

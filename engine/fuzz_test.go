@@ -175,6 +175,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
+		e.checkGate = true
 		var steps []fuzzStep
 		var digests []string
 		m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
@@ -257,7 +258,8 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			digests = append(digests, d)
 			check(t, e, m)
 		}
-		// Replay: the same inputs give the same decisions.
+		// Replay: the same inputs give the same decisions, also with every
+		// cycle a full one (no resumed walk).
 		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
 		cfg2 := fuzzConfig(rng2, shared)
 		cfg2.Policy = fuzzPolicy(seed)
@@ -265,6 +267,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		e2.noResume = true
 		m2 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
 		for i, st := range steps {
 			if st.ev != nil && st.ev.Job != nil {
@@ -366,7 +369,7 @@ func digest(rd Ready) string {
 		fmt.Fprintf(&b, " V(%s,%v,%v,%v)", x.Job, x.Start.Sub(fuzzT0), x.GPUs.ToArray(), x.Preemption)
 	}
 	for _, x := range rd.Pending {
-		fmt.Fprintf(&b, " W(%s,%v,%v)", x.Job, x.Reason, x.Start)
+		fmt.Fprintf(&b, " W(%s,%v,%v,%v,%+v)", x.Job, x.Reason, x.Start, x.Place, x.Quota)
 	}
 	fmt.Fprintf(&b, " Q%v F%v X%d", rd.Requeued, rd.Failed, len(rd.Rejected))
 	return b.String()

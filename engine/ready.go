@@ -251,7 +251,9 @@ type Ready struct {
 	// GPU; never nil. A backend applies them (destroying idle instances
 	// only) and reports refusals in Outcome.RefusedMIG.
 	MIG []MIGReconfiguration
-	// Pending explains every pending job, in the policy's order.
+	// Pending explains every pending job, in the policy's order. It is
+	// read-only: it is shared with the View, and a later cycle that
+	// resumes this one's walk shares its elements too.
 	Pending []PendingStatus
 	// Requeued lists running jobs put back to pending this cycle or by
 	// the events since the last one (preempted victims, failed nodes).

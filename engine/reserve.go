@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -48,6 +49,13 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	cs := &e.cyc
 	dur, bounded := duration(js.j)
 	r := &resv{job: js.j.ID, dur: dur, bounded: bounded}
+	// The reservation may overlap the reservations made before it only as
+	// far as the job may start then: consider admits a job at its start
+	// only if it ends by its limit before every earlier reservation whose
+	// GPUs it uses (prefixFor; no limit: it may end after any of them).
+	// Planning it into a hole by its estimate instead would promise a
+	// start that step 4 then refuses.
+	r.lim, r.limited = js.j.RuntimeLimit, js.j.RuntimeLimit > 0
 	var horizon time.Time
 	if w := e.cfg.Backfill.Window; w > 0 {
 		horizon = cs.now.Add(w)
@@ -71,6 +79,11 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	// mode, the ends of the reservations made before this one.
 	var resEnds []time.Time
 	for _, o := range cs.res {
+		if o.bounded {
+			resEnds = append(resEnds, o.start.Add(o.dur))
+		}
+	}
+	for _, o := range cs.yield {
 		if o.bounded {
 			resEnds = append(resEnds, o.start.Add(o.dur))
 		}
@@ -112,6 +125,14 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		if probes++; probes > e.cfg.Backfill.MaxProbes {
 			break
 		}
+		if !e.enoughFree(w, t, r, &js.req, js.gpuN) {
+			if e.checkGate {
+				if res, err := e.placer.Place(e.withOverlapping(w, t, r), &js.req); err == nil && res.Found {
+					panic(fmt.Sprintf("engine: enoughFree refused a probe that Place accepts: job %s at %v", js.j.ID, t))
+				}
+			}
+			continue // Place would fail: too few GPUs free at t
+		}
 		s := e.withOverlapping(w, t, r)
 		res, err := e.placer.Place(s, &js.req)
 		if err != nil || !res.Found {
@@ -129,23 +150,133 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 }
 
 // withOverlapping returns w, or a clone of it with the GPUs of this
-// cycle's reservations that overlap [t, t+r.dur) booked.
+// cycle's reservations booked that r, starting at t, would overlap: those
+// starting before r ends by its limit (all of them without one) and not
+// ending (as expected) by t.
 func (e *Engine) withOverlapping(w *topo.Snapshot, t time.Time, r *resv) *topo.Snapshot {
 	cs := &e.cyc
 	var s *topo.Snapshot
-	for _, o := range cs.res {
-		if !overlaps(t, r.dur, r.bounded, o.start, o.dur, o.bounded) {
-			continue
+	for _, rs := range [2][]*resv{cs.res, cs.yield} {
+		for _, o := range rs {
+			if !overlaps(t, r.lim, r.limited, o.start, o.dur, o.bounded) {
+				continue
+			}
+			if s == nil {
+				s = w.Clone()
+			}
+			bookFree(s, o.gpus)
 		}
-		if s == nil {
-			s = w.Clone()
-		}
-		bookFree(s, o.gpus)
 	}
 	if s == nil {
 		return w
 	}
 	return s
+}
+
+// enoughFree is gate for the snapshot withOverlapping would build at t:
+// w with the free GPUs of the reservations r would overlap booked. It
+// counts them per node instead of building it (most probes fail here):
+// the free total, and for each single-group shape gate checks, each
+// domain's member capacity less what the reserved GPUs take from their
+// nodes. False only when Place on that snapshot would find nothing.
+func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Request, need int) bool {
+	cs := &e.cyc
+	c := w.Cluster()
+	n := w.Free()
+	if n < need {
+		return false
+	}
+	// seen[g] == seenGen: g was counted in this call; took[node] is how
+	// many of its free GPUs the reservations hold.
+	if ng := c.NumGPUs(); len(cs.seen) < ng {
+		cs.seen = make([]uint32, ng)
+	}
+	if nn := c.NumNodes(); len(cs.took) < nn {
+		cs.took = make([]int32, nn)
+	}
+	if cs.seenGen++; cs.seenGen == 0 {
+		clear(cs.seen)
+		cs.seenGen = 1
+	}
+	touched := cs.touched[:0]
+	defer func() {
+		for _, id := range touched {
+			cs.took[id] = 0
+		}
+		cs.touched = touched[:0]
+	}()
+	for _, rs := range [2][]*resv{cs.res, cs.yield} {
+		for _, o := range rs {
+			if !overlaps(t, r.lim, r.limited, o.start, o.dur, o.bounded) {
+				continue
+			}
+			for _, g := range o.gpus {
+				if int(g) >= len(cs.seen) || cs.seen[g] == cs.seenGen || !w.IsFree(g) {
+					continue
+				}
+				cs.seen[g] = cs.seenGen
+				if n--; n < need {
+					return false
+				}
+				id, err := c.NodeOfGPU(g)
+				if err != nil {
+					return true // let Place answer
+				}
+				if cs.took[id] == 0 {
+					touched = append(touched, id)
+				}
+				cs.took[id]++
+			}
+		}
+	}
+	if len(touched) == 0 {
+		return true // w itself passed gate
+	}
+	lr := 0
+	if req.Required != "" {
+		l, err := c.Level(req.Required)
+		if err != nil {
+			return true
+		}
+		lr = l
+	}
+	for gi := range req.Groups {
+		g := &req.Groups[gi]
+		if g.GPUsPerMember == 0 || len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 {
+			continue
+		}
+		model := -1
+		if g.GPUModel != "" {
+			m, ok := c.ModelIndex(g.GPUModel)
+			if !ok {
+				return false
+			}
+			model = m
+		}
+		per := g.GPUsPerMember
+		ok := false
+		for d := range c.NumDomains(lr) {
+			capd := w.DomainCapacity(lr, d, per, model)
+			if capd < g.Members {
+				continue
+			}
+			for _, id := range touched {
+				if c.DomainOf(id, lr) != d || (model >= 0 && c.NodeModel(id) != model) {
+					continue
+				}
+				a := w.NodeAvailable(id)
+				capd -= a/per - max(0, a-int(cs.took[id]))/per
+			}
+			if capd >= g.Members {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Duration, bb bool) bool {

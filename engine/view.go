@@ -22,7 +22,7 @@ type View struct {
 	// FreeGPUs and TotalGPUs count allocatable free GPUs and all GPUs.
 	FreeGPUs, TotalGPUs int
 	queues              *queue.Snapshot
-	running             *btree.BTreeG[runRec] // copy-on-write clone
+	running             *btree.BTreeG[*runRec] // copy-on-write clone; records never change
 }
 
 // runRec is a running job as the View keeps it; ExpectedEnd is computed
@@ -32,7 +32,7 @@ type runRec struct {
 	estimate, limit time.Duration
 }
 
-func runLess(a, b runRec) bool { return a.Job < b.Job }
+func runLess(a, b *runRec) bool { return a.Job < b.Job }
 
 // Running lists running and stopping jobs, by ID. It allocates; the
 // engine pays only a copy-on-write btree clone per cycle for it.
@@ -41,7 +41,7 @@ func (v *View) Running() []RunningJob {
 		return nil
 	}
 	out := make([]RunningJob, 0, v.running.Len())
-	v.running.Ascend(func(r runRec) bool {
+	v.running.Ascend(func(r *runRec) bool {
 		rj := r.RunningJob
 		rj.ExpectedEnd = expectedEndAt(r, v.At)
 		out = append(out, rj)
@@ -50,7 +50,7 @@ func (v *View) Running() []RunningJob {
 	return out
 }
 
-func expectedEndAt(r runRec, now time.Time) time.Time {
+func expectedEndAt(r *runRec, now time.Time) time.Time {
 	if r.Stopping {
 		return r.Deadline
 	}
@@ -103,7 +103,15 @@ func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 		v.Seq, v.Pending, v.Reservations = rd.Seq, rd.Pending, slices.Clone(rd.Reservations)
 	}
 	if e.running != nil {
-		v.running = e.running.Clone()
+		// Clone only when a job started, stopped or changed since the last
+		// View: an unchanged tree is shared, and the owner's next change
+		// then copies no node for it.
+		if old := e.view.Load(); old != nil && old.running != nil && !e.runDirty {
+			v.running = old.running
+		} else {
+			v.running = e.running.Clone()
+		}
+		e.runDirty = false
 	}
 	e.view.Store(v)
 }
@@ -121,7 +129,8 @@ func (e *Engine) runUpsert(js *job) {
 	if e.running == nil {
 		e.running = btree.NewG(32, runLess)
 	}
-	e.running.ReplaceOrInsert(runRec{
+	e.runDirty = true
+	e.running.ReplaceOrInsert(&runRec{
 		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Shared: js.shared(), Members: js.members,
 			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
 		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit,
@@ -130,6 +139,7 @@ func (e *Engine) runUpsert(js *job) {
 
 func (e *Engine) runDelete(id string) {
 	if e.running != nil {
-		e.running.Delete(runRec{RunningJob: RunningJob{Job: id}})
+		e.runDirty = true
+		e.running.Delete(&runRec{RunningJob: RunningJob{Job: id}})
 	}
 }

@@ -105,6 +105,12 @@ type Pending struct {
 	drainBuf  []*Job
 	rejects   []Rejection
 	qIndex    map[string]int // snapshot queue positions, shared by snapshots
+	// dirty marks, by node index, the queues whose pending set changed
+	// since the last Publish (dirtyN counts the marks set): Publish clones
+	// only those.
+	dirty  []bool
+	dirtyN int
+	static []snapStatic // the snapshots' constant part, built once
 }
 
 // NewPending returns an empty pending set over t.
@@ -122,6 +128,7 @@ func NewPending(t *Tree, cfg PendingConfig) (*Pending, error) {
 		byQueue:   make([]*btree.BTreeG[*entry], len(t.nodes)),
 		byAccount: make([]*btree.BTreeG[*entry], len(t.accounts)),
 		qIndex:    map[string]int{},
+		dirty:     make([]bool, len(t.nodes)),
 	}
 	fl := btree.NewFreeListG[*entry](btree.DefaultFreeListSize)
 	for i, q := range t.queues {
@@ -179,8 +186,17 @@ func (p *Pending) Add(j *Job) error {
 	p.byID[j.ID] = e
 	p.byQueue[d.queue].ReplaceOrInsert(e)
 	p.byAccount[d.account].ReplaceOrInsert(e)
+	p.touch(d.queue)
 	p.version++
 	return nil
+}
+
+// touch marks queue q's pending set changed since the last Publish.
+func (p *Pending) touch(q int32) {
+	if !p.dirty[q] {
+		p.dirty[q] = true
+		p.dirtyN++
+	}
 }
 
 // Remove takes a job out of the set (bound, cancelled); false when no such
@@ -193,6 +209,7 @@ func (p *Pending) Remove(id string) (*Job, bool) {
 	delete(p.byID, id)
 	p.byQueue[e.d.queue].Delete(e)
 	p.byAccount[e.d.account].Delete(e)
+	p.touch(e.d.queue)
 	e.gone = true
 	p.version++
 	return e.job, true

@@ -15,42 +15,68 @@ type Snapshot struct {
 	at      time.Time
 	version uint64
 	res     []ResourceName
-	queues  []snapQueue
 	qIndex  map[string]int
 	n       int
+	// static is what never changes after NewPending (names, cohorts,
+	// nominal quota), shared by every snapshot of the Pending.
+	static []snapStatic
+	// Per queue (in tree order): the pending set, usage (R per queue),
+	// share and decayed GPU-time.
+	pending    []*btree.BTreeG[*entry]
+	usage      []Amount
+	share      []float64
+	gpuSeconds []float64
 }
 
-type snapQueue struct {
+type snapStatic struct {
 	name, cohort string
-	pending      *btree.BTreeG[*entry]
-	usage        []Amount
 	nominal      []Amount // shared with the tree: never written after NewTree
-	share        float64
-	gpuSeconds   float64
 }
 
 // Publish makes the current state the snapshot that Snapshot returns and
-// returns it. Owner only. It costs one btree Clone (O(1), copy-on-write)
-// and one small copy of usage per queue.
+// returns it. Owner only. It clones (O(1), copy-on-write) only the pending
+// sets of queues that changed since the last Publish; the others are
+// shared with the previous snapshot, so a queue that did not change costs
+// its owner no copy on its next change. When neither the pending set nor
+// the quota tree changed and the time is the same, the previous snapshot
+// is returned as it is.
 func (p *Pending) Publish(now time.Time) *Snapshot {
 	t := p.tree
+	version := p.version ^ t.version<<32
+	prev := p.snap.Load()
+	if prev != nil && prev.version == version && prev.at.Equal(now) && prev.n == len(p.byID) && p.dirtyN == 0 {
+		return prev
+	}
 	R := len(t.res)
-	s := &Snapshot{at: now, version: p.version ^ t.version<<32, res: t.res, qIndex: p.qIndex, n: len(p.byID)}
-	s.queues = make([]snapQueue, len(t.queues))
-	usage := make([]Amount, len(t.queues)*R)
-	for i, qi := range t.queues {
-		n := &t.nodes[qi]
-		u := usage[i*R : (i+1)*R : (i+1)*R]
-		copy(u, n.usage)
-		cohort := ""
-		if n.parent != noNode {
-			cohort = t.nodes[n.parent].name
-		}
-		s.queues[i] = snapQueue{
-			name: n.name, cohort: cohort, pending: p.byQueue[qi].Clone(),
-			usage: u, nominal: n.nominal, share: t.share(qi, nil), gpuSeconds: n.decayed,
+	Q := len(t.queues)
+	if p.static == nil {
+		p.static = make([]snapStatic, Q)
+		for i, qi := range t.queues {
+			n := &t.nodes[qi]
+			cohort := ""
+			if n.parent != noNode {
+				cohort = t.nodes[n.parent].name
+			}
+			p.static[i] = snapStatic{name: n.name, cohort: cohort, nominal: n.nominal}
 		}
 	}
+	s := &Snapshot{at: now, version: version, res: t.res, qIndex: p.qIndex, n: len(p.byID), static: p.static}
+	s.pending = make([]*btree.BTreeG[*entry], Q)
+	s.usage = make([]Amount, Q*R)
+	f := make([]float64, 2*Q)
+	s.share, s.gpuSeconds = f[:Q:Q], f[Q:]
+	for i, qi := range t.queues {
+		n := &t.nodes[qi]
+		copy(s.usage[i*R:(i+1)*R], n.usage)
+		if prev != nil && !p.dirty[qi] {
+			s.pending[i] = prev.pending[i]
+		} else {
+			s.pending[i] = p.byQueue[qi].Clone()
+			p.dirty[qi] = false
+		}
+		s.share[i], s.gpuSeconds[i] = t.share(qi, nil), n.decayed
+	}
+	p.dirtyN = 0
 	p.snap.Store(s)
 	return s
 }
@@ -78,8 +104,8 @@ type QueueStatus struct {
 
 // Queues lists every leaf queue, by name. It allocates.
 func (s *Snapshot) Queues() []QueueStatus {
-	out := make([]QueueStatus, len(s.queues))
-	for i := range s.queues {
+	out := make([]QueueStatus, len(s.pending))
+	for i := range s.pending {
 		out[i] = s.status(i)
 	}
 	return out
@@ -95,11 +121,13 @@ func (s *Snapshot) Queue(name string) (QueueStatus, bool) {
 }
 
 func (s *Snapshot) status(i int) QueueStatus {
-	q := &s.queues[i]
-	st := QueueStatus{Name: q.name, Cohort: q.cohort, Pending: q.pending.Len(), Share: q.share, GPUSeconds: q.gpuSeconds}
+	q := &s.static[i]
+	R := len(s.res)
+	usage := s.usage[i*R : (i+1)*R]
+	st := QueueStatus{Name: q.name, Cohort: q.cohort, Pending: s.pending[i].Len(), Share: s.share[i], GPUSeconds: s.gpuSeconds[i]}
 	for k, r := range s.res {
-		if q.usage[k] != 0 {
-			st.Usage = append(st.Usage, Quantity{r, q.usage[k]})
+		if usage[k] != 0 {
+			st.Usage = append(st.Usage, Quantity{r, usage[k]})
 		}
 		if q.nominal[k] != 0 {
 			st.Nominal = append(st.Nominal, Quantity{r, q.nominal[k]})
@@ -115,6 +143,6 @@ func (s *Snapshot) Pending(queue string, fn func(*Job) bool) bool {
 	if !ok {
 		return false
 	}
-	s.queues[i].pending.Ascend(func(e *entry) bool { return fn(e.job) })
+	s.pending[i].Ascend(func(e *entry) bool { return fn(e.job) })
 	return true
 }
