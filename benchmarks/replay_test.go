@@ -139,9 +139,9 @@ func TestReplaySynthetic(t *testing.T) {
 			if p == "fifo" {
 				assert.Zero(t, r.Reserved, "no backfill, no reservation")
 			}
-			if p == "easy" {
+			if p == "easy" || p == "conservative" {
 				assert.Positive(t, r.Reserved)
-				assert.Empty(t, r.Delayed, "EASY with exact estimates delays no reservation")
+				assert.Empty(t, r.Delayed, "%s with exact estimates delays no reservation", p)
 			}
 			again, err := Replay(context.Background(), ReplayConfig{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1})
 			require.NoError(t, err)
