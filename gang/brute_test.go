@@ -292,3 +292,39 @@ func sameEligibility(r *gang.Request) bool {
 	}
 	return true
 }
+
+// TestPlaceIntoReuses: PlaceInto gives Place's answers and, once its
+// buffers have grown, allocates nothing.
+func TestPlaceIntoReuses(t *testing.T) {
+	c, err := topo.New(topo.Uniform([]string{"block", "rack"}, []int{4, 4}, 8, 8, "H100"))
+	require.NoError(t, err)
+	s := c.NewSnapshot()
+	rng := rand.New(rand.NewPCG(9, 9))
+	randomFill(rng, s)
+	reqs := []gang.Request{
+		{Groups: []gang.Group{{Members: 40, GPUsPerMember: 1}}, Required: "block"},
+		{Groups: []gang.Group{{Members: 6, GPUsPerMember: 8}}, Preferred: "rack"},
+		{Groups: []gang.Group{{Members: 999, GPUsPerMember: 8}}, Required: "block"},
+	}
+	var p gang.Placer
+	var dst gang.Result
+	for i := range reqs {
+		want, err := gang.Place(s, &reqs[i])
+		require.NoError(t, err)
+		require.NoError(t, p.PlaceInto(&dst, s, &reqs[i]))
+		require.Equal(t, want.Found, dst.Found)
+		require.Equal(t, want.Reason, dst.Reason)
+		if want.Found {
+			require.Equal(t, want.Members, dst.Members)
+			require.Equal(t, want.GPUs(), dst.GPUs())
+			require.Equal(t, want.Spread, dst.Spread)
+			require.Equal(t, want.Nodes, dst.Nodes)
+		}
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		for i := range reqs {
+			_ = p.PlaceInto(&dst, s, &reqs[i])
+		}
+	})
+	require.Zero(t, allocs)
+}

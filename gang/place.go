@@ -94,6 +94,22 @@ func Place(s *topo.Snapshot, r *Request) (Result, error) {
 
 // Place is the package-level Place using p's scratch buffers.
 func (p *Placer) Place(s *topo.Snapshot, r *Request) (Result, error) {
+	var res Result
+	err := p.PlaceInto(&res, s, r)
+	return res, err
+}
+
+// PlaceInto is Place writing its answer into *dst and reusing the memory of
+// dst's earlier answer (its members, GPUs and spread), so a caller that
+// places many gangs in a row allocates nothing in the steady state. dst must
+// not be a Result that is still needed (for Undo, say): it is overwritten.
+func (p *Placer) PlaceInto(dst *Result, s *topo.Snapshot, r *Request) error {
+	res, err := p.place(s, r, dst)
+	*dst = res
+	return err
+}
+
+func (p *Placer) place(s *topo.Snapshot, r *Request, reuse *Result) (Result, error) {
 	if err := r.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -115,6 +131,10 @@ func (p *Placer) Place(s *topo.Snapshot, r *Request) (Result, error) {
 		res = p.placeOne()
 	} else {
 		res = p.placeMulti()
+	}
+	if reuse != nil {
+		// Keep the memory for the next answer, with nothing in it.
+		res.Members, res.gpus, res.Spread = reuse.Members[:0], reuse.gpus[:0], reuse.Spread[:0]
 	}
 	if !res.Found {
 		if res.Reason.Code == NoCapacity && res.Reason.Fit == 0 && !p.anyNodeMatches(res.Reason.Group) {
@@ -510,8 +530,8 @@ func (p *Placer) emit(res *Result) {
 		total += int(t.n) * p.groups[t.group].per
 		members += int(t.n)
 	}
-	res.gpus = make([]uint32, 0, total)
-	res.Members = make([]Assignment, 0, members)
+	res.gpus = slices.Grow(res.gpus[:0], total)
+	res.Members = slices.Grow(res.Members[:0], members)
 	// Per node, GPUs handed out so far in this placement (takes of one
 	// node may come from several groups).
 	var lastNode topo.NodeID = -1
@@ -609,7 +629,9 @@ func (p *Placer) spreadOf(res *Result) {
 	if len(p.groups) > 1 {
 		slices.Sort(p.spread)
 	}
-	res.Spread = make([]int, p.nl)
+	res.Spread = slices.Grow(res.Spread[:0], p.nl)[:p.nl]
+	clear(res.Spread)
+	res.Nodes = 0
 	for l := range p.nl {
 		last := -1
 		for _, n := range p.spread {
