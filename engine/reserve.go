@@ -232,29 +232,8 @@ func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Re
 	if len(touched) == 0 {
 		return true // w itself passed gate
 	}
-	lr := 0
-	if req.Required != "" {
-		l, err := c.Level(req.Required)
-		if err != nil {
-			return true
-		}
-		lr = l
-	}
-	for gi := range req.Groups {
-		g := &req.Groups[gi]
-		if g.GPUsPerMember == 0 || len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 {
-			continue
-		}
-		model := -1
-		if g.GPUModel != "" {
-			m, ok := c.ModelIndex(g.GPUModel)
-			if !ok {
-				return false
-			}
-			model = m
-		}
+	return gateGroups(c, req, func(lr int, g *gang.Group, model int) bool {
 		per := g.GPUsPerMember
-		ok := false
 		for d := range c.NumDomains(lr) {
 			capd := w.DomainCapacity(lr, d, per, model)
 			if capd < g.Members {
@@ -268,15 +247,11 @@ func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Re
 				capd -= a/per - max(0, a-int(cs.took[id]))/per
 			}
 			if capd >= g.Members {
-				ok = true
-				break
+				return true
 			}
 		}
-		if !ok {
-			return false
-		}
-	}
-	return true
+		return false
+	})
 }
 
 func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Duration, bb bool) bool {
@@ -290,12 +265,29 @@ func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Durat
 // gangs of whole GPUs without selectors or host resources it is exact
 // (some domain of the required level holds the members).
 func gate(s *topo.Snapshot, r *gang.Request) bool {
-	c := s.Cluster()
+	return gateGroups(s.Cluster(), r, func(lr int, g *gang.Group, model int) bool {
+		if g.GPUsPerMember*g.Members > s.Free() {
+			return false
+		}
+		for d := range s.Cluster().NumDomains(lr) {
+			if s.DomainCapacity(lr, d, g.GPUsPerMember, model) >= g.Members {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// gateGroups resolves r's required level and asks fits about every group
+// that the per-domain counters describe exactly (whole GPUs, no selector,
+// no host resources). A group fits nowhere when fits says so or its GPU
+// model is unknown; an unknown level answers true, for Place to report.
+func gateGroups(c *topo.Cluster, r *gang.Request, fits func(lr int, g *gang.Group, model int) bool) bool {
 	lr := 0
 	if r.Required != "" {
 		l, err := c.Level(r.Required)
 		if err != nil {
-			return true // Place reports it
+			return true
 		}
 		lr = l
 	}
@@ -312,17 +304,7 @@ func gate(s *topo.Snapshot, r *gang.Request) bool {
 			}
 			model = m
 		}
-		if g.GPUsPerMember*g.Members > s.Free() {
-			return false
-		}
-		ok := false
-		for d := range c.NumDomains(lr) {
-			if s.DomainCapacity(lr, d, g.GPUsPerMember, model) >= g.Members {
-				ok = true
-				break
-			}
-		}
-		if !ok {
+		if !fits(lr, g, model) {
 			return false
 		}
 	}
