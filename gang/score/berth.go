@@ -93,24 +93,12 @@ func (*Berth) Name() string { return "berth" }
 
 // Score implements Policy.
 func (p *Berth) Score(s *State, r Request, feasible []topo.NodeID, scores []int64) {
-	tab := p.cache.table(s, r)
-	for i, n := range feasible {
-		scores[i] = p.eval(s, r, n, tab).score
-	}
+	p.cache.scoreAll(s, r, feasible, scores, p.compute)
 }
 
 // ShareGPU implements Policy.
 func (p *Berth) ShareGPU(s *State, r Request, n topo.NodeID) int {
-	return int(p.eval(s, r, n, p.cache.table(s, r)).gpu)
-}
-
-func (p *Berth) eval(s *State, r Request, n topo.NodeID, tab []fgdEntry) fgdEntry {
-	e := &tab[n]
-	if v := s.nodes[n].version + 1; e.version != v {
-		k, g := p.compute(s, r, n)
-		*e = fgdEntry{version: v, score: k, gpu: int32(g)}
-	}
-	return *e
+	return p.cache.shareGPU(s, r, n, p.compute)
 }
 
 // Dead is Berth's measure of a node with the given free milli per GPU,

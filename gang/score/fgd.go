@@ -162,24 +162,12 @@ func (p *FGD) Target() *Target { return &p.target }
 
 // Score implements Policy.
 func (p *FGD) Score(s *State, r Request, feasible []topo.NodeID, scores []int64) {
-	tab := p.cache.table(s, r)
-	for i, n := range feasible {
-		scores[i] = p.eval(s, r, n, tab).score
-	}
+	p.cache.scoreAll(s, r, feasible, scores, p.compute)
 }
 
 // ShareGPU implements Policy.
 func (p *FGD) ShareGPU(s *State, r Request, n topo.NodeID) int {
-	return int(p.eval(s, r, n, p.cache.table(s, r)).gpu)
-}
-
-func (p *FGD) eval(s *State, r Request, n topo.NodeID, tab []fgdEntry) fgdEntry {
-	e := &tab[n]
-	if v := s.nodes[n].version + 1; e.version != v {
-		sc, g := p.compute(s, r, n)
-		*e = fgdEntry{version: v, score: int64(sc), gpu: int32(g)}
-	}
-	return *e
+	return p.cache.shareGPU(s, r, n, p.compute)
 }
 
 func sigmoidScore(delta float64) int {
@@ -187,7 +175,7 @@ func sigmoidScore(delta float64) int {
 }
 
 // compute returns node n's score for r and, for a share, the chosen GPU.
-func (p *FGD) compute(s *State, r Request, n topo.NodeID) (int, int) {
+func (p *FGD) compute(s *State, r Request, n topo.NodeID) (int64, int) {
 	before := p.cache.base(s, n, &p.target)
 	gpus := s.nodeGPUs(n)
 	model := s.models[n]
@@ -209,11 +197,11 @@ func (p *FGD) compute(s *State, r Request, n topo.NodeID) (int, int) {
 				best, bestScore = g, sc
 			}
 		}
-		return bestScore, best
+		return int64(bestScore), best
 	case r.UsesGPU():
 		takeAscending(after, r)
 	}
-	return sigmoidScore(before - p.target.Frag(after, cpu, model)), -1
+	return int64(sigmoidScore(before - p.target.Frag(after, cpu, model))), -1
 }
 
 // takeAscending takes u from each of the first k GPUs in ascending free
@@ -261,6 +249,32 @@ func (c *fgdCache) reset(s *State) {
 	c.shapes = map[shapeKey]int{}
 	c.tabs = nil
 	c.bases = make([]fgdBaseEntry, s.NumNodes())
+}
+
+// computeFunc scores node n for r and names the GPU a share would take.
+type computeFunc func(s *State, r Request, n topo.NodeID) (score int64, gpu int)
+
+// scoreAll fills scores for the feasible nodes, computing a node again only
+// when it changed since its cached answer.
+func (c *fgdCache) scoreAll(s *State, r Request, feasible []topo.NodeID, scores []int64, compute computeFunc) {
+	tab := c.table(s, r)
+	for i, n := range feasible {
+		scores[i] = c.eval(s, r, n, tab, compute).score
+	}
+}
+
+// shareGPU returns the GPU the cached (or fresh) answer for n chose.
+func (c *fgdCache) shareGPU(s *State, r Request, n topo.NodeID, compute computeFunc) int {
+	return int(c.eval(s, r, n, c.table(s, r), compute).gpu)
+}
+
+func (c *fgdCache) eval(s *State, r Request, n topo.NodeID, tab []fgdEntry, compute computeFunc) fgdEntry {
+	e := &tab[n]
+	if v := s.nodes[n].version + 1; e.version != v {
+		sc, g := compute(s, r, n)
+		*e = fgdEntry{version: v, score: sc, gpu: int32(g)}
+	}
+	return *e
 }
 
 func (c *fgdCache) table(s *State, r Request) []fgdEntry {
