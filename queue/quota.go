@@ -164,12 +164,9 @@ func (t *Tree) fits(d *demand) Fit {
 // *QuotaError (wrapping ErrQuotaExceeded) and changes nothing when the job
 // does not fit. GPU-time accrues for decayed usage from now on.
 func (t *Tree) Charge(j *Job, now time.Time) error {
-	d, err := t.demandOf(j)
+	d, err := t.unchargedDemand(j)
 	if err != nil {
 		return err
-	}
-	if _, dup := t.charged[j.ID]; dup {
-		return fmt.Errorf("%w: %q", ErrAlreadyCharged, j.ID)
 	}
 	if f := t.fits(d); !f.OK {
 		return &QuotaError{Queue: j.Queue, Resource: f.Resource, Need: f.Need, Available: f.Available}
@@ -182,15 +179,25 @@ func (t *Tree) Charge(j *Job, now time.Time) error {
 // running at start-up, or after quotas shrank. Usage may then exceed quota
 // until jobs finish or are preempted.
 func (t *Tree) Adopt(j *Job, now time.Time) error {
-	d, err := t.demandOf(j)
+	d, err := t.unchargedDemand(j)
 	if err != nil {
 		return err
 	}
-	if _, dup := t.charged[j.ID]; dup {
-		return fmt.Errorf("%w: %q", ErrAlreadyCharged, j.ID)
-	}
 	t.book(d, now)
 	return nil
+}
+
+// unchargedDemand returns j's demand, or an error if j cannot be resolved
+// against the tree or is charged already.
+func (t *Tree) unchargedDemand(j *Job) (*demand, error) {
+	d, err := t.demandOf(j)
+	if err != nil {
+		return nil, err
+	}
+	if _, dup := t.charged[j.ID]; dup {
+		return nil, fmt.Errorf("%w: %q", ErrAlreadyCharged, j.ID)
+	}
+	return d, nil
 }
 
 func (t *Tree) book(d *demand, now time.Time) {
