@@ -26,7 +26,9 @@ func (bestGPU) ShareGPU(s *State, r Request, n topo.NodeID) int { return s.BestF
 // Intn(j) == 0 (j from 1, every draw made).
 type Random struct {
 	// Rand is the stream the draws come from, shared with the caller (the
-	// experiment interleaves its own draws). Required.
+	// experiment interleaves its own draws). Required. It is math/rand v1
+	// because the published FGD runs draw from that exact stream; no global
+	// generator is ever used.
 	Rand *rand.Rand
 }
 
