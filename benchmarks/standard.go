@@ -9,7 +9,7 @@ import (
 	"hash/fnv"
 	"math/bits"
 
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
 )

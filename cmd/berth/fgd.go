@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/berthsched/berth/benchmarks/fgd"
+	"github.com/berthsched/berth/replay/fgd"
 )
 
 func fgdPolicies() []string { return fgd.Policies }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/berthsched/berth/benchmarks"
+	"github.com/berthsched/berth/replay"
 )
 
 // errUsage marks errors in the command line: they exit with code 2.
@@ -186,8 +186,8 @@ func contains(xs []string, x string) bool {
 // trace's own size (NASA: 16 nodes of 8; the rest: 64 nodes of 8).
 // Racks: the flag, else racks of 8 nodes when the nodes split evenly,
 // else 1.
-func clusterFor(nodes, gpusPerNode, racks, defaultNodes int) (benchmarks.ReplayCluster, error) {
-	c := benchmarks.ReplayCluster{Nodes: nodes, GPUsPerNode: gpusPerNode, Racks: racks}
+func clusterFor(nodes, gpusPerNode, racks, defaultNodes int) (replay.Cluster, error) {
+	c := replay.Cluster{Nodes: nodes, GPUsPerNode: gpusPerNode, Racks: racks}
 	if c.Nodes == 0 {
 		c.Nodes = defaultNodes
 	}

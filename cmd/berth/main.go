@@ -24,7 +24,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/berthsched/berth/benchmarks"
+	"github.com/berthsched/berth/replay"
 )
 
 func main() {
@@ -118,8 +118,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	fs.IntVar(&o.nodes, "nodes", 0, "nodes in the cluster (default: the trace's own size; NASA 16, synthetic-mig 16 (half in MIG mode), others 64;\nopenb: its node list, not settable)")
 	fs.IntVar(&o.gpn, "gpus-per-node", 8, "GPUs per node")
 	fs.IntVar(&o.racks, "racks", 0, "racks of equal size (default: racks of 8 nodes when the nodes split evenly, else 1)")
-	policy := fs.String("policy", strings.Join(benchmarks.DefaultReplayPolicies, ","),
-		"comma-separated policies: "+strings.Join(benchmarks.ReplayPolicies, ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth)")
+	policy := fs.String("policy", strings.Join(replay.DefaultPolicies(), ","),
+		"comma-separated policies: "+strings.Join(replay.Policies(), ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth)")
 	seeds := fs.String("seeds", "42", "seeds: N, LO-HI or a comma list; rows are means over seeds")
 	fs.StringVar(&o.estimates, "estimates", "exact", "runtime estimates: exact, trace (the trace's own), or inflated:F (runtime x U[1,F], seeded)")
 	fs.StringVar(&o.format, "format", "table", "output: table, json or csv")
@@ -187,7 +187,7 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	}
 	switch o.experiment {
 	case "":
-		if o.policies, err = parsePolicies(*policy, benchmarks.ReplayPolicies); err != nil {
+		if o.policies, err = parsePolicies(*policy, replay.Policies()); err != nil {
 			return nil, err
 		}
 		for _, t := range o.traces {

@@ -15,8 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berthsched/berth/benchmarks/metrics"
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/replay/metrics"
+	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/workload"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -224,9 +225,7 @@ func TestCompareJSONAndPlots(t *testing.T) {
 }
 
 func TestFGDExperiment(t *testing.T) {
-	if _, err := workload.TracePath(workload.OpenbPods); err != nil {
-		t.Skipf("no shared traces: %v", err)
-	}
+	tracetest.Path(t, workload.OpenbPods)
 	dir := t.TempDir()
 	code, stdout, stderr := runCLI(t, "replay", "--experiment", "fgd", "--trace", "openb", "--policy", "random,bestfit", "--seeds", "42", "--format", "json", "--out", dir)
 	require.Equal(t, 0, code, stderr)
@@ -289,9 +288,7 @@ func TestReplaySyntheticMIG(t *testing.T) {
 }
 
 func TestReplayOpenbTrace(t *testing.T) {
-	if _, err := workload.TracePath(workload.OpenbPods); err != nil {
-		t.Skipf("no shared traces: %v", err)
-	}
+	tracetest.Path(t, workload.OpenbPods)
 	if !raceEnabled() && !testing.Short() {
 		// The whole trace (about 1 s a policy; the race detector makes it
 		// 13 s, so it runs a cut below instead).
@@ -306,9 +303,7 @@ func TestReplayOpenbTrace(t *testing.T) {
 	// A directory holding the node list and the first 600 pods.
 	dir := t.TempDir()
 	for _, rel := range []string{workload.OpenbPods, workload.OpenbNodes} {
-		src, err := workload.TracePath(rel)
-		require.NoError(t, err)
-		b, err := os.ReadFile(src)
+		b, err := os.ReadFile(tracetest.Path(t, rel))
 		require.NoError(t, err)
 		if rel == workload.OpenbPods {
 			lines := strings.SplitAfter(string(b), "\n")

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/berthsched/berth/benchmarks/metrics"
+	"github.com/berthsched/berth/replay/metrics"
 )
 
 // writeRows prints the rows in o.format. JSON: replay prints an array of

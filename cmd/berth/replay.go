@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/berthsched/berth/benchmarks"
-	"github.com/berthsched/berth/benchmarks/metrics"
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/replay"
+	"github.com/berthsched/berth/replay/metrics"
+	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -20,7 +19,7 @@ import (
 type loaded struct {
 	spec    traceSpec
 	name    string
-	cluster benchmarks.ReplayCluster
+	cluster replay.Cluster
 	trace   []workload.Job // a trace read once
 	dropped int            // dropped by the loader
 	// topo is the cluster of workloads that bring their own (openb's node
@@ -46,7 +45,7 @@ func (l *loaded) jobs(seed int64, gpus int) ([]workload.Job, error) {
 	if l.spec.kind == "synthetic-mig" {
 		c := l.migConfig()
 		c.Seed = uint64(seed)
-		js, _, err := benchmarks.SyntheticMIG(c)
+		js, _, err := replay.SyntheticMIG(c)
 		return js, err
 	}
 	if l.spec.kind != "synthetic" {
@@ -61,8 +60,8 @@ func (l *loaded) jobs(seed int64, gpus int) ([]workload.Job, error) {
 	return workload.Synthetic(c)
 }
 
-func (l *loaded) migConfig() benchmarks.SyntheticMIGConfig {
-	c := benchmarks.DefaultSyntheticMIG()
+func (l *loaded) migConfig() replay.SyntheticMIGConfig {
+	c := replay.DefaultSyntheticMIG()
 	if l.migNodes > 0 {
 		// Whole-GPU jobs and fractional jobs scale with the cluster.
 		c.WholeJobs = max(1, c.WholeJobs*l.migNodes/c.Nodes)
@@ -85,66 +84,30 @@ func load(o *options, t traceSpec) (*loaded, error) {
 	l := &loaded{spec: t, name: t.name()}
 	defNodes := 64
 	switch t.kind {
-	case "itp", "swf":
-		path := t.path
-		if path == "" {
-			rel := workload.ITPCluster04
-			if t.kind == "swf" {
-				rel = workload.SWFNASA
-			}
-			p, err := workload.TracePath(rel)
-			if err != nil {
-				return nil, err
-			}
-			path = p
-		}
-		var tr *workload.Trace
-		var err error
-		if t.kind == "itp" {
-			tr, err = workload.OpenITP(path)
-		} else {
-			tr, err = workload.OpenSWF(path)
-			if err == nil {
-				defNodes = 16
-				if n, ok := tr.HeaderInt("MaxProcs"); ok && n > 0 {
-					defNodes = (n + o.gpn - 1) / o.gpn
-				}
-			}
-		}
+	case workload.KindITP, workload.KindSWF, workload.KindOpenb:
+		tr, err := workload.Open(t.kind, t.path)
 		if err != nil {
 			return nil, err
 		}
 		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
-	case "openb":
-		pods, nodes := filepath.Join(t.path, filepath.Base(workload.OpenbPods)), filepath.Join(t.path, filepath.Base(workload.OpenbNodes))
-		if t.path == "" {
-			var err error
-			if pods, err = workload.TracePath(workload.OpenbPods); err != nil {
+		if t.kind == workload.KindOpenb {
+			if l.topo, err = replay.OpenbSpec(tr.Nodes); err != nil {
 				return nil, err
 			}
-			if nodes, err = workload.TracePath(workload.OpenbNodes); err != nil {
-				return nil, err
+			return l, nil
+		}
+		if t.kind == workload.KindSWF {
+			defNodes = 16
+			if n, ok := tr.HeaderInt("MaxProcs"); ok && n > 0 {
+				defNodes = (n + o.gpn - 1) / o.gpn
 			}
 		}
-		tr, err := workload.OpenOpenbPods(pods)
-		if err != nil {
-			return nil, err
-		}
-		ns, err := workload.OpenOpenbNodes(nodes)
-		if err != nil {
-			return nil, err
-		}
-		if l.topo, err = benchmarks.OpenbSpec(ns); err != nil {
-			return nil, err
-		}
-		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
-		return l, nil
 	case "synthetic-mig":
 		if o.nodes == 1 {
 			return nil, usagef("--nodes: synthetic-mig needs at least 2 nodes (half of them in MIG mode)")
 		}
 		l.migNodes = o.nodes
-		_, sp, err := benchmarks.SyntheticMIG(l.migConfig())
+		_, sp, err := replay.SyntheticMIG(l.migConfig())
 		if err != nil {
 			return nil, usagef("%v", err)
 		}
@@ -164,7 +127,7 @@ type row struct {
 	workload string
 	res      metrics.Result
 	dropped  int
-	first    benchmarks.ReplayResult // the first seed's run, for plots
+	first    replay.Result // the first seed's run, for plots
 }
 
 func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error {
@@ -177,7 +140,7 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		ws = append(ws, l)
 	}
 	type key struct{ w, p int }
-	var cfgs []benchmarks.ReplayConfig
+	var cfgs []replay.Config
 	var keys []key
 	for wi, l := range ws {
 		seeds := o.seeds
@@ -190,7 +153,7 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 				if err != nil {
 					return err
 				}
-				cfgs = append(cfgs, benchmarks.ReplayConfig{
+				cfgs = append(cfgs, replay.Config{
 					Workload: l.name, Jobs: jobs, Cluster: l.cluster, Spec: l.topo, Policy: p,
 					EstimateFactor: o.estFactor, EstimateSeed: uint64(seed),
 				})
@@ -213,7 +176,7 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		return s
 	})
 	start := time.Now()
-	results, err := benchmarks.ReplayMany(ctx, cfgs, o.parallel)
+	results, err := replay.RunMany(ctx, cfgs, o.parallel)
 	bar.stop()
 	if err != nil {
 		return err
@@ -224,7 +187,7 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 	for wi, l := range ws {
 		for pi := range o.policies {
 			var rs []metrics.Result
-			var first *benchmarks.ReplayResult
+			var first *replay.Result
 			for i, k := range keys {
 				if k == (key{wi, pi}) {
 					rs = append(rs, results[i].Result)
@@ -233,7 +196,7 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 					}
 				}
 			}
-			rows = append(rows, row{workload: l.name, res: benchmarks.MeanResult(rs), dropped: l.dropped + first.Dropped, first: *first})
+			rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped, first: *first})
 		}
 	}
 	if err := writeRows(stdout, o, ws, rows, elapsed); err != nil {

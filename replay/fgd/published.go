@@ -8,7 +8,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/workload"
 )
 
 // PublishedAlloc is the published allocation file, relative to the traces

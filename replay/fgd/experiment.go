@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang/score"
 	"github.com/berthsched/berth/topo"
 )

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/berthsched/berth/benchmarks/fgd"
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/replay/fgd"
+	"github.com/berthsched/berth/workload"
 )
 
 // Run on a toy trace (16 nodes of 8 GPUs, 120 pods of five shapes) with

@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/berthsched/berth/benchmarks/metrics"
+	"github.com/berthsched/berth/replay/metrics"
 )
 
 func ExampleCompute() {

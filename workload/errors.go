@@ -22,6 +22,9 @@ var (
 	ErrHeader = errors.New("workload: bad header")
 	// ErrNoTraces: TracesDir found no trace directory.
 	ErrNoTraces = errors.New("workload: trace directory not found")
+	// ErrKind: Open was given an unknown trace kind, or a path of the
+	// wrong sort for its kind.
+	ErrKind = errors.New("workload: bad trace kind")
 	// ErrConfig: an invalid SyntheticConfig or InflateEstimates argument.
 	ErrConfig = errors.New("workload: invalid config")
 )

@@ -1,13 +1,16 @@
-package workload
+package workload_test
 
 import (
 	"bytes"
 	"os"
 	"testing"
+
+	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/workload"
 )
 
 func benchLoad(b *testing.B, rel string, read func([]byte) (int, error)) {
-	data, err := os.ReadFile(tracePath(b, rel))
+	data, err := os.ReadFile(tracetest.Path(b, rel))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -25,8 +28,8 @@ func benchLoad(b *testing.B, rel string, read func([]byte) (int, error)) {
 // BenchmarkLoadITP parses the whole ITP cluster04 trace (15,802 jobs) from
 // memory.
 func BenchmarkLoadITP(b *testing.B) {
-	benchLoad(b, ITPCluster04, func(d []byte) (int, error) {
-		tr, err := ReadITP(bytes.NewReader(d), "itp")
+	benchLoad(b, workload.ITPCluster04, func(d []byte) (int, error) {
+		tr, err := workload.ReadITP(bytes.NewReader(d), "itp")
 		if err != nil {
 			return 0, err
 		}
@@ -36,8 +39,8 @@ func BenchmarkLoadITP(b *testing.B) {
 
 // BenchmarkLoadSWF parses the gzip-compressed NASA log (18,239 jobs).
 func BenchmarkLoadSWF(b *testing.B) {
-	benchLoad(b, SWFNASA, func(d []byte) (int, error) {
-		tr, err := ReadSWF(bytes.NewReader(d), "swf")
+	benchLoad(b, workload.SWFNASA, func(d []byte) (int, error) {
+		tr, err := workload.ReadSWF(bytes.NewReader(d), "swf")
 		if err != nil {
 			return 0, err
 		}
@@ -47,8 +50,8 @@ func BenchmarkLoadSWF(b *testing.B) {
 
 // BenchmarkLoadOpenbPods parses the openb pod list (8,152 pods).
 func BenchmarkLoadOpenbPods(b *testing.B) {
-	benchLoad(b, OpenbPods, func(d []byte) (int, error) {
-		tr, err := ReadOpenbPods(bytes.NewReader(d), "pods")
+	benchLoad(b, workload.OpenbPods, func(d []byte) (int, error) {
+		tr, err := workload.ReadOpenbPods(bytes.NewReader(d), "pods")
 		if err != nil {
 			return 0, err
 		}
@@ -58,10 +61,10 @@ func BenchmarkLoadOpenbPods(b *testing.B) {
 
 // BenchmarkSynthetic generates the default workload (2,000 jobs).
 func BenchmarkSynthetic(b *testing.B) {
-	cfg := DefaultSynthetic()
+	cfg := workload.DefaultSynthetic()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Synthetic(cfg); err != nil {
+		if _, err := workload.Synthetic(cfg); err != nil {
 			b.Fatal(err)
 		}
 	}

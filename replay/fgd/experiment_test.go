@@ -11,7 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/workload"
 )
 
 var publishedSeeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
@@ -25,8 +26,10 @@ var knownDiff = Diff{RunKey: RunKey{"dotprod", 51}, Column: 109}
 
 func loadForTest(t testing.TB) (*Trace, Published) {
 	t.Helper()
+	tracetest.Path(t, workload.OpenbPods)
+	tracetest.Path(t, PublishedAlloc)
 	tr, err := LoadDefaultTrace()
-	require.NoError(t, err, "the openb traces are required (set $BERTH_TRACES)")
+	require.NoError(t, err)
 	pub, err := LoadPublished()
 	require.NoError(t, err, "the published FGD results are required")
 	require.Len(t, tr.Nodes, 1213)
@@ -53,6 +56,7 @@ func checkExact(t *testing.T, pub Published, curves []Curve) {
 // amounts in another order).
 func checkFrag(t *testing.T, curves []Curve) {
 	t.Helper()
+	tracetest.Path(t, PublishedFrag)
 	pub, err := LoadPublishedFrag()
 	require.NoError(t, err)
 	n := 0

@@ -1,4 +1,4 @@
-package benchmarks
+package replay
 
 import (
 	"cmp"
@@ -16,8 +16,8 @@ import (
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/sim"
-	"github.com/berthsched/berth/benchmarks/metrics"
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/replay/metrics"
+	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/mig"
@@ -25,11 +25,11 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// ErrReplay is wrapped by the errors of the replay suite's configuration
+// ErrInvalid is wrapped by the errors of the replay suite's configuration
 // (unknown policy, bad cluster shape, bad estimate factor).
-var ErrReplay = errors.New("benchmarks: invalid replay")
+var ErrInvalid = errors.New("replay: invalid configuration")
 
-// ReplayPolicies lists the policy names of the comparison suite, in the
+// Policies returns the policy names of the comparison suite, in the
 // order tables show them:
 //
 //	fifo          strict priority (FIFO among equals), no backfill
@@ -38,16 +38,18 @@ var ErrReplay = errors.New("benchmarks: invalid replay")
 //	fairshare     dominant resource share across queues (DRS) with EASY backfill
 //	fairtree      SLURM's Fair Tree across queues with EASY backfill
 //	multifactor   SLURM's multifactor priority (age 1, fair share 1) with EASY backfill
-var ReplayPolicies = []string{"fifo", "easy", "conservative", "fairshare", "fairtree", "multifactor"}
+func Policies() []string {
+	return []string{"fifo", "easy", "conservative", "fairshare", "fairtree", "multifactor"}
+}
 
-// DefaultReplayPolicies are the policies `berth replay` compares when none
+// DefaultPolicies returns the policies `berth replay` compares when none
 // are named.
-var DefaultReplayPolicies = []string{"fifo", "easy", "conservative", "fairshare"}
+func DefaultPolicies() []string { return []string{"fifo", "easy", "conservative", "fairshare"} }
 
-// ReplayEngineConfig maps a policy name onto the engine's ordering policy
+// EngineConfig maps a policy name onto the engine's ordering policy
 // and backfill mode. Cluster and queues are left empty. Errors wrap
-// ErrReplay.
-func ReplayEngineConfig(policy string) (engine.Config, error) {
+// ErrInvalid.
+func EngineConfig(policy string) (engine.Config, error) {
 	var c engine.Config
 	switch policy {
 	case "fifo":
@@ -72,34 +74,34 @@ func ReplayEngineConfig(policy string) (engine.Config, error) {
 		c.Policy = p
 		c.Backfill.Mode = engine.BackfillEASY
 	default:
-		return c, fmt.Errorf("%w: unknown policy %q (want one of %s)", ErrReplay, policy, strings.Join(ReplayPolicies, ", "))
+		return c, fmt.Errorf("%w: unknown policy %q (want one of %s)", ErrInvalid, policy, strings.Join(Policies(), ", "))
 	}
 	return c, nil
 }
 
-// ReplayCluster is the shape of a replay's cluster: Nodes nodes of
+// Cluster is the shape of a replay's cluster: Nodes nodes of
 // GPUsPerNode GPUs in Racks racks of equal size (Racks 0 or 1: no rack
 // level).
-type ReplayCluster struct {
+type Cluster struct {
 	Nodes       int
 	GPUsPerNode int
 	Racks       int
 }
 
 // GPUs is the cluster's GPU count.
-func (c ReplayCluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
+func (c Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
 
-// Spec returns the cluster's topology. Errors wrap ErrReplay.
-func (c ReplayCluster) Spec() (topo.Spec, error) {
+// Spec returns the cluster's topology. Errors wrap ErrInvalid.
+func (c Cluster) Spec() (topo.Spec, error) {
 	switch {
 	case c.Nodes < 1 || c.Nodes > 1<<20:
-		return topo.Spec{}, fmt.Errorf("%w: nodes must be in 1..%d, got %d", ErrReplay, 1<<20, c.Nodes)
+		return topo.Spec{}, fmt.Errorf("%w: nodes must be in 1..%d, got %d", ErrInvalid, 1<<20, c.Nodes)
 	case c.GPUsPerNode < 1 || c.GPUsPerNode > 64:
-		return topo.Spec{}, fmt.Errorf("%w: GPUs per node must be in 1..64, got %d", ErrReplay, c.GPUsPerNode)
+		return topo.Spec{}, fmt.Errorf("%w: GPUs per node must be in 1..64, got %d", ErrInvalid, c.GPUsPerNode)
 	case c.Racks < 0 || c.Racks > c.Nodes:
-		return topo.Spec{}, fmt.Errorf("%w: racks must be in 0..%d (the node count), got %d", ErrReplay, c.Nodes, c.Racks)
+		return topo.Spec{}, fmt.Errorf("%w: racks must be in 0..%d (the node count), got %d", ErrInvalid, c.Nodes, c.Racks)
 	case c.Racks > 1 && c.Nodes%c.Racks != 0:
-		return topo.Spec{}, fmt.Errorf("%w: %d nodes do not split into %d racks of equal size", ErrReplay, c.Nodes, c.Racks)
+		return topo.Spec{}, fmt.Errorf("%w: %d nodes do not split into %d racks of equal size", ErrInvalid, c.Nodes, c.Racks)
 	}
 	if c.Racks <= 1 {
 		return topo.Uniform(nil, nil, c.Nodes, c.GPUsPerNode, "GPU"), nil
@@ -107,14 +109,14 @@ func (c ReplayCluster) Spec() (topo.Spec, error) {
 	return topo.Uniform([]string{"rack"}, []int{c.Racks}, c.Nodes/c.Racks, c.GPUsPerNode, "GPU"), nil
 }
 
-// ReplayConfig is one replay: a workload on a cluster under a policy.
-type ReplayConfig struct {
+// Config is one replay: a workload on a cluster under a policy.
+type Config struct {
 	// Workload names the workload in rows and plots.
 	Workload string
-	// Jobs are the workload's jobs; Replay does not modify them.
+	// Jobs are the workload's jobs; Run does not modify them.
 	Jobs    []workload.Job
-	Cluster ReplayCluster
-	Policy  string // one of ReplayPolicies
+	Cluster Cluster
+	Policy  string // one of Policies
 	// EstimateFactor sets the runtime estimates the engine sees: 1, exact
 	// (the actual runtime); above 1, the runtime times a factor drawn
 	// uniformly in [1, EstimateFactor] from EstimateSeed
@@ -156,13 +158,13 @@ func replayFractional(sp *topo.Spec) bool {
 
 // replaySpec returns the replay's cluster, its GPU count and the largest
 // GPU count of a node.
-func replaySpec(cfg *ReplayConfig) (spec topo.Spec, gpus, per int, err error) {
+func replaySpec(cfg *Config) (spec topo.Spec, gpus, per int, err error) {
 	if len(cfg.Spec.Nodes) == 0 {
 		spec, err = cfg.Cluster.Spec()
 		return spec, cfg.Cluster.GPUs(), cfg.Cluster.GPUsPerNode, err
 	}
 	if err := cfg.Spec.Validate(); err != nil {
-		return spec, 0, 0, fmt.Errorf("%w: %w", ErrReplay, err)
+		return spec, 0, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	for i := range cfg.Spec.Nodes {
 		gpus += cfg.Spec.Nodes[i].GPUs
@@ -171,8 +173,8 @@ func replaySpec(cfg *ReplayConfig) (spec topo.Spec, gpus, per int, err error) {
 	return cfg.Spec, gpus, per, nil
 }
 
-// ReplayResult is what one replay measured.
-type ReplayResult struct {
+// Result is what one replay measured.
+type Result struct {
 	Workload string
 	Result   metrics.Result
 	// Series samples utilization and queue length over time.
@@ -244,15 +246,15 @@ func replayRequest(g, per int) gang.Request {
 // order follow the trace), queue by user, else queue, else "default".
 // Share pods (a fraction of one GPU) become one fractional member where
 // the cluster takes them.
-func replayJobs(cfg *ReplayConfig) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
+func replayJobs(cfg *Config) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	if f := cfg.EstimateFactor; f != 0 {
 		if math.IsNaN(f) || f < 1 {
-			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrReplay, f)
+			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrInvalid, f)
 		}
 		src = slices.Clone(src)
 		if err := workload.InflateEstimates(src, cfg.EstimateSeed, f); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("%w: %w", ErrReplay, err)
+			return nil, nil, 0, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
 	spec, total, per, err := replaySpec(cfg)
@@ -338,12 +340,12 @@ func replayQueues(names []string, gpus int) queue.TreeSpec {
 	return ts
 }
 
-// Replay runs cfg's workload through the engine on a simulated cluster,
+// Run runs cfg's workload through the engine on a simulated cluster,
 // driven by a backends.Runner, and measures it. It is deterministic: the
 // same config gives the same result.
-func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
-	res := ReplayResult{Workload: cfg.Workload}
-	ecfg, err := ReplayEngineConfig(cfg.Policy)
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	res := Result{Workload: cfg.Workload}
+	ecfg, err := EngineConfig(cfg.Policy)
 	if err != nil {
 		return res, err
 	}
@@ -379,7 +381,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 		}
 	}
 
-	ob := newReplayObserver(cfg, s, minPer, per)
+	ob := newObserver(cfg, s, minPer, per)
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe, TickInterval: cfg.TickInterval,
 	})
@@ -387,7 +389,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 		return res, err
 	}
 	if err := r.Run(ctx); err != nil {
-		return res, fmt.Errorf("benchmarks: replay %s/%s: %w", cfg.Workload, cfg.Policy, err)
+		return res, fmt.Errorf("replay: %s/%s: %w", cfg.Workload, cfg.Policy, err)
 	}
 
 	outs := s.Outcomes()
@@ -439,10 +441,10 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 	return res, nil
 }
 
-// replayObserver follows a replay cycle by cycle: reservations promised,
+// observer follows a replay cycle by cycle: reservations promised,
 // and the time-weighted fragmentation.
-type replayObserver struct {
-	cfg      ReplayConfig
+type observer struct {
+	cfg      Config
 	sim      *sim.Sim
 	minPer   map[string]int
 	per      int                  // the largest GPU count of a node
@@ -458,11 +460,11 @@ type replayObserver struct {
 	span                 float64
 }
 
-func newReplayObserver(cfg ReplayConfig, s *sim.Sim, minPer map[string]int, per int) *replayObserver {
-	return &replayObserver{cfg: cfg, sim: s, minPer: minPer, per: per, promised: map[string]time.Time{}}
+func newObserver(cfg Config, s *sim.Sim, minPer map[string]int, per int) *observer {
+	return &observer{cfg: cfg, sim: s, minPer: minPer, per: per, promised: map[string]time.Time{}}
 }
 
-func (o *replayObserver) observe(c backends.Cycle) {
+func (o *observer) observe(c backends.Cycle) {
 	for _, r := range c.Ready.Reservations {
 		if r.Preemption {
 			continue
@@ -484,7 +486,7 @@ func (o *replayObserver) observe(c backends.Cycle) {
 	}
 }
 
-func (o *replayObserver) integrate(now time.Time) {
+func (o *observer) integrate(now time.Time) {
 	if o.started {
 		dt := now.Sub(o.last).Seconds()
 		o.fragArea += o.frag * dt
@@ -499,7 +501,7 @@ func (o *replayObserver) integrate(now time.Time) {
 // zero when nothing is pending) and the largest gang that could still be
 // placed in the replay's member shapes (whole free nodes plus the freest
 // other node, or the freest node alone).
-func (o *replayObserver) measure(free []int, pending []engine.PendingStatus) (frag, largest float64) {
+func (o *observer) measure(free []int, pending []engine.PendingStatus) (frag, largest float64) {
 	per := o.per
 	whole, best, bestPartial := 0, 0, 0
 	for _, f := range free {
@@ -533,25 +535,25 @@ func (o *replayObserver) measure(free []int, pending []engine.PendingStatus) (fr
 }
 
 // fragmentation returns the time averages over the replay.
-func (o *replayObserver) fragmentation() (float64, int) {
+func (o *observer) fragmentation() (float64, int) {
 	if o.span <= 0 {
 		return o.frag, int(o.largest)
 	}
 	return o.fragArea / o.span, int(math.Round(o.largestSum / o.span))
 }
 
-// ReplayMany runs the replays of cfgs, at most parallel at a time (zero:
+// RunMany runs the replays of cfgs, at most parallel at a time (zero:
 // GOMAXPROCS), and returns their results in the order of cfgs.
-func ReplayMany(ctx context.Context, cfgs []ReplayConfig, parallel int) ([]ReplayResult, error) {
+func RunMany(ctx context.Context, cfgs []Config, parallel int) ([]Result, error) {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	out := make([]ReplayResult, len(cfgs))
+	out := make([]Result, len(cfgs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
 	for i := range cfgs {
 		g.Go(func() error {
-			r, err := Replay(gctx, cfgs[i])
+			r, err := Run(gctx, cfgs[i])
 			out[i] = r
 			return err
 		})
@@ -601,7 +603,7 @@ func MeanResult(rs []metrics.Result) metrics.Result {
 // out, as are the CPU-only pods), with its GPU model, CPU and memory, and
 // topo.Spec.ShareFreeGPUs, the GPU-share model of the trace (a share pod
 // takes part of a free GPU, which is then time-sliced with exact
-// thousandths). Errors wrap ErrReplay.
+// thousandths). Errors wrap ErrInvalid.
 func OpenbSpec(nodes []workload.Node) (topo.Spec, error) {
 	sp := topo.Spec{ShareFreeGPUs: true}
 	for _, n := range nodes {
@@ -612,10 +614,10 @@ func OpenbSpec(nodes []workload.Node) (topo.Spec, error) {
 			CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB})
 	}
 	if len(sp.Nodes) == 0 {
-		return sp, fmt.Errorf("%w: the openb node list has no GPU node", ErrReplay)
+		return sp, fmt.Errorf("%w: the openb node list has no GPU node", ErrInvalid)
 	}
 	if err := sp.Validate(); err != nil {
-		return sp, fmt.Errorf("%w: %w", ErrReplay, err)
+		return sp, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return sp, nil
 }
@@ -650,10 +652,10 @@ var syntheticMIGMilli = []workload.SizeWeight{{GPUs: 100, Weight: 4}, {GPUs: 250
 // the same span, with log-uniform runtimes over a 24x range scaled for an
 // offered load of about 0.8 of the MIG GPUs (in GPU thousandths asked;
 // about 1 to 23 hours with the defaults). Seeded and deterministic.
-// Errors wrap ErrReplay.
+// Errors wrap ErrInvalid.
 func SyntheticMIG(c SyntheticMIGConfig) ([]workload.Job, topo.Spec, error) {
 	if c.Nodes < 2 || c.Nodes > 1<<16 || c.WholeJobs < 1 || c.FracJobs < 0 {
-		return nil, topo.Spec{}, fmt.Errorf("%w: synthetic MIG: %d nodes (want >= 2), %d whole and %d fractional jobs", ErrReplay, c.Nodes, c.WholeJobs, c.FracJobs)
+		return nil, topo.Spec{}, fmt.Errorf("%w: synthetic MIG: %d nodes (want >= 2), %d whole and %d fractional jobs", ErrInvalid, c.Nodes, c.WholeJobs, c.FracJobs)
 	}
 	plain := c.Nodes / 2
 	var sp topo.Spec
@@ -669,7 +671,7 @@ func SyntheticMIG(c SyntheticMIGConfig) ([]workload.Job, topo.Spec, error) {
 	wc.Seed, wc.Jobs, wc.ClusterGPUs = c.Seed, c.WholeJobs, plain*8
 	jobs, err := workload.Synthetic(wc)
 	if err != nil {
-		return nil, sp, fmt.Errorf("%w: %w", ErrReplay, err)
+		return nil, sp, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	// Fractional jobs arrive over the whole jobs' arrival span; their
 	// runtimes are log-uniform over a 24x range scaled so that the

@@ -1,10 +1,10 @@
-package benchmarks
+package replay
 
 import (
 	"context"
 	"testing"
 
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -24,7 +24,7 @@ func BenchmarkReplay(b *testing.B) {
 	type wl struct {
 		name     string
 		jobs     func(b *testing.B) []workload.Job
-		cluster  ReplayCluster
+		cluster  Cluster
 		policies []string
 		spec     func(b *testing.B) topo.Spec // nil: cluster
 	}
@@ -33,30 +33,30 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	wls := []wl{
-		{"itp04", func(b *testing.B) []workload.Job { return replayTrace(b, workload.ITPCluster04) },
-			ReplayCluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, []string{"fifo", "easy", "fairshare"}, nil},
-		{"nasa", func(b *testing.B) []workload.Job { return replayTrace(b, workload.SWFNASA) },
-			ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}, []string{"fifo", "easy", "conservative", "fairshare"}, nil},
+		{"itp04", func(b *testing.B) []workload.Job { return replayTrace(b, workload.KindITP) },
+			Cluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, []string{"fifo", "easy", "fairshare"}, nil},
+		{"nasa", func(b *testing.B) []workload.Job { return replayTrace(b, workload.KindSWF) },
+			Cluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}, []string{"fifo", "easy", "conservative", "fairshare"}, nil},
 		{"synthetic", func(b *testing.B) []workload.Job { return replaySynthetic(b, 2000, 512) },
-			ReplayCluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, DefaultReplayPolicies, nil},
-		{"synthetic-mig", func(*testing.B) []workload.Job { return migJobs }, ReplayCluster{},
+			Cluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, DefaultPolicies(), nil},
+		{"synthetic-mig", func(*testing.B) []workload.Job { return migJobs }, Cluster{},
 			[]string{"fifo", "easy", "fairshare"}, func(*testing.B) topo.Spec { return migSpec }},
-		{"openb", func(b *testing.B) []workload.Job { j, _ := replayOpenb(b); return j }, ReplayCluster{},
+		{"openb", func(b *testing.B) []workload.Job { j, _ := replayOpenb(b); return j }, Cluster{},
 			[]string{"easy"}, func(b *testing.B) topo.Spec { _, sp := replayOpenb(b); return sp }},
 	}
 	for _, w := range wls {
 		for _, p := range w.policies {
 			b.Run("trace="+w.name+"/policy="+p, func(b *testing.B) {
 				jobs := w.jobs(b)
-				cfg := ReplayConfig{Workload: w.name, Jobs: jobs, Cluster: w.cluster, Policy: p, EstimateFactor: 1}
+				cfg := Config{Workload: w.name, Jobs: jobs, Cluster: w.cluster, Policy: p, EstimateFactor: 1}
 				if w.spec != nil {
 					cfg.Spec = w.spec(b)
 				}
 				b.ReportAllocs()
-				var r ReplayResult
+				var r Result
 				for b.Loop() {
 					var err error
-					if r, err = Replay(context.Background(), cfg); err != nil {
+					if r, err = Run(context.Background(), cfg); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -1,9 +1,7 @@
-package benchmarks
+package replay
 
 import (
 	"context"
-	"errors"
-	"os"
 	"runtime/debug"
 	"slices"
 	"testing"
@@ -13,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berthsched/berth/backends"
-	"github.com/berthsched/berth/benchmarks/metrics"
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/replay/metrics"
+	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/internal/tracetest"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -43,51 +42,36 @@ func replayRace() bool {
 	return false
 }
 
-// replayTrace loads a shared trace, or skips when the traces are absent.
-func replayTrace(t testing.TB, rel string) []workload.Job {
+// replayTrace loads a shared trace (tracetest's skip-or-fail rule).
+func replayTrace(t testing.TB, kind string) []workload.Job {
 	t.Helper()
-	p, err := workload.TracePath(rel)
-	if errors.Is(err, workload.ErrNoTraces) {
-		t.Skipf("no shared traces: %v", err)
-	}
-	require.NoError(t, err)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("trace %s absent: %v", rel, err)
-	}
-	var tr *workload.Trace
-	if rel == workload.SWFNASA {
-		tr, err = workload.OpenSWF(p)
-	} else {
-		tr, err = workload.OpenITP(p)
-	}
-	require.NoError(t, err)
-	return tr.Jobs
+	return tracetest.Open(t, kind).Jobs
 }
 
-func TestReplayEngineConfig(t *testing.T) {
-	for _, p := range ReplayPolicies {
-		c, err := ReplayEngineConfig(p)
+func TestEngineConfig(t *testing.T) {
+	for _, p := range Policies() {
+		c, err := EngineConfig(p)
 		require.NoError(t, err, p)
 		assert.NotNil(t, c.Policy, p)
 	}
-	_, err := ReplayEngineConfig("sjf")
-	require.ErrorIs(t, err, ErrReplay)
-	for _, p := range DefaultReplayPolicies {
-		assert.Contains(t, ReplayPolicies, p)
+	_, err := EngineConfig("sjf")
+	require.ErrorIs(t, err, ErrInvalid)
+	for _, p := range DefaultPolicies() {
+		assert.Contains(t, Policies(), p)
 	}
 }
 
-func TestReplayClusterSpec(t *testing.T) {
-	spec, err := ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 4}.Spec()
+func TestClusterSpec(t *testing.T) {
+	spec, err := Cluster{Nodes: 16, GPUsPerNode: 8, Racks: 4}.Spec()
 	require.NoError(t, err)
 	assert.Len(t, spec.Nodes, 16)
 	assert.Equal(t, []string{"rack"}, spec.Levels)
-	spec, err = ReplayCluster{Nodes: 3, GPUsPerNode: 2}.Spec()
+	spec, err = Cluster{Nodes: 3, GPUsPerNode: 2}.Spec()
 	require.NoError(t, err)
 	assert.Empty(t, spec.Levels)
-	for _, bad := range []ReplayCluster{{}, {Nodes: 4}, {Nodes: 4, GPUsPerNode: 65}, {Nodes: 10, GPUsPerNode: 8, Racks: 3}, {Nodes: 2, GPUsPerNode: 8, Racks: 3}, {Nodes: 2, GPUsPerNode: 8, Racks: -1}} {
+	for _, bad := range []Cluster{{}, {Nodes: 4}, {Nodes: 4, GPUsPerNode: 65}, {Nodes: 10, GPUsPerNode: 8, Racks: 3}, {Nodes: 2, GPUsPerNode: 8, Racks: 3}, {Nodes: 2, GPUsPerNode: 8, Racks: -1}} {
 		_, err := bad.Spec()
-		assert.ErrorIs(t, err, ErrReplay, "%+v", bad)
+		assert.ErrorIs(t, err, ErrInvalid, "%+v", bad)
 	}
 }
 
@@ -107,17 +91,17 @@ func TestReplayRequest(t *testing.T) {
 
 func TestReplaySynthetic(t *testing.T) {
 	jobs := replaySynthetic(t, 250, 128)
-	cl := ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}
-	for _, p := range ReplayPolicies {
+	cl := Cluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}
+	for _, p := range Policies() {
 		t.Run(p, func(t *testing.T) {
 			var cycles, lastDone int
-			cfg := ReplayConfig{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1,
+			cfg := Config{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1,
 				Progress: func(n int) {
 					require.GreaterOrEqual(t, n, lastDone)
 					lastDone = n
 				},
 				Observe: func(backends.Cycle) { cycles++ }}
-			r, err := Replay(context.Background(), cfg)
+			r, err := Run(context.Background(), cfg)
 			require.NoError(t, err)
 			res := r.Result
 			assert.Equal(t, p, res.Policy)
@@ -143,7 +127,7 @@ func TestReplaySynthetic(t *testing.T) {
 				assert.Positive(t, r.Reserved)
 				assert.Empty(t, r.Delayed, "%s with exact estimates delays no reservation", p)
 			}
-			again, err := Replay(context.Background(), ReplayConfig{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1})
+			again, err := Run(context.Background(), Config{Workload: "syn", Jobs: jobs, Cluster: cl, Policy: p, EstimateFactor: 1})
 			require.NoError(t, err)
 			assert.Equal(t, res, again.Result, "deterministic")
 		})
@@ -157,30 +141,30 @@ func TestReplayDropsWhatCannotRun(t *testing.T) {
 		{ID: "cpu", Submit: 0, Runtime: time.Minute},
 		{ID: "share", Submit: 0, Runtime: time.Minute, NumGPU: 1, GPUMilli: 500},
 	}
-	r, err := Replay(context.Background(), ReplayConfig{Jobs: jobs, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy"})
+	r, err := Run(context.Background(), Config{Jobs: jobs, Cluster: Cluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy"})
 	require.NoError(t, err)
 	assert.Equal(t, 3, r.Dropped)
 	assert.Equal(t, 1, r.Result.Finished)
 	assert.Equal(t, time.Minute, r.Result.Makespan)
 
 	early := append([]workload.Job{{ID: "early", Submit: -time.Hour, Runtime: time.Minute, GPUs: 1, NumGPU: 1, GPUMilli: 1000}}, jobs...)
-	r, err = Replay(context.Background(), ReplayConfig{Jobs: early, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "fifo"})
+	r, err = Run(context.Background(), Config{Jobs: early, Cluster: Cluster{Nodes: 2, GPUsPerNode: 8}, Policy: "fifo"})
 	require.NoError(t, err, "a submission before the trace start")
 	assert.Equal(t, 2, r.Result.Finished)
 	assert.Equal(t, time.Hour+time.Minute, r.Result.Makespan)
 
-	_, err = Replay(context.Background(), ReplayConfig{Jobs: jobs, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy", EstimateFactor: 0.5})
-	require.ErrorIs(t, err, ErrReplay)
-	_, err = Replay(context.Background(), ReplayConfig{Jobs: jobs, Cluster: ReplayCluster{Nodes: 2, GPUsPerNode: 8}, Policy: "nope"})
-	require.ErrorIs(t, err, ErrReplay)
+	_, err = Run(context.Background(), Config{Jobs: jobs, Cluster: Cluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy", EstimateFactor: 0.5})
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = Run(context.Background(), Config{Jobs: jobs, Cluster: Cluster{Nodes: 2, GPUsPerNode: 8}, Policy: "nope"})
+	require.ErrorIs(t, err, ErrInvalid)
 }
 
 func TestReplayCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Replay(ctx, ReplayConfig{Jobs: replaySynthetic(t, 50, 64), Cluster: ReplayCluster{Nodes: 8, GPUsPerNode: 8}, Policy: "easy"})
+	_, err := Run(ctx, Config{Jobs: replaySynthetic(t, 50, 64), Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, Policy: "easy"})
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = ReplayMany(ctx, []ReplayConfig{{Jobs: replaySynthetic(t, 50, 64), Cluster: ReplayCluster{Nodes: 8, GPUsPerNode: 8}, Policy: "easy"}}, 0)
+	_, err = RunMany(ctx, []Config{{Jobs: replaySynthetic(t, 50, 64), Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, Policy: "easy"}}, 0)
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -204,17 +188,17 @@ func TestMeanResult(t *testing.T) {
 // with exact estimates EASY delays no reserved job past its first
 // reservation. Conservative backfill is run on conservativeJobs jobs only
 // (it is the slowest policy).
-func replayCompare(t *testing.T, name string, jobs []workload.Job, cl ReplayCluster, conservativeJobs int, strict bool) {
+func replayCompare(t *testing.T, name string, jobs []workload.Job, cl Cluster, conservativeJobs int, strict bool) {
 	for _, factor := range []float64{1, 2} {
-		var cfgs []ReplayConfig
+		var cfgs []Config
 		for _, p := range []string{"fifo", "easy", "fairshare", "conservative"} {
 			js := jobs
 			if p == "conservative" {
 				js = jobs[:min(len(jobs), conservativeJobs)]
 			}
-			cfgs = append(cfgs, ReplayConfig{Workload: name, Jobs: js, Cluster: cl, Policy: p, EstimateFactor: factor, EstimateSeed: 42})
+			cfgs = append(cfgs, Config{Workload: name, Jobs: js, Cluster: cl, Policy: p, EstimateFactor: factor, EstimateSeed: 42})
 		}
-		rs, err := ReplayMany(context.Background(), cfgs, 0)
+		rs, err := RunMany(context.Background(), cfgs, 0)
 		require.NoError(t, err)
 		fifo, easy := rs[0].Result, rs[1].Result
 		for i, r := range rs {
@@ -241,19 +225,19 @@ func replayCompare(t *testing.T, name string, jobs []workload.Job, cl ReplayClus
 // trace under -race, the whole traces otherwise (conservative backfill on
 // a cut in both cases).
 func TestReplayTraceComparison(t *testing.T) {
-	itp := replayTrace(t, workload.ITPCluster04)
-	nasa := replayTrace(t, workload.SWFNASA)
+	itp := replayTrace(t, workload.KindITP)
+	nasa := replayTrace(t, workload.KindSWF)
 	itpCut, nasaCut, consCut := 1000, 2000, 300
 	if !replayRace() && !testing.Short() {
 		itpCut, nasaCut, consCut = len(itp), len(nasa), 600
 	}
 	t.Run("itp04", func(t *testing.T) {
-		replayCompare(t, "itp04", itp[:itpCut], ReplayCluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, consCut, true)
+		replayCompare(t, "itp04", itp[:itpCut], Cluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, consCut, true)
 	})
 	t.Run("nasa", func(t *testing.T) {
 		// The NASA log is lightly loaded on 128 GPUs: its makespan is set
 		// by the last arrival, so utilization ties.
-		replayCompare(t, "nasa", nasa[:nasaCut], ReplayCluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}, consCut, false)
+		replayCompare(t, "nasa", nasa[:nasaCut], Cluster{Nodes: 16, GPUsPerNode: 8, Racks: 2}, consCut, false)
 	})
 }
 
@@ -267,7 +251,7 @@ func TestReplaySyntheticMIG(t *testing.T) {
 	require.Equal(t, jobs, again, "seeded")
 	for _, p := range []string{"fifo", "easy"} {
 		t.Run(p, func(t *testing.T) {
-			r, err := Replay(context.Background(), ReplayConfig{Workload: "synthetic-mig", Jobs: jobs, Spec: spec, Policy: p, EstimateFactor: 1})
+			r, err := Run(context.Background(), Config{Workload: "synthetic-mig", Jobs: jobs, Spec: spec, Policy: p, EstimateFactor: 1})
 			require.NoError(t, err)
 			t.Logf("%s: util %.4f wait %v finished %d/%d frac %d mig decided %d sim %+v", p, r.Result.Utilization, r.Result.AvgWait, r.Result.Finished, r.Result.Jobs, r.Fractional, r.MIGDecided, r.Sim)
 			assert.Empty(t, r.Violations)
@@ -287,24 +271,12 @@ func TestReplaySyntheticMIG(t *testing.T) {
 	}
 }
 
-// replayOpenb loads the openb pods and nodes, or skips when absent.
+// replayOpenb loads the openb pods and nodes (tracetest's skip-or-fail
+// rule).
 func replayOpenb(t testing.TB) ([]workload.Job, topo.Spec) {
 	t.Helper()
-	pp, err := workload.TracePath(workload.OpenbPods)
-	if errors.Is(err, workload.ErrNoTraces) {
-		t.Skipf("no shared traces: %v", err)
-	}
-	require.NoError(t, err)
-	np, err := workload.TracePath(workload.OpenbNodes)
-	require.NoError(t, err)
-	if _, err := os.Stat(pp); err != nil {
-		t.Skipf("trace %s absent: %v", pp, err)
-	}
-	tr, err := workload.OpenOpenbPods(pp)
-	require.NoError(t, err)
-	nodes, err := workload.OpenOpenbNodes(np)
-	require.NoError(t, err)
-	spec, err := OpenbSpec(nodes)
+	tr := tracetest.Open(t, workload.KindOpenb)
+	spec, err := OpenbSpec(tr.Nodes)
 	require.NoError(t, err)
 	return tr.Jobs, spec
 }
@@ -328,7 +300,7 @@ func TestReplayOpenbTrace(t *testing.T) {
 			shared++
 		}
 	}
-	r, err := Replay(context.Background(), ReplayConfig{Workload: "openb", Jobs: pods, Spec: spec, Policy: "easy", EstimateFactor: 1})
+	r, err := Run(context.Background(), Config{Workload: "openb", Jobs: pods, Spec: spec, Policy: "easy", EstimateFactor: 1})
 	require.NoError(t, err)
 	t.Logf("openb: %d pods, %d replayed, %d dropped (%d no runtime), %d fractional; util %.4f wait %v sim %+v",
 		len(pods), r.Result.Jobs, r.Dropped, r.NoRuntime, r.Fractional, r.Result.Utilization, r.Result.AvgWait, r.Sim)
@@ -359,7 +331,7 @@ func TestReplaySharePods(t *testing.T) {
 		{Name: "b", GPUs: 1, Model: "T4", CPUMilli: 8000}, {Name: "cpu-only", CPUMilli: 8000}})
 	require.NoError(t, err)
 	require.Len(t, spec.Nodes, 2, "CPU-only nodes are left out")
-	r, err := Replay(context.Background(), ReplayConfig{Workload: "shares", Jobs: jobs, Spec: spec, Policy: "fifo", EstimateFactor: 1})
+	r, err := Run(context.Background(), Config{Workload: "shares", Jobs: jobs, Spec: spec, Policy: "fifo", EstimateFactor: 1})
 	require.NoError(t, err)
 	assert.Empty(t, r.Violations)
 	assert.Equal(t, 3, r.Dropped)
@@ -377,7 +349,7 @@ func TestReplaySharePods(t *testing.T) {
 	assert.Equal(t, 90*time.Minute, r.Result.Makespan)
 
 	_, err = OpenbSpec([]workload.Node{{Name: "cpu"}})
-	require.ErrorIs(t, err, ErrReplay)
+	require.ErrorIs(t, err, ErrInvalid)
 	_, _, err = SyntheticMIG(SyntheticMIGConfig{Nodes: 1, WholeJobs: 1})
-	require.ErrorIs(t, err, ErrReplay)
+	require.ErrorIs(t, err, ErrInvalid)
 }

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/berthsched/berth/benchmarks/workload"
+	"github.com/berthsched/berth/workload"
 )
 
 func ExampleReadITP() {

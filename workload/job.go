@@ -77,6 +77,9 @@ type Trace struct {
 	// Header holds the SWF header lines of the form "; Key: value" (the
 	// first value of each key, trimmed). Nil for CSV traces.
 	Header map[string]string
+	// Nodes is the node list of traces that bring their cluster (openb
+	// through Open); nil otherwise.
+	Nodes []Node
 }
 
 // HeaderInt returns an integer SWF header field such as "MaxProcs".

@@ -3,11 +3,15 @@ package fgd
 import (
 	"context"
 	"testing"
+
+	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/workload"
 )
 
 // BenchmarkFGD replays one seed (10,866 pods on 1,213 nodes) per policy.
-// Run: go test -run XXX -bench BenchmarkFGD ./benchmarks/fgd/
+// Run: go test -run XXX -bench BenchmarkFGD ./replay/fgd/
 func BenchmarkFGD(b *testing.B) {
+	tracetest.Path(b, workload.OpenbPods)
 	tr, err := LoadDefaultTrace()
 	if err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package workload
+package workload_test
 
 import (
 	"bufio"
@@ -14,44 +14,58 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// tracePath returns the path of a shared trace. A missing trace fails the
-// test: the replay numbers depend on these files, so their absence must be
-// seen, not skipped.
-func tracePath(tb testing.TB, rel string) string {
-	tb.Helper()
-	p, err := TracePath(rel)
-	require.NoError(tb, err, "the shared traces are required (set $%s)", TracesEnv)
-	_, err = os.Stat(p)
-	require.NoError(tb, err, "trace file missing")
-	return p
-}
+	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/workload"
+)
 
 func TestTracesDir(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv(TracesEnv, dir)
-	got, err := TracesDir()
+	t.Setenv(workload.TracesEnv, dir)
+	got, err := workload.TracesDir()
 	require.NoError(t, err)
 	assert.Equal(t, dir, got)
-	p, err := TracePath(ITPCluster04)
+	p, err := workload.TracePath(workload.ITPCluster04)
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(dir, ITPCluster04), p)
+	assert.Equal(t, filepath.Join(dir, workload.ITPCluster04), p)
 
-	t.Setenv(TracesEnv, filepath.Join(dir, "missing"))
-	_, err = TracesDir()
-	assert.ErrorIs(t, err, ErrNoTraces)
+	t.Setenv(workload.TracesEnv, filepath.Join(dir, "missing"))
+	_, err = workload.TracesDir()
+	assert.ErrorIs(t, err, workload.ErrNoTraces)
 
 	// Without the variable, the search relative to the working directory
 	// finds the shared traces from this package directory.
-	t.Setenv(TracesEnv, "")
-	got, err = TracesDir()
+	t.Setenv(workload.TracesEnv, "")
+	assert.FileExists(t, filepath.Join(tracetest.Dir(t), "README.md"))
+}
+
+func TestOpen(t *testing.T) {
+	_, err := workload.Open("csv", "x")
+	assert.ErrorIs(t, err, workload.ErrKind)
+	dir := t.TempDir()
+	_, err = workload.Open(workload.KindSWF, filepath.Join(dir, "none.swf"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	swf := filepath.Join(dir, "a.swf")
+	require.NoError(t, os.WriteFile(swf, []byte("; MaxProcs: 16\n1 0 5 60 4 -1 -1 4 100 -1 1 1 1 -1 1 -1 -1 -1\n"), 0o644))
+	tr, err := workload.Open(workload.KindSWF, swf)
 	require.NoError(t, err)
-	assert.FileExists(t, filepath.Join(got, "README.md"))
+	require.Len(t, tr.Jobs, 1)
+	assert.Equal(t, 4, tr.Jobs[0].NumGPU)
+	_, err = workload.Open(workload.KindOpenb, swf)
+	assert.ErrorIs(t, err, workload.ErrKind, "openb wants a directory")
+
+	// No path: the shared trace of the kind, nodes included for openb.
+	tracetest.Path(t, workload.OpenbNodes)
+	tr, err = workload.Open(workload.KindOpenb, "")
+	require.NoError(t, err)
+	assert.Len(t, tr.Nodes, 1213)
+	t.Setenv(workload.TracesEnv, filepath.Join(dir, "missing"))
+	_, err = workload.Open(workload.KindITP, "")
+	assert.ErrorIs(t, err, workload.ErrNoTraces)
 }
 
 func TestTraceNASA(t *testing.T) {
-	tr, err := OpenSWF(tracePath(t, SWFNASA))
+	tr, err := workload.OpenSWF(tracetest.Path(t, workload.SWFNASA))
 	require.NoError(t, err)
 	// README: 18,239 jobs; 173 of them ran 0 s and are dropped.
 	assert.Equal(t, 18239, len(tr.Jobs)+len(tr.Dropped))
@@ -88,7 +102,7 @@ func TestTraceNASA(t *testing.T) {
 
 // swfDroppedSize re-reads the processor count of a dropped job from the
 // file (dropped jobs carry only their line).
-func swfDroppedSize(t *testing.T, tr *Trace, d Dropped) int {
+func swfDroppedSize(t *testing.T, tr *workload.Trace, d workload.Dropped) int {
 	t.Helper()
 	if swfLines == nil {
 		f, err := os.Open(tr.Name)
@@ -103,7 +117,7 @@ func swfDroppedSize(t *testing.T, tr *Trace, d Dropped) int {
 		require.NoError(t, sc.Err())
 	}
 	fields := strings.Fields(swfLines[d.Line-1])
-	n, err := strconv.Atoi(fields[swfAlloc])
+	n, err := strconv.Atoi(fields[4]) // SWF field 5: allocated processors
 	require.NoError(t, err)
 	return n
 }
@@ -111,7 +125,7 @@ func swfDroppedSize(t *testing.T, tr *Trace, d Dropped) int {
 var swfLines []string
 
 func TestTraceITP(t *testing.T) {
-	tr, err := OpenITP(tracePath(t, ITPCluster04))
+	tr, err := workload.OpenITP(tracetest.Path(t, workload.ITPCluster04))
 	require.NoError(t, err)
 	assert.Empty(t, tr.Dropped)
 	require.Len(t, tr.Jobs, 15802)
@@ -134,7 +148,7 @@ func TestTraceITP(t *testing.T) {
 	// The synthetic generator's runtime table is the nearest-rank quantiles
 	// of this trace.
 	slices.Sort(runs)
-	for _, q := range ITPRuntimeQuantiles() {
+	for _, q := range workload.ITPRuntimeQuantiles() {
 		pm := int(q.P*1000 + 0.5) // per mille
 		rank := max(1, (pm*len(runs)+999)/1000)
 		assert.Equal(t, runs[rank-1], q.Runtime, "quantile %v", q.P)
@@ -145,7 +159,7 @@ func TestTraceITP(t *testing.T) {
 }
 
 func TestTraceOpenb(t *testing.T) {
-	nodes, err := OpenOpenbNodes(tracePath(t, OpenbNodes))
+	nodes, err := workload.OpenOpenbNodes(tracetest.Path(t, workload.OpenbNodes))
 	require.NoError(t, err)
 	require.Len(t, nodes, 1213)
 	gpus := 0
@@ -158,7 +172,7 @@ func TestTraceOpenb(t *testing.T) {
 	assert.Equal(t, 549, shapes["G2x8"])
 	assert.Equal(t, 387, shapes["T4x2"])
 
-	tr, err := OpenOpenbPods(tracePath(t, OpenbPods))
+	tr, err := workload.OpenOpenbPods(tracetest.Path(t, workload.OpenbPods))
 	require.NoError(t, err)
 	require.Len(t, tr.Jobs, 8152)
 	byGPU := map[int]int{}
