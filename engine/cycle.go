@@ -55,11 +55,11 @@ type cycleState struct {
 	// reservation this cycle (it goes to the yielding job next cycle).
 	yielded bool
 	backoff bool // a job waited for its bind retry backoff
-	// seen and seenGen: GPUs counted by enoughFree (seen[g] == seenGen).
-	seen    []uint32
-	seenGen uint32
-	took    []int32       // by node
-	touched []topo.NodeID // nodes with took > 0
+	// seen and seenGen: GPUs counted by enoughFree (seen[g] == seenGen);
+	// holdback: the GPUs it holds back.
+	seen     []uint32
+	seenGen  uint32
+	holdback gang.Holdback
 	// limMin and limMax are the least and greatest runtime limits of the
 	// jobs considered (zero: none had one).
 	limMin, limMax time.Duration
@@ -229,9 +229,10 @@ func (e *Engine) cycle() Ready {
 	// cycle appends to cs.pend beyond their length, never within it.
 	rd.Pending = cs.pend[:len(cs.pend):len(cs.pend)]
 	e.lastPend = cs.pend
-	e.resumeOK = len(rd.Binds) == 0 && len(cs.placedLate) == 0 && len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 &&
+	e.quiet = len(rd.Binds) == 0 && len(cs.placedLate) == 0 && len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 &&
 		len(rd.MIG) == 0 && len(cs.fracBlocked) == 0 && len(e.claims) == 0 && len(cs.holds) == 0 &&
 		!cs.backoff && !cs.yielded && e.stopping == 0 && len(e.requeued) == 0 && len(e.failed) == 0
+	e.since = sinceCycle{}
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
 	rd.Rejected, e.rejected = e.rejected, nil
@@ -250,22 +251,40 @@ func (e *Engine) walk(cur queue.Cursor, rd *Ready) {
 	}
 }
 
-// resume is steps 2 to 6 for a cycle that follows one that changed
-// nothing (no bind, preemption, resize, MIG plan, claim, requeue or bind
-// backoff: a bind late in a walk changes what the jobs before it would
-// see in the next one) when only submissions and ticks came in
-// between (nothing finished, no node changed, Advance refused nothing),
-// no running job's expected end and no reservation's start has come, and
-// the policy still orders the jobs of that walk first and as before: then
-// the walk would repeat itself job for job (the same plan, quota,
-// reservations and memos), so their statuses are copied and only the jobs
-// after them are considered, on the walk state the last cycle left. It
-// reports false, having changed nothing but the cursor, when it cannot.
-// The decisions are those of a full cycle (FuzzEngine compares both).
-func (e *Engine) resume(now time.Time, rd *Ready) bool {
+// sinceCycle records what came in between two cycles, for resumable:
+// Step notes each event's kind, submit notes fractional and elastic jobs
+// (through the intake too), and the cycle clears it.
+type sinceCycle struct {
+	events uint32 // bit k: an event of kind k came
+	shaped bool   // a fractional or elastic job was submitted
+}
+
+// resumable reports whether the next cycle at now may resume the last
+// one's walk (see resume). It is the one place that decides; resumption
+// is off when:
+//   - the last cycle changed something (a bind, preemption, resize, MIG
+//     plan, claim, hold, requeue, failure, bind backoff, yield, a job in its
+//     grace period, a fractional job blocked: e.quiet is false), since a
+//     bind late in a walk changes what the jobs before it see next time;
+//   - an event other than a submission or a tick came since (a job ended,
+//     a node changed, a job was adopted or checkpointed); refusals in
+//     Advance need no rule of their own: they refuse decisions, and a
+//     cycle that made decisions is not quiet;
+//   - a fractional or elastic job was submitted since;
+//   - elastic jobs run, preemption is on, or the backfill window is set
+//     (the window moves with the clock);
+//   - a running job's expected end or a reservation's start has come, or
+//     a reservation entered or left the span that a job with a limit
+//     overlaps;
+//   - tests turned it off (noResume).
+//
+// The order check (the policy still orders the walk's jobs first and as
+// before) is resume's, since it needs the cursor.
+func (e *Engine) resumable(now time.Time) bool {
 	cs := &e.cyc
-	if !e.resumeOK || e.noResume || e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim ||
-		e.cfg.Backfill.Window > 0 { // the window moves with the clock
+	const allowed = 1<<EventTick | 1<<EventJobSubmitted
+	if !e.quiet || e.since.events&^allowed != 0 || e.since.shaped || e.noResume ||
+		e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
 		return false
 	}
 	if len(e.tl) > 0 && e.tl[0].at <= now.UnixNano() {
@@ -280,6 +299,21 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 		if cs.limMax > 0 && !r.start.Before(cs.now.Add(cs.limMin)) && r.start.Before(now.Add(cs.limMax)) {
 			return false
 		}
+	}
+	return true
+}
+
+// resume is steps 2 to 6 for a cycle that resumable allows, when the
+// policy still orders the jobs of the last walk first and as before: then
+// the walk would repeat itself job for job (the same plan, quota,
+// reservations and memos), so their statuses are copied and only the jobs
+// after them are considered, on the walk state the last cycle left. It
+// reports false, having changed nothing but the cursor, when it cannot.
+// The decisions are those of a full cycle (FuzzEngine compares both).
+func (e *Engine) resume(now time.Time, rd *Ready) bool {
+	cs := &e.cyc
+	if !e.resumable(now) {
+		return false
 	}
 	e.tree.Advance(now) // policies order on decayed usage
 	cur := e.policy.Order(e.pending, now)

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -205,7 +206,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 			}
 		}
 		chosen = append(chosen, c)
-		if !gate(w, &p.req) {
+		if !gang.Possible(w, &p.req) {
 			continue
 		}
 		if res, err := e.placer.Place(w, &p.req); err == nil && res.Found {

@@ -174,18 +174,17 @@ type Engine struct {
 	// sticky reservations of the last cycle: a job keeps its GPU set and
 	// start while they stay valid.
 	lastRes map[string]*resv
-	// resumeOK: the last cycle's walk may be resumed by the next one when
-	// only submissions and ticks came in between (see resume); order is
-	// that walk's pending jobs, in order, with their statuses in
-	// lastPend. noResume turns resuming off (tests compare both).
-	resumeOK bool
+	// Cycle resumption (see resumable, the one place that decides it):
+	// quiet says the last cycle changed nothing; since records what came
+	// in after it; order is that walk's pending jobs, in order, with their
+	// statuses in lastPend. noResume turns resuming off (tests compare
+	// both).
+	quiet    bool
+	since    sinceCycle
 	order    []*queue.Job
 	lastPend []PendingStatus
 	noResume bool
 	resumed  int // cycles that resumed (tests)
-	// checkGate (tests): a probe enoughFree skips is placed anyway, and
-	// the engine panics if that placement succeeds.
-	checkGate bool
 
 	now   time.Time
 	dirty bool
@@ -269,9 +268,7 @@ func (e *Engine) Step(ev Event) error {
 		return fmt.Errorf("%w: event at %v, clock at %v", ErrTimeBackwards, ev.Time, e.now)
 	}
 	var err error
-	if ev.Kind != EventTick && ev.Kind != EventJobSubmitted {
-		e.resumeOK = false // see resume
-	}
+	e.since.events |= 1 << ev.Kind
 	switch ev.Kind {
 	case EventTick:
 	case EventJobSubmitted:
@@ -358,9 +355,6 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	if o == nil {
 		o = &outstanding{}
 	}
-	if len(out.RefusedBinds)+len(out.RefusedPreemptions)+len(out.RefusedResizes)+len(out.RefusedMIG) > 0 || len(o.mig) > 0 {
-		e.resumeOK = false // see resume
-	}
 	for _, id := range out.RefusedBinds {
 		if !o.binds[id] || e.jobs[id] == nil || e.jobs[id].st != stateRunning {
 			return fmt.Errorf("%w: refused bind of %q, which Ready %d did not bind", ErrInvalidEvent, id, rd.Seq)
@@ -437,7 +431,7 @@ func (e *Engine) submit(j *queue.Job) error {
 	js := e.newJob(j)
 	e.jobs[j.ID] = js
 	if js.frac || !j.Elastic.IsZero() {
-		e.resumeOK = false
+		e.since.shaped = true
 	}
 	return nil
 }

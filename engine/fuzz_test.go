@@ -175,7 +175,6 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
-		e.checkGate = true
 		var steps []fuzzStep
 		var digests []string
 		m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}

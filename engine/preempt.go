@@ -196,7 +196,7 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 			freed = append(freed, releaseExcept(w, vp, protect))
 			wpl = append(wpl, vp)
 			chosen = append(chosen, v)
-			if w.DomainFree(level, d) < need || !gate(w, &p.req) || !e.quotaWith(p, chosen) {
+			if w.DomainFree(level, d) < need || !gang.Possible(w, &p.req) || !e.quotaWith(p, chosen) {
 				continue
 			}
 			if res, err := e.placer.Place(w, &p.req); err == nil && res.Found {

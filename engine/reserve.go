@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -119,18 +118,13 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		if hasSticky && t.Equal(sticky.start) && trySticky() {
 			return r, true
 		}
-		if !gate(w, &js.req) {
+		if !gang.Possible(w, &js.req) {
 			continue
 		}
 		if probes++; probes > e.cfg.Backfill.MaxProbes {
 			break
 		}
-		if !e.enoughFree(w, t, r, &js.req, js.gpuN) {
-			if e.checkGate {
-				if res, err := e.placer.Place(e.withOverlapping(w, t, r), &js.req); err == nil && res.Found {
-					panic(fmt.Sprintf("engine: enoughFree refused a probe that Place accepts: job %s at %v", js.j.ID, t))
-				}
-			}
+		if !e.enoughFree(w, t, r, &js.req) {
 			continue // Place would fail: too few GPUs free at t
 		}
 		s := e.withOverlapping(w, t, r)
@@ -173,38 +167,23 @@ func (e *Engine) withOverlapping(w *topo.Snapshot, t time.Time, r *resv) *topo.S
 	return s
 }
 
-// enoughFree is gate for the snapshot withOverlapping would build at t:
-// w with the free GPUs of the reservations r would overlap booked. It
-// counts them per node instead of building it (most probes fail here):
-// the free total, and for each single-group shape gate checks, each
-// domain's member capacity less what the reserved GPUs take from their
-// nodes. False only when Place on that snapshot would find nothing.
-func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Request, need int) bool {
+// enoughFree is gang.Possible for the snapshot withOverlapping would
+// build at t: w with the free GPUs of the reservations r would overlap
+// held back. It counts them per node instead of building it (most probes
+// fail here). False only when Place on that snapshot would find nothing.
+func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Request) bool {
 	cs := &e.cyc
 	c := w.Cluster()
-	n := w.Free()
-	if n < need {
-		return false
-	}
-	// seen[g] == seenGen: g was counted in this call; took[node] is how
-	// many of its free GPUs the reservations hold.
+	// seen[g] == seenGen: g was held in this call.
 	if ng := c.NumGPUs(); len(cs.seen) < ng {
 		cs.seen = make([]uint32, ng)
-	}
-	if nn := c.NumNodes(); len(cs.took) < nn {
-		cs.took = make([]int32, nn)
 	}
 	if cs.seenGen++; cs.seenGen == 0 {
 		clear(cs.seen)
 		cs.seenGen = 1
 	}
-	touched := cs.touched[:0]
-	defer func() {
-		for _, id := range touched {
-			cs.took[id] = 0
-		}
-		cs.touched = touched[:0]
-	}()
+	h := &cs.holdback
+	h.Reset()
 	for _, rs := range [2][]*resv{cs.res, cs.yield} {
 		for _, o := range rs {
 			if !overlaps(t, r.lim, r.limited, o.start, o.dur, o.bounded) {
@@ -215,43 +194,15 @@ func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Re
 					continue
 				}
 				cs.seen[g] = cs.seenGen
-				if n--; n < need {
-					return false
-				}
 				id, err := c.NodeOfGPU(g)
 				if err != nil {
 					return true // let Place answer
 				}
-				if cs.took[id] == 0 {
-					touched = append(touched, id)
-				}
-				cs.took[id]++
+				h.Hold(id)
 			}
 		}
 	}
-	if len(touched) == 0 {
-		return true // w itself passed gate
-	}
-	return gateGroups(c, req, func(lr int, g *gang.Group, model int) bool {
-		per := g.GPUsPerMember
-		for d := range c.NumDomains(lr) {
-			capd := w.DomainCapacity(lr, d, per, model)
-			if capd < g.Members {
-				continue
-			}
-			for _, id := range touched {
-				if c.DomainOf(id, lr) != d || (model >= 0 && c.NodeModel(id) != model) {
-					continue
-				}
-				a := w.NodeAvailable(id)
-				capd -= a/per - max(0, a-int(cs.took[id]))/per
-			}
-			if capd >= g.Members {
-				return true
-			}
-		}
-		return false
-	})
+	return h.Len() == 0 || gang.PossibleWithout(w, req, h)
 }
 
 func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Duration, bb bool) bool {
@@ -261,52 +212,3 @@ func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Durat
 	return !aEndsBeforeB && !bEndsBeforeA
 }
 
-// gate is a cheap necessary condition for a placement: for single-group
-// gangs of whole GPUs without selectors or host resources it is exact
-// (some domain of the required level holds the members).
-func gate(s *topo.Snapshot, r *gang.Request) bool {
-	return gateGroups(s.Cluster(), r, func(lr int, g *gang.Group, model int) bool {
-		if g.GPUsPerMember*g.Members > s.Free() {
-			return false
-		}
-		for d := range s.Cluster().NumDomains(lr) {
-			if s.DomainCapacity(lr, d, g.GPUsPerMember, model) >= g.Members {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-// gateGroups resolves r's required level and asks fits about every group
-// that the per-domain counters describe exactly (whole GPUs, no selector,
-// no host resources). A group fits nowhere when fits says so or its GPU
-// model is unknown; an unknown level answers true, for Place to report.
-func gateGroups(c *topo.Cluster, r *gang.Request, fits func(lr int, g *gang.Group, model int) bool) bool {
-	lr := 0
-	if r.Required != "" {
-		l, err := c.Level(r.Required)
-		if err != nil {
-			return true
-		}
-		lr = l
-	}
-	for gi := range r.Groups {
-		g := &r.Groups[gi]
-		if g.GPUsPerMember == 0 || len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 {
-			continue
-		}
-		model := -1
-		if g.GPUModel != "" {
-			m, ok := c.ModelIndex(g.GPUModel)
-			if !ok {
-				return false
-			}
-			model = m
-		}
-		if !fits(lr, g, model) {
-			return false
-		}
-	}
-	return true
-}

@@ -56,7 +56,7 @@ func resumeMatches(t *testing.T, mode BackfillMode, policy func() queue.Policy, 
 			Start:    fuzzT0,
 		})
 		require.NoError(t, err)
-		e.noResume, e.checkGate = noResume, true
+		e.noResume = noResume
 		return e
 	}
 	es := [2]*Engine{mk(false), mk(true)}
