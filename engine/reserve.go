@@ -211,4 +211,3 @@ func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Durat
 	bEndsBeforeA := bb && !b.Add(db).After(a)
 	return !aEndsBeforeB && !bEndsBeforeA
 }
-
