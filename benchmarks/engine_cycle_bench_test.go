@@ -23,7 +23,7 @@ import (
 // reserves for the first blocked job, backfills, and explains the ~10,000
 // jobs still pending.
 func BenchmarkCycle(b *testing.B) {
-	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K, 10000) })
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000) })
 }
 
 func engineCycleBench(b *testing.B, sh ClusterShape, pending int) {
@@ -108,7 +108,7 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 	if err != nil {
 		b.Fatal(err)
 	}
-	if sh.Name == B2K.Name && st.Checksum != 0x7faf8a5b6c63b8e1 {
+	if sh.Name == B2K().Name && st.Checksum != 0x7faf8a5b6c63b8e1 {
 		b.Fatalf("random60 checksum %x: not the standard work", st.Checksum)
 	}
 	const queues = 20

@@ -91,7 +91,7 @@ func BenchmarkPlaceScaling(b *testing.B) {
 
 // BenchmarkApplyUndo times booking and releasing a placement.
 func BenchmarkApplyUndo(b *testing.B) {
-	s := filledSnapshot(b, B2K, Skewed60).Clone()
+	s := filledSnapshot(b, B2K(), Skewed60).Clone()
 	req, _ := Gang("B")
 	res, err := gang.Place(s, &req)
 	if err != nil || !res.Found {
@@ -111,7 +111,7 @@ func BenchmarkApplyUndo(b *testing.B) {
 // BenchmarkModelMemory reports the heap bytes per GPU of the cluster model
 // plus one snapshot after the standard fill.
 func BenchmarkModelMemory(b *testing.B) {
-	for _, sh := range []ClusterShape{B2K, B12K} {
+	for _, sh := range []ClusterShape{B2K(), B12K()} {
 		b.Run("cluster="+sh.Name, func(b *testing.B) {
 			var perGPU float64
 			for b.Loop() {
@@ -138,7 +138,7 @@ func BenchmarkModelMemory(b *testing.B) {
 
 // BenchmarkClone times a copy-on-write snapshot plus one small write.
 func BenchmarkClone(b *testing.B) {
-	s := filledSnapshot(b, B12K, Random60)
+	s := filledSnapshot(b, B12K(), Random60)
 	var free uint32
 	for g := range uint32(s.Cluster().NumGPUs()) {
 		if s.IsFree(g) {

@@ -19,7 +19,7 @@ type standardCase struct {
 
 func standardCases() []standardCase {
 	var out []standardCase
-	for _, sh := range []ClusterShape{B2K, B12K} {
+	for _, sh := range []ClusterShape{B2K(), B12K()} {
 		for _, f := range []Fill{Random60, Skewed60} {
 			for _, g := range []string{"A", "B", "C"} {
 				out = append(out, standardCase{sh, f, g})
@@ -27,7 +27,7 @@ func standardCases() []standardCase {
 		}
 	}
 	for _, f := range []Fill{Random60, Skewed60} {
-		out = append(out, standardCase{NVL72x128, f, "N"})
+		out = append(out, standardCase{NVL72x128(), f, "N"})
 	}
 	return out
 }
@@ -89,7 +89,7 @@ func TestStandardGangs(t *testing.T) {
 
 // TestRandom60GangAIsAnExplainedNo pins the reason in numbers.
 func TestRandom60GangAIsAnExplainedNo(t *testing.T) {
-	s := filledSnapshot(t, B2K, Random60)
+	s := filledSnapshot(t, B2K(), Random60)
 	req, _ := Gang("A")
 	res, err := gang.Place(s, &req)
 	require.NoError(t, err)

@@ -33,16 +33,28 @@ type ClusterShape struct {
 }
 
 // Standard clusters.
-var (
-	B2K       = ClusterShape{Name: "B2K", Levels: []string{"block", "rack"}, Fanout: []int{16, 8}, NodesPerLeaf: 16, GPUsPerNode: 8, FillSizes: []int{1, 2, 4, 8}, PreferredName: "rack"}
-	B12K      = ClusterShape{Name: "B12K", Levels: []string{"block", "rack"}, Fanout: []int{64, 12}, NodesPerLeaf: 16, GPUsPerNode: 8, FillSizes: []int{1, 2, 4, 8}, PreferredName: "rack"}
-	NVL72x128 = ClusterShape{Name: "NVL72x128", Levels: []string{"block", "nvlink"}, Fanout: []int{8, 16}, NodesPerLeaf: 18, GPUsPerNode: 4, FillSizes: []int{1, 2, 4}, PreferredName: "nvlink"}
-)
+// B2K is the standard 2,048-node cluster: 16 blocks x 8 racks x 16 nodes
+// of 8 GPUs.
+func B2K() ClusterShape {
+	return ClusterShape{Name: "B2K", Levels: []string{"block", "rack"}, Fanout: []int{16, 8}, NodesPerLeaf: 16, GPUsPerNode: 8, FillSizes: []int{1, 2, 4, 8}, PreferredName: "rack"}
+}
+
+// B12K is the standard 12,288-node cluster: 64 blocks x 12 racks x 16
+// nodes of 8 GPUs.
+func B12K() ClusterShape {
+	return ClusterShape{Name: "B12K", Levels: []string{"block", "rack"}, Fanout: []int{64, 12}, NodesPerLeaf: 16, GPUsPerNode: 8, FillSizes: []int{1, 2, 4, 8}, PreferredName: "rack"}
+}
+
+// NVL72x128 is 128 NVL72 racks (8 blocks x 16 NVLink domains x 18 nodes
+// of 4 GPUs).
+func NVL72x128() ClusterShape {
+	return ClusterShape{Name: "NVL72x128", Levels: []string{"block", "nvlink"}, Fanout: []int{8, 16}, NodesPerLeaf: 18, GPUsPerNode: 4, FillSizes: []int{1, 2, 4}, PreferredName: "nvlink"}
+}
 
 // Scaling returns B2K's shape with the given number of nodes (a multiple of
 // 128: racks of 16 nodes, blocks of 8 racks).
 func Scaling(nodes int) ClusterShape {
-	s := B2K
+	s := B2K()
 	s.Name = fmt.Sprintf("nodes=%d", nodes)
 	s.Fanout = []int{nodes / 128, 8}
 	return s

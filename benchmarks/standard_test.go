@@ -17,10 +17,10 @@ func TestStandardFills(t *testing.T) {
 		{Random60, 9836, 2661, "7faf8a5b6c63b8e1"},
 		{Skewed60, 9834, 2631, "087ce5aac2fce05f"},
 	} {
-		c, err := B2K.Build()
+		c, err := B2K().Build()
 		require.NoError(t, err)
 		s := c.NewSnapshot()
-		st, err := ApplyFill(s, B2K, tc.fill)
+		st, err := ApplyFill(s, B2K(), tc.fill)
 		require.NoError(t, err)
 		assert.Equal(t, tc.used, st.Used, tc.fill)
 		assert.Equal(t, tc.jobs, st.Jobs, tc.fill)

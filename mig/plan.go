@@ -25,8 +25,10 @@ type CostModel struct {
 	Reset   time.Duration // GPU reset to switch MIG mode (A100, A30)
 }
 
-// DefaultCosts are used for the zero CostModel fields.
-var DefaultCosts = CostModel{Create: 2 * time.Second, Destroy: time.Second, Reset: 60 * time.Second}
+// DefaultCosts returns the costs used for the zero CostModel fields.
+func DefaultCosts() CostModel {
+	return CostModel{Create: 2 * time.Second, Destroy: time.Second, Reset: 60 * time.Second}
+}
 
 // PlanOptions bound a planning pass.
 type PlanOptions struct {
@@ -131,13 +133,13 @@ func (p *Pool) Plan(demand []Demand, o PlanOptions) (Plan, error) {
 	}
 	costs := o.Costs
 	if costs.Create == 0 {
-		costs.Create = DefaultCosts.Create
+		costs.Create = DefaultCosts().Create
 	}
 	if costs.Destroy == 0 {
-		costs.Destroy = DefaultCosts.Destroy
+		costs.Destroy = DefaultCosts().Destroy
 	}
 	if costs.Reset == 0 {
-		costs.Reset = DefaultCosts.Reset
+		costs.Reset = DefaultCosts().Reset
 	}
 	rem := make([]int, K)
 	total := 0

@@ -216,8 +216,8 @@ type Limit struct {
 	set    bool
 }
 
-// NoLimit is the absent limit.
-var NoLimit = Limit{}
+// NoLimit returns the absent limit (the zero Limit).
+func NoLimit() Limit { return Limit{} }
 
 // Cap returns the limit a.
 func Cap(a Amount) Limit { return Limit{amount: a, set: true} }

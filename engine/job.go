@@ -1,0 +1,358 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// state is where a job is. A job is in exactly one state.
+type state uint8
+
+const (
+	statePending  state = iota + 1
+	stateRunning        // bound (confirmed or not) and running
+	stateStopping       // preempted, in its grace period: GPUs still booked
+)
+
+func (s state) String() string {
+	switch s {
+	case statePending:
+		return "pending"
+	case stateRunning:
+		return "running"
+	case stateStopping:
+		return "stopping"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// job is the engine's record of one job.
+type job struct {
+	// hot in the walk: read for every pending job every cycle
+	j         *queue.Job
+	st        state
+	shape     uint64 // shape ID for the failure memo; 0: not memoized
+	notBefore int64  // bind refused: not placed before (Unix ns)
+	members0  int    // members of the first group in req
+	frac      bool   // fractional or MIG members (single group)
+
+	req   gang.Request // what is placed: elastic jobs start at MinMembers
+	badOf error        // placement error of req (unsupported, unknown level), cached per cluster
+	badC  *topo.Cluster
+
+	// running and stopping
+	place      *placement
+	start      time.Time
+	confirmed  bool // Advance accepted the bind
+	backfilled bool
+	members    int // members of group 0 now (elastic)
+	checkpoint time.Time
+	// lastPreempted is when the job was last preempted (or a preemption
+	// of it was refused): it is not preempted again within MinRuntime.
+	lastPreempted time.Time
+	deadline      time.Time // stopping: end of the grace period
+	inTL          bool      // on the timeline, at tlAt
+	tlAt          int64
+	victimFor     string // stopping: the preemptor
+	// quotaWait: the job was blocked by quota since it last started.
+	// While it was, reservations went to jobs behind it; it does not take
+	// them back (see Engine.yieldTo).
+	quotaWait bool
+	walked    uint64 // the cycle (cycleState.gen) that last considered it
+	hasRes    bool   // it is in lastRes
+	gpuN      int    // whole GPUs req asks for
+}
+
+// gpus is the number of GPUs the job holds.
+func (js *job) gpus() int {
+	if js.place == nil {
+		return 0
+	}
+	return len(js.place.gpus)
+}
+
+// shared is the number of members holding a MIG instance or a share.
+func (js *job) shared() int {
+	if js.place == nil || !js.place.shared {
+		return 0
+	}
+	n := 0
+	for _, m := range js.place.members {
+		if m.shared {
+			n++
+		}
+	}
+	return n
+}
+
+// expectedEnd is when a running job is expected to end: at its estimate,
+// else its limit; once it overran both, unknown (ok false). A stopping job
+// ends at its grace deadline.
+func (js *job) expectedEnd(now time.Time) (time.Time, bool) {
+	if js.st == stateStopping {
+		return js.deadline, true
+	}
+	if e := js.j.RuntimeEstimate; e > 0 {
+		if t := js.start.Add(e); t.After(now) {
+			return t, true
+		}
+	}
+	if l := js.j.RuntimeLimit; l > 0 {
+		if t := js.start.Add(l); t.After(now) {
+			return t, true
+		}
+		// Past its limit: the backend is stopping it.
+		return now, true
+	}
+	return time.Time{}, false
+}
+
+// duration is how long a job is expected to hold its GPUs once started,
+// for later reservations planned around it: its estimate, else its limit,
+// as the timeline expects of a running job (expectedEnd); ok false:
+// unbounded. (Planning on the limit while the timeline plans on the
+// estimate would move the job's successors earlier once it starts, onto
+// GPUs already promised to jobs behind them.)
+func duration(j *queue.Job) (time.Duration, bool) {
+	if j.RuntimeEstimate > 0 {
+		return j.RuntimeEstimate, true
+	}
+	if j.RuntimeLimit > 0 {
+		return j.RuntimeLimit, true
+	}
+	return 0, false
+}
+
+func (e *Engine) submit(j *queue.Job) error {
+	if j == nil {
+		return fmt.Errorf("%w: submission without a job", ErrInvalidEvent)
+	}
+	if _, dup := e.jobs[j.ID]; dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
+	}
+	if err := e.pending.Add(j); err != nil {
+		return err
+	}
+	js := e.newJob(j)
+	e.jobs[j.ID] = js
+	if js.frac || !j.Elastic.IsZero() {
+		e.since.shaped = true
+	}
+	return nil
+}
+
+func (e *Engine) newJob(j *queue.Job) *job {
+	js := &job{j: j, st: statePending, req: j.Request}
+	if !j.Elastic.IsZero() {
+		js.req.Groups = slices.Clone(j.Request.Groups)
+		js.req.Groups[0].Members = j.Elastic.MinMembers
+	}
+	js.shape = e.shapeID(&js.req)
+	js.members0 = js.req.Groups[0].Members
+	js.gpuN = js.req.GPUs()
+	for gi := range js.req.Groups {
+		if _, ok := sharedRequest(&js.req.Groups[gi]); ok {
+			js.frac = true
+			if len(js.req.Groups) > 1 || !j.Elastic.IsZero() {
+				js.badOf, js.badC = errFractional, nil // whatever the cluster
+			}
+		}
+	}
+	e.byPtr[j] = js
+	return js
+}
+
+// shapeID names what a single-group request asks for apart from its
+// member count, for the failure memo; 0 for requests it does not cover.
+func (e *Engine) shapeID(r *gang.Request) uint64 {
+	if len(r.Groups) != 1 {
+		return 0
+	}
+	g := &r.Groups[0]
+	if len(g.Selector) > 0 || g.GPUsPerMember == 0 {
+		return 0
+	}
+	key := fmt.Sprintf("%d/%d/%d/%s/%s/%s", g.GPUsPerMember, g.CPUMilli, g.MemoryMiB, g.GPUModel, r.Required, r.Preferred)
+	id, ok := e.shapes[key]
+	if !ok {
+		id = uint64(len(e.shapes) + 1)
+		e.shapes[key] = id
+	}
+	return id
+}
+
+func (e *Engine) lookup(id string) (*job, error) {
+	js := e.jobs[id]
+	if js == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownJob, id)
+	}
+	return js, nil
+}
+
+func (e *Engine) finish(id string, at time.Time) error {
+	js, err := e.lookup(id)
+	if err != nil {
+		return err
+	}
+	if js.st == statePending {
+		return fmt.Errorf("%w: job %q finished while pending", ErrInvalidEvent, id)
+	}
+	e.stopRunning(js, at)
+	e.forget(js)
+	return nil
+}
+
+func (e *Engine) cancel(id string, at time.Time) error {
+	js, err := e.lookup(id)
+	if err != nil {
+		return err
+	}
+	if js.st == statePending {
+		e.pending.Remove(id)
+		delete(e.claims, id)
+	} else {
+		e.stopRunning(js, at)
+	}
+	e.forget(js)
+	return nil
+}
+
+// forget drops a job that ended.
+func (e *Engine) forget(js *job) {
+	delete(e.jobs, js.j.ID)
+	delete(e.byPtr, js.j)
+}
+
+func (e *Engine) checkpointed(id string, at time.Time) error {
+	js, err := e.lookup(id)
+	if err != nil {
+		return err
+	}
+	if js.st != statePending {
+		js.checkpoint = at
+	}
+	return nil
+}
+
+func (e *Engine) adopt(j *queue.Job, ms []Member, at time.Time) error {
+	if j == nil {
+		return fmt.Errorf("%w: adoption without a job", ErrInvalidEvent)
+	}
+	if err := j.Validate(); err != nil {
+		return err
+	}
+	if err := e.tree.ValidateJob(j); err != nil {
+		return err
+	}
+	if _, dup := e.jobs[j.ID]; dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
+	}
+	var sreq mig.Request
+	if len(j.Request.Groups) > 0 {
+		sreq, _ = sharedRequest(&j.Request.Groups[0])
+	}
+	p, err := fromMembers(e.cluster, ms, sreq)
+	if err != nil {
+		return err
+	}
+	js := e.newJob(j)
+	if js.badOf == errFractional {
+		delete(e.byPtr, j)
+		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, errFractional)
+	}
+	if err := checkWhole(js, p); err != nil {
+		delete(e.byPtr, j)
+		return err
+	}
+	if err := p.rebook(e.snap); err != nil {
+		delete(e.byPtr, j)
+		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, err)
+	}
+	if err := e.tree.Adopt(j, at); err != nil {
+		p.unbook(e.snap)
+		delete(e.byPtr, j)
+		return err
+	}
+	js.st, js.place, js.start, js.confirmed = stateRunning, p, at, true
+	js.members = countGroup(p, 0)
+	e.jobs[j.ID] = js
+	e.activate(js)
+	return nil
+}
+
+// checkWhole checks that a placement has every member of the request (an
+// elastic first group: between its bounds) with the GPUs each asks for.
+func checkWhole(js *job, p *placement) error {
+	groups := js.j.Request.Groups
+	counts := make([]int, len(groups))
+	for _, m := range p.members {
+		if m.group < 0 || int(m.group) >= len(groups) {
+			return fmt.Errorf("%w: job %q: member of unknown group %d", ErrInvalidEvent, js.j.ID, m.group)
+		}
+		_, frac := sharedRequest(&groups[m.group])
+		if frac != m.shared {
+			return fmt.Errorf("%w: job %q: member fractional %v, group %d fractional %v", ErrInvalidEvent, js.j.ID, m.shared, m.group, frac)
+		}
+		if !frac && len(m.gpus) != groups[m.group].GPUsPerMember {
+			return fmt.Errorf("%w: job %q: member with %d GPUs, group %d asks %d", ErrInvalidEvent, js.j.ID, len(m.gpus), m.group, groups[m.group].GPUsPerMember)
+		}
+		counts[m.group]++
+	}
+	for g, n := range counts {
+		lo, hi := groups[g].Members, groups[g].Members
+		if g == 0 && !js.j.Elastic.IsZero() {
+			lo, hi = js.j.Elastic.MinMembers, js.j.Elastic.MaxMembers
+		}
+		if n < lo || n > hi {
+			return fmt.Errorf("%w: job %q: group %d has %d members, want %d..%d", ErrInvalidEvent, js.j.ID, g, n, lo, hi)
+		}
+	}
+	return nil
+}
+
+func countGroup(p *placement, g int32) int {
+	n := 0
+	for _, m := range p.members {
+		if m.group == g {
+			n++
+		}
+	}
+	return n
+}
+
+// stopRunning releases a running or stopping job's GPUs and quota.
+func (e *Engine) stopRunning(js *job, at time.Time) {
+	js.place.unbook(e.snap)
+	if js.st == stateStopping {
+		e.stopping--
+	}
+	e.deactivate(js)
+	if err := e.tree.Release(js.j, at); err != nil {
+		panic(fmt.Sprintf("engine: broken invariant: quota release of %q: %v", js.j.ID, err))
+	}
+	js.place = nil
+	js.confirmed, js.backfilled = false, false
+	js.deadline, js.victimFor = time.Time{}, ""
+}
+
+// toPending puts a job whose GPUs were released back to pending.
+func (e *Engine) toPending(js *job) {
+	js.st = statePending
+	js.members = 0
+	if err := e.pending.Add(js.j); err != nil {
+		panic(fmt.Sprintf("engine: broken invariant: requeue of %q: %v", js.j.ID, err))
+	}
+}
+
+// requeue stops a running job and puts it back to pending, whole.
+func (e *Engine) requeue(js *job, at time.Time) {
+	e.stopRunning(js, at)
+	e.toPending(js)
+	e.requeued = append(e.requeued, js.j.ID)
+}
