@@ -3,7 +3,6 @@ package gang
 import (
 	"fmt"
 
-	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/topo"
 )
@@ -128,9 +127,6 @@ func (r *Result) MemberGPUs(i int) []uint32 {
 
 // GPUs returns every GPU of the placement, grouped by member. Read-only.
 func (r *Result) GPUs() []uint32 { return r.gpus }
-
-// GPUSet returns the GPUs of the placement as a new bitmap.
-func (r *Result) GPUSet() *roaring.Bitmap { return roaring.BitmapOf(r.gpus...) }
 
 // Apply books the placement on s, all or nothing: on error s is unchanged.
 // Apply a Result only to the snapshot it was computed on (or a clone with the

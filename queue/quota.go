@@ -244,9 +244,6 @@ func (t *Tree) Charged(id string) bool {
 	return ok
 }
 
-// ChargedLen is the number of charged (running) jobs.
-func (t *Tree) ChargedLen() int { return len(t.charged) }
-
 func dropRate(r *float64, v float64) {
 	*r -= v
 	if *r < 1e-9 {

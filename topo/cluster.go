@@ -291,12 +291,6 @@ func (c *Cluster) NodeGPUs(id NodeID) (first uint32, n int) {
 // NodeModel returns the model index of node id.
 func (c *Cluster) NodeModel(id NodeID) int { return int(c.nodes[id].model) }
 
-// NodeLabel returns the value of a label of node id.
-func (c *Cluster) NodeLabel(id NodeID, key string) (string, bool) {
-	v, ok := c.nodes[id].labels[key]
-	return v, ok
-}
-
 // MatchesSelector reports whether node id carries every label of sel.
 func (c *Cluster) MatchesSelector(id NodeID, sel map[string]string) bool {
 	labels := c.nodes[id].labels

@@ -326,12 +326,6 @@ func (s *Snapshot) Release(gpus []uint32) error {
 	return nil
 }
 
-// AllocateBitmap is Allocate for a bitmap.
-func (s *Snapshot) AllocateBitmap(b *roaring.Bitmap) error { return s.Allocate(b.ToArray()) }
-
-// ReleaseBitmap is Release for a bitmap.
-func (s *Snapshot) ReleaseBitmap(b *roaring.Bitmap) error { return s.Release(b.ToArray()) }
-
 // check validates gpus without writing. Lists grouped by node in ascending
 // node order (as placements are) are checked in one pass; other orders fall
 // back to a map of per-node masks.

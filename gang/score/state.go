@@ -109,7 +109,7 @@ func (s *State) Snapshot() *topo.Snapshot { return s.snap }
 
 // Pool returns the sharing state (the snapshot's). Read it; do not book on
 // it directly.
-func (s *State) Pool() *mig.Pool { return s.snap.Pool() }
+func (s *State) Pool() mig.PoolReader { return s.snap.Pool() }
 
 // NumNodes is the number of nodes.
 func (s *State) NumNodes() int { return len(s.nodes) }
