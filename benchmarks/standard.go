@@ -9,9 +9,9 @@ import (
 	"hash/fnv"
 	"math/bits"
 
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // SplitMix64 is the generator of every standard input: its state starts at

@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berthsched/berth/backends"
-	"github.com/berthsched/berth/replay/metrics"
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/replay/metrics"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 func replaySynthetic(t testing.TB, jobs, gpus int) []workload.Job {

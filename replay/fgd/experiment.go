@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang/score"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // Errors.
