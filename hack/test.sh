@@ -47,4 +47,9 @@ done
 echo "== benchmarks once"
 go test -run '^$' -bench . -benchtime 1x ./...
 
+# --- get-traces: the trace fetcher against a local mirror (no network) ---
+echo "== hack/get-traces.sh (offline check)"
+bash hack/get-traces-check.sh
+# --- end get-traces ---
+
 echo "== all passed"
