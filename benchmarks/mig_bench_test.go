@@ -10,7 +10,7 @@ import (
 // B2K: 2,048 nodes x 8 GPUs.
 const migB2KGPUs = 2048 * 8
 
-// migRand is the standard SplitMix64 generator of BENCHMARKS.md.
+// migRand is the standard SplitMix64 generator of docs/standard-work.md.
 // migRand draws ints from the standard SplitMix64.
 type migRand struct{ *SplitMix64 }
 

@@ -1,5 +1,5 @@
-// Package benchmarks holds berth's standard work (BENCHMARKS.md in the
-// design folder): the standard clusters, the SplitMix64 generator, the
+// Package benchmarks holds berth's standard work (docs/standard-work.md):
+// the standard clusters, the SplitMix64 generator, the
 // random60 and skewed60 fills and the standard gangs, with go test
 // benchmarks over them, and the policy comparison suite built on them.
 package benchmarks
@@ -9,13 +9,13 @@ import (
 	"hash/fnv"
 	"math/bits"
 
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // SplitMix64 is the generator of every standard input: its state starts at
-// the seed (BENCHMARKS.md).
+// the seed (docs/standard-work.md).
 type SplitMix64 = workload.SplitMix64
 
 // NewSplitMix64 returns a generator seeded with seed.

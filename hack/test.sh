@@ -26,6 +26,11 @@ go vet ./...
 echo "== core builds without cgo"
 CGO_ENABLED=0 go build ./topo/ ./gang/ $(for d in queue mig engine; do [ -d "$d" ] && echo "./$d/"; done)
 
+# Tests that need the public traces (docs/traces.md) skip without them;
+# BERTH_REQUIRE_TRACES=1 (set by .ci/run) makes them fail instead. It is
+# read from the caller's environment, not set here.
+echo "== traces: BERTH_REQUIRE_TRACES=${BERTH_REQUIRE_TRACES:-0} (1: missing traces fail)"
+
 echo "== go test -race"
 go test -race -count=1 ./...
 
@@ -41,5 +46,10 @@ done
 
 echo "== benchmarks once"
 go test -run '^$' -bench . -benchtime 1x ./...
+
+# --- get-traces: the trace fetcher against a local mirror (no network) ---
+echo "== hack/get-traces.sh (offline check)"
+bash hack/get-traces-check.sh
+# --- end get-traces ---
 
 echo "== all passed"

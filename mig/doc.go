@@ -7,8 +7,8 @@
 //     A100-40GB, A100-80GB, H100-80GB, H200-141GB, B200-180GB and A30-24GB:
 //     compute and memory slices, nominal memory, maxCount, the listed
 //     placements (in memory slices), whether switching MIG mode needs a
-//     reset. The tables are transcribed from ../shared/mig/profiles.json and
-//     a test keeps them equal to it; the package itself does no I/O.
+//     reset. The tables are transcribed from the project's MIG reference
+//     data and a test keeps them equal to it (docs/traces.md); the package itself does no I/O.
 //   - Layout (layout.go): the instances placed on one GPU, an 8-byte value
 //     over a fixed-width bitset of memory slices. Every Layout built here is
 //     valid (listed placements, disjoint memory slices, maxCount, so at most

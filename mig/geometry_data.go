@@ -1,8 +1,8 @@
 package mig
 
 // The geometry tables below are data facts transcribed from the reference
-// geometry ../shared/mig/profiles.json (see its README for sources and
-// confidence). TestGeometryMatchesJSON keeps them equal to that file.
+// geometry, mig/profiles.json of the project's shared data (docs/traces.md).
+// TestGeometryMatchesJSON keeps them equal to that file where it is present.
 //
 // Placement sizes are implied: every placement of a profile spans
 // memSlices memory slices, which the JSON confirms for every row.

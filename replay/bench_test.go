@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // BenchmarkReplay replays whole workloads through engine + Runner + sim:

@@ -16,13 +16,13 @@ import (
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/sim"
-	"github.com/berthsched/berth/replay/metrics"
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/replay/metrics"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // ErrInvalid is wrapped by the errors of the replay suite's configuration

@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berthsched/berth/backends"
-	"github.com/berthsched/berth/replay/metrics"
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/replay/metrics"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 func replaySynthetic(t testing.TB, jobs, gpus int) []workload.Job {
@@ -220,7 +220,7 @@ func replayCompare(t *testing.T, name string, jobs []workload.Job, cl Cluster, c
 	}
 }
 
-// TestReplayTraceComparison is the job-trace comparison of BENCHMARKS.md
+// TestReplayTraceComparison is the job-trace comparison of docs/metrics.md
 // (ITP cluster04 on 64 x 8 GPUs, NASA iPSC on 16 x 8): a cut of each
 // trace under -race, the whole traces otherwise (conservative backfill on
 // a cut in both cases).

@@ -14,7 +14,7 @@
 //     (ITP cluster04).
 //   - ReadOpenbPods / OpenOpenbPods and ReadOpenbNodes / OpenOpenbNodes:
 //     the pod and node lists of the Alibaba "openb" trace of the FGD paper
-//     (fractional gpu_milli clamped as in design/FGD.md §2).
+//     (fractional gpu_milli clamped as in docs/fgd.md).
 //   - Synthetic: jobs whose sizes and runtimes follow ITP cluster04, Poisson
 //     arrivals at a target offered load, skewed queues and seeded estimate
 //     inflation. InflateEstimates applies the same inflation to a trace.
@@ -25,8 +25,8 @@
 // in Trace.Dropped with the reason, so counts stay auditable against the
 // trace's documentation.
 //
-// The traces live outside the repository, in ../shared/traces (see its
-// README for provenance, licences and statistics); TracesDir finds the
+// The traces live outside the repository (docs/traces.md: sources,
+// licences, checksums, hack/get-traces.sh); TracesDir finds the
 // directory, overridable with $BERTH_TRACES. They are read in place and
 // never copied into the repository.
 //
@@ -40,7 +40,7 @@
 // # Determinism
 //
 // Synthetic and InflateEstimates draw from local SplitMix64 streams (the
-// generator of design/BENCHMARKS.md) seeded only by the config: the same
+// generator of docs/standard-work.md) seeded only by the config: the same
 // seed gives the same jobs. There is no global randomness and no clock.
 //
 // # Usage

@@ -36,7 +36,7 @@ const (
 // The first five columns are required, the rest optional; columns are found
 // by name. name labels errors.
 //
-// Mapping (FGD.md §2): ID = name; CPUMilli, MemoryMiB as given; NumGPU =
+// Mapping (docs/fgd.md, Procedure step 1): ID = name; CPUMilli, MemoryMiB as given; NumGPU =
 // num_gpu; GPUMilli = gpu_milli clamped to [0, 1000] (above 1000 becomes
 // 1000, at most 0 becomes 0) and 0 when num_gpu is 0; GPUs = NumGPU when
 // GPUMilli is 1000, else 0; GPUModels = gpu_spec split on '|' (nil when

@@ -213,7 +213,7 @@ func TestReadOpenbPods(t *testing.T) {
 	assert.Equal(t, []string{"T4"}, p[3].GPUModels)
 	assert.Equal(t, int64(8000), p[3].DemandMilli())
 	assert.Equal(t, 8, p[3].GPUs)
-	// gpu_milli clamps (FGD.md §2): above 1000 to 1000, at most 0 to 0, and 0
+	// gpu_milli clamps (docs/fgd.md, Procedure step 1): above 1000 to 1000, at most 0 to 0, and 0
 	// with no GPUs.
 	assert.Equal(t, [3]int{1000, 0, 0}, [3]int{p[4].GPUMilli, p[5].GPUMilli, p[6].GPUMilli})
 	assert.Equal(t, [3]int{1, 0, 0}, [3]int{p[4].GPUs, p[5].GPUs, p[6].GPUs})

@@ -5,7 +5,7 @@ import (
 	"math/bits"
 )
 
-// SplitMix64 is the generator of BENCHMARKS.md: a local, explicitly seeded
+// SplitMix64 is the generator of docs/standard-work.md: a local, explicitly seeded
 // SplitMix64 (never global randomness), so the same seed gives the same
 // workload on every platform and Go version.
 type SplitMix64 struct{ state uint64 }

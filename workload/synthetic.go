@@ -90,7 +90,7 @@ type SyntheticConfig struct {
 }
 
 // DefaultSynthetic returns the default workload of `berth replay`: seed 42,
-// 2,000 jobs on 512 GPUs (64 nodes of 8, as BENCHMARKS.md sizes the ITP
+// 2,000 jobs on 512 GPUs (64 nodes of 8, as docs/metrics.md sizes the ITP
 // replay) at offered load 0.9, 8 queues with Zipf skew 1, exact estimates,
 // and the ITP cluster04 size and runtime distributions, the runtimes
 // truncated at one day (MaxRuntime).

@@ -42,7 +42,7 @@ func TestSyntheticDeterministic(t *testing.T) {
 }
 
 // syntheticChecksum is FNV-1a 64 over "submit:runtime:gpus:queue:estimate;"
-// (seconds) of every job, like BENCHMARKS.md's fill checksums.
+// (seconds) of every job, like the fill checksums of docs/standard-work.md.
 func syntheticChecksum(jobs []Job) string {
 	h := fnv.New64a()
 	for _, j := range jobs {
@@ -268,7 +268,7 @@ func TestInflateEstimates(t *testing.T) {
 }
 
 func TestSplitMix64(t *testing.T) {
-	// BENCHMARKS.md's generator: reference outputs of SplitMix64 from state 0.
+	// docs/standard-work.md's generator: reference outputs of SplitMix64 from state 0.
 	r := SplitMix64{}
 	assert.Equal(t, uint64(0xe220a8397b1dcdaf), r.Next())
 	assert.Equal(t, uint64(0x6e789e6aa1b965f4), r.Next())

@@ -34,9 +34,29 @@ func TestTracesDir(t *testing.T) {
 	assert.ErrorIs(t, err, workload.ErrNoTraces)
 
 	// Without the variable, the search relative to the working directory
-	// finds the shared traces from this package directory.
+	// finds shared/traces beside the repository, from the repository root
+	// (the CLI) and from a package directory (go test); a layout built here,
+	// so the check needs no real traces.
 	t.Setenv(workload.TracesEnv, "")
-	assert.FileExists(t, filepath.Join(tracetest.Dir(t), "README.md"))
+	root := t.TempDir()
+	want := filepath.Join(root, "shared", "traces")
+	require.NoError(t, os.MkdirAll(want, 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "berth", "workload"), 0o755))
+	want, err = filepath.EvalSymlinks(want)
+	require.NoError(t, err)
+	for _, wd := range []string{"berth", filepath.Join("berth", "workload")} {
+		t.Chdir(filepath.Join(root, wd))
+		got, err := workload.TracesDir()
+		require.NoError(t, err, wd)
+		got, err = filepath.EvalSymlinks(got)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, wd)
+	}
+	deep := filepath.Join(t.TempDir(), "a", "b", "c", "d")
+	require.NoError(t, os.MkdirAll(deep, 0o755))
+	t.Chdir(deep)
+	_, err = workload.TracesDir()
+	assert.ErrorIs(t, err, workload.ErrNoTraces)
 }
 
 func TestOpen(t *testing.T) {

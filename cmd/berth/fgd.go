@@ -20,7 +20,7 @@ import (
 
 func fgdPolicies() []string { return fgd.Policies }
 
-// runFGD runs the FGD experiment (design/FGD.md): every policy x seed on
+// runFGD runs the FGD experiment (docs/fgd.md): every policy x seed on
 // the openb trace, then one row per policy.
 func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var tr *fgd.Trace

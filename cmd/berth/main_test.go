@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berthsched/berth/replay/metrics"
 	"github.com/berthsched/berth/internal/tracetest"
+	"github.com/berthsched/berth/replay/metrics"
 	"github.com/berthsched/berth/workload"
 )
 

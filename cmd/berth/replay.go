@@ -10,8 +10,8 @@ import (
 
 	"github.com/berthsched/berth/replay"
 	"github.com/berthsched/berth/replay/metrics"
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // loaded is one workload: its jobs per seed (one entry when the jobs do

@@ -57,7 +57,7 @@ const BerthBeta = 12
 // as one out of CPU does; the mean memory of each shape stands in for its
 // requests (Shape.MemoryMiB).
 //
-// Result on the openb replay (design/FGD.md procedure, seeds 42..51): mean
+// Result on the openb replay (docs/fgd.md procedure, seeds 42..51): mean
 // allocation 96.18% at 130% arrived demand (std 0.04) against FGD's 95.39,
 // and 96.10% at 100%; on seeds 52..71, 96.16 against FGD's 95.41. β and
 // the tie rules were chosen by measuring both seed ranges, so neither is a

@@ -1,7 +1,7 @@
 // Package score holds node-scoring placement policies for single-member
 // requests that may ask for a fraction of a GPU, and the small accounting
 // State they read: the policies of the FGD paper ("Beware of
-// Fragmentation", USENIX ATC'23) specified in design/FGD.md, and berth's
+// Fragmentation", USENIX ATC'23) specified in docs/fgd.md, and berth's
 // own fragmentation-aware policy.
 //
 // # What is here
@@ -15,11 +15,11 @@
 //     Unbind book and release; Check proves the mirrors agree.
 //   - Policy: Score (with PreScore and NormalizeScore folded in) and
 //     ShareGPU (the Reserve-time GPU choice of a share).
-//   - Scheduler: the cycle of design/FGD.md §5: filter, fail / take the
+//   - Scheduler: the cycle of docs/fgd.md (Scheduling one pod): filter, fail / take the
 //     only node / score, highest score with ties to a per-run node rank,
 //     GPU choice, bind.
 //   - Policies: Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD
-//     (design/FGD.md §3, integer arithmetic and truncations as specified,
+//     (docs/fgd.md, integer arithmetic and truncations as specified,
 //     reproducing the published per-seed curves) and Berth (see its doc).
 //   - Target, NewTarget: the typical workload FGD and Berth measure
 //     fragmentation against.

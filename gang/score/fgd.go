@@ -24,7 +24,7 @@ type Shape struct {
 }
 
 // Target is the typical workload that FGD measures fragmentation against
-// (design/FGD.md §3.6): the most popular request shapes and their weights.
+// (docs/fgd.md, Procedure step 3): the most popular request shapes and their weights.
 type Target struct {
 	Shapes []Shape
 }
@@ -135,7 +135,7 @@ func (t *Target) NodeFrag(s *State, n topo.NodeID) float64 {
 	return t.Frag(s.nodeGPUs(n), s.nodes[n].cpu, s.models[n])
 }
 
-// FGD is fragmentation gradient descent (design/FGD.md §3.6): a node's
+// FGD is fragmentation gradient descent (docs/fgd.md, FGD's fragmentation): a node's
 // score is int(100·σ((Frag(n) − Frag(n′))/1000)), n′ being the node after
 // the request; the node whose fragmentation grows least wins. For a share
 // request each GPU with room is tried and the node scores the best of

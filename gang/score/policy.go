@@ -31,7 +31,7 @@ type Policy interface {
 	ShareGPU(s *State, r Request, n topo.NodeID) int
 }
 
-// Scheduler runs the scheduling cycle of design/FGD.md §5 for one request
+// Scheduler runs the scheduling cycle of docs/fgd.md (Scheduling one pod) for one request
 // at a time: filter every node; fail when none fits; take the only one
 // without scoring; else score the feasible nodes and take the highest
 // score, a tie going to the lowest rank; then choose GPUs (§4: whole GPUs

@@ -28,7 +28,7 @@ const FullMilli = 1000
 
 // Request is one single-member placement request: GPUs devices of Milli
 // thousandths each, plus host CPU and memory. It is the pod of the openb
-// trace (design/FGD.md §2).
+// trace (docs/fgd.md, Procedure step 1).
 //
 //   - CPU-only: GPUs == 0 or Milli == 0 (no GPU condition at all).
 //   - Share: GPUs == 1 and 0 < Milli < 1000 (a fraction of one GPU).

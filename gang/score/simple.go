@@ -19,7 +19,7 @@ type bestGPU struct{}
 
 func (bestGPU) ShareGPU(s *State, r Request, n topo.NodeID) int { return s.BestFitGPU(n, r.Milli) }
 
-// Random picks a feasible node uniformly (design/FGD.md §3.1): one
+// Random picks a feasible node uniformly (docs/fgd.md, The policies): one
 // Intn(len(feasible)) draw per scored decision; that node scores 100, the
 // others 0. A share GPU is chosen by reservoir sampling over the fitting
 // GPUs in index order: the j-th fitting GPU replaces the choice when
@@ -55,7 +55,7 @@ func (p *Random) ShareGPU(s *State, r Request, n topo.NodeID) int {
 }
 
 // DotProd prefers the node whose free resources align least with the
-// request (design/FGD.md §3.2): N = (c_n/128000, F_n/8000),
+// request (docs/fgd.md, The policies): N = (c_n/128000, F_n/8000),
 // P = (c_p/128000, D_p/8000), score int(100·(1 − N·P/2)). Share GPUs by
 // best fit.
 type DotProd struct{ bestGPU }
@@ -84,7 +84,7 @@ func dotProdScore(cn, fn, cp int64, pc, pg float64) int64 {
 }
 
 // GpuClustering groups requests of the same kind on the same nodes
-// (design/FGD.md §3.3). CPU-only requests score 0 everywhere. With
+// (docs/fgd.md, The policies). CPU-only requests score 0 everywhere. With
 // b = 25·(8000 − F_n)/8000 (integer), the score is b+75 when the node
 // holds only requests of this kind, b+50 when it holds this kind among
 // others, b+25 when it holds no GPU request, else b. Share GPUs by best
@@ -118,7 +118,7 @@ func (GpuClustering) Score(s *State, r Request, feasible []topo.NodeID, scores [
 }
 
 // GpuPacking fills partly used GPUs first, then partly used nodes, then
-// whole nodes (design/FGD.md §3.4). Share GPUs by best fit.
+// whole nodes (docs/fgd.md, The policies). Share GPUs by best fit.
 type GpuPacking struct{ bestGPU }
 
 // Name implements Policy.
@@ -174,7 +174,7 @@ func packingScore(gpus []int16, r Request) int64 {
 	return int64(max(100-sum/10, 50))
 }
 
-// BestFit prefers the node with the least leftover (design/FGD.md §3.5):
+// BestFit prefers the node with the least leftover (docs/fgd.md, The policies):
 // r = int(100·(1 − [0.5·(c_n − c_p)/128000 + 0.5·(F_n − D_p)/8000])),
 // min-max normalised over the feasible nodes to [0, 100] in integers (all
 // 0 when all are equal). Share GPUs by best fit.

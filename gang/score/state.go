@@ -173,7 +173,7 @@ func (s *State) nodeGPUs(n topo.NodeID) []int16 {
 	return s.free[ns.first : ns.first+uint32(ns.gpus)]
 }
 
-// Fits reports whether r fits node n (the filter of design/FGD.md §2):
+// Fits reports whether r fits node n (the filter of docs/fgd.md, Scheduling one pod):
 // node ready, CPU, memory, pod count, and for GPU requests the model, and
 // room on the GPUs (k = 1: some GPU with f >= u; k > 1: at least k GPUs
 // with f >= u, the greedy in-order assignment).
@@ -210,7 +210,7 @@ func (s *State) Fits(n topo.NodeID, r Request) bool {
 // DefaultGPUs returns the GPUs (local indices, ascending) that a request
 // of several GPUs or of whole GPUs takes on node n: the lowest-index GPUs
 // with f >= u, which for whole GPUs are the lowest-index completely free
-// ones (design/FGD.md §4). It returns nil when they are not there.
+// ones (docs/fgd.md, Scheduling one pod). It returns nil when they are not there.
 func (s *State) DefaultGPUs(n topo.NodeID, r Request) []int {
 	if !r.UsesGPU() {
 		return nil

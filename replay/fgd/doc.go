@@ -1,5 +1,5 @@
-// Package fgd runs the FGD experiment of design/FGD.md (BENCHMARKS.md,
-// replay yardstick 1) on berth's own accounting and placement code: the
+// Package fgd runs the FGD experiment of docs/fgd.md (the openb replay
+// yardstick) on berth's own accounting and placement code: the
 // openb cluster (1,213 nodes, 6,212 GPUs) receives the 8,152 openb pods,
 // shuffled per seed and topped up with random clones until the arrived GPU
 // demand reaches 130% of the cluster; pods arrive one at a time, are

@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/berthsched/berth/workload"
 	"github.com/berthsched/berth/gang/score"
 	"github.com/berthsched/berth/topo"
+	"github.com/berthsched/berth/workload"
 )
 
 // Errors.
@@ -128,7 +128,7 @@ type Curve struct {
 	Policy string
 	Seed   int64
 	// Columns[k] is the mean GPU allocation (%) over the samples taken
-	// when the arrived demand was k% of the cluster (design/FGD.md §6).
+	// when the arrived demand was k% of the cluster (docs/fgd.md, The metric).
 	Columns []float64
 	// Frag[k] is the mean fragmentation ratio (%) of the same samples:
 	// 100·Σ_n Frag(n) / Σ_n F_n against FGD's target workload, each sample
@@ -213,10 +213,10 @@ func newPolicy(name string, rng *rand.Rand, p *prepared) score.Policy {
 const MaxPodsPerNode = 1001
 
 // infoDraws is the number of Int63 draws between the tune-up and the node
-// ranks (design/FGD.md §1.2d).
+// ranks (docs/fgd.md, Procedure step 2.4).
 const infoDraws = 10
 
-// arrivals draws the arrival order of one seed (design/FGD.md §1.2 a-d):
+// arrivals draws the arrival order of one seed (docs/fgd.md, Procedure step 2):
 // pod indices into the name-sorted list, and the node ranks.
 func arrivals(rng *rand.Rand, p *prepared, tune float64) (order []int, rank []int32) {
 	n := len(p.reqs)

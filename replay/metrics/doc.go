@@ -1,5 +1,5 @@
-// Package metrics computes the replay yardsticks of design/BENCHMARKS.md
-// ("Replay yardsticks") from per-job outcomes, and time series for plots.
+// Package metrics computes the replay yardsticks defined in
+// docs/metrics.md from per-job outcomes, and time series for plots.
 //
 // # What
 //

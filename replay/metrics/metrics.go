@@ -56,7 +56,7 @@ type Input struct {
 	Window Window
 }
 
-// Result holds the replay yardsticks of BENCHMARKS.md. In JSON, durations
+// Result holds the replay yardsticks of docs/metrics.md. In JSON, durations
 // are float64 seconds (avg_wait_s, ...), with snake_case keys; see
 // MarshalJSON.
 type Result struct {
