@@ -19,6 +19,15 @@ var ErrUnsupported = errors.New("gang: unsupported request")
 // buffers between calls, so reuse one Placer per goroutine to avoid
 // allocations. A Placer is not safe for concurrent use.
 type Placer struct {
+	// Scorer, when set, chooses the nodes of single-group gangs inside the
+	// chosen domains (see Scorer). Nil: members pack onto the nodes with
+	// the fewest free GPUs (Place).
+	Scorer Scorer
+	// Ties ranks nodes for scored choices: between equal scores the node
+	// with the lower Ties[id] wins. Nil, or a node beyond its length: the
+	// node ID. Unused without a Scorer.
+	Ties []int32
+
 	s  *topo.Snapshot
 	c  *topo.Cluster
 	nl int // node pseudo-level = len(Levels)
@@ -41,6 +50,11 @@ type Placer struct {
 	tmem   []int64
 	tpos   []int32
 	spread []topo.NodeID
+	// scored packing scratch
+	snodes  []topo.NodeID
+	scaps   []int32
+	sscores []int64
+	sorder  []int32
 }
 
 type groupInfo struct {
@@ -338,7 +352,11 @@ func (p *Placer) placeOne() Result {
 	if !found {
 		return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: bestFit, Need: need}}
 	}
-	p.packOne(best.d, gi, need)
+	if p.Scorer != nil {
+		p.packScored(best.d, gi, need)
+	} else {
+		p.packOne(best.d, gi, need)
+	}
 	return Result{Found: true, Domain: best.d}
 }
 
@@ -656,6 +674,13 @@ func (p *Placer) spreadOf(res *Result) {
 // are opened.
 func (p *Placer) emitShared(res *Result, t take) {
 	gi := &p.groups[t.group]
+	if p.Scorer != nil {
+		if gpu, ok := p.chosenShare(res, t); ok {
+			res.gpus = append(res.gpus, gpu)
+			res.Members = append(res.Members, Assignment{Group: t.group, Node: t.node, GPULo: int32(len(res.gpus) - 1), GPUHi: int32(len(res.gpus))})
+			return
+		}
+	}
 	first, g := p.c.NodeGPUs(t.node)
 	left := int(t.n)
 	for pass := 0; pass < 2 && left > 0; pass++ {
