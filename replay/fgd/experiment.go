@@ -84,6 +84,10 @@ type Config struct {
 	Popularity float64
 	// Parallelism bounds concurrent runs; 0 means GOMAXPROCS.
 	Parallelism int
+	// Via is how pods are placed: ViaPlacer (empty means it) with a
+	// gang.Placer directly, or ViaEngine through an engine.Engine
+	// configured with the policy's scorer (see runEngine).
+	Via string
 }
 
 func (c *Config) defaults() Config {
@@ -119,6 +123,14 @@ func (c *Config) Validate() error {
 		if !slices.Contains(Policies, p) {
 			return fmt.Errorf("%w: unknown policy %q (want one of %s)", ErrConfig, p, strings.Join(Policies, ", "))
 		}
+		if d.Via == ViaEngine && p == gang.ScorerClustering {
+			return fmt.Errorf("%w: policy %q does not run through the engine (it counts the kinds bound on each node, which the engine does not report to scorers)", ErrConfig, p)
+		}
+	}
+	switch d.Via {
+	case "", ViaPlacer, ViaEngine:
+	default:
+		return fmt.Errorf("%w: via %q (want %s or %s)", ErrConfig, d.Via, ViaPlacer, ViaEngine)
 	}
 	return nil
 }
@@ -404,7 +416,11 @@ func Runs(ctx context.Context, cfg Config) ([]Curve, error) {
 	for i, pol := range c.Policies {
 		for j, seed := range c.Seeds {
 			g.Go(func() error {
-				cv, err := runOne(gctx, p, pol, seed, c.Tune)
+				run := runOne
+				if c.Via == ViaEngine {
+					run = runEngine
+				}
+				cv, err := run(gctx, p, pol, seed, c.Tune)
 				out[i*len(c.Seeds)+j] = cv
 				return err
 			})
