@@ -254,17 +254,20 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	if gi.per > 0 {
 		k = min(k, p.s.NodeAvailable(n)/gi.per)
 	}
+	// A node never needs to hold more than the whole group; the cap also
+	// keeps sums finite for members whose resources a node does not track.
+	k = min(k, gi.g.Members)
 	if gi.frac && k > 0 {
 		first, g := p.c.NodeGPUs(n)
 		f := 0
 		for i := range uint32(g) {
-			f += p.s.SharedFits(first+i, gi.mreq)
+			if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+				break // enough: the rest cannot change min(k, f)
+			}
 		}
 		k = min(k, f)
 	}
-	// A node never needs to hold more than the whole group; the cap also
-	// keeps sums finite for members whose resources a node does not track.
-	return min(k, gi.g.Members)
+	return k
 }
 
 // capacity is how many members of group gi domain d of level l holds now.
@@ -334,6 +337,15 @@ func (p *Placer) placeOne() Result {
 	found := false
 	var best key
 	p.best = p.best[:0]
+	if p.Scorer != nil && p.lp < 0 && p.numDomains(p.lr) == 1 {
+		// One domain to choose from: its nodes are scanned once, for the
+		// capacity and the scored choice together.
+		if total := p.collectScored(0, gi); total < need {
+			return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: total, Need: need}}
+		}
+		p.chooseScored(gi, need)
+		return Result{Found: true}
+	}
 	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
 		total := p.capacity(p.lr, d, gi)
 		bestFit = max(bestFit, total)
@@ -353,7 +365,8 @@ func (p *Placer) placeOne() Result {
 		return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: bestFit, Need: need}}
 	}
 	if p.Scorer != nil {
-		p.packScored(best.d, gi, need)
+		p.collectScored(best.d, gi)
+		p.chooseScored(gi, need)
 	} else {
 		p.packOne(best.d, gi, need)
 	}

@@ -191,16 +191,25 @@ func NodeGPUMilli(s *topo.Snapshot, n topo.NodeID, dst []int16) []int16 {
 	return dst
 }
 
-// packScored takes need members of group gi from the nodes of the chosen
-// domains in the order of p.Scorer (see Scorer).
-func (p *Placer) packScored(d int, gi *groupInfo, need int) {
+// collectScored collects the nodes of the chosen domains (of required
+// domain d) that hold a member of group gi, with how many each holds, and
+// returns the sum.
+func (p *Placer) collectScored(d int, gi *groupInfo) int {
 	p.snodes, p.scaps = p.snodes[:0], p.scaps[:0]
+	total := 0
 	p.nodeRanges(d, func(n topo.NodeID) {
 		if c := p.nodeCap(n, gi); c > 0 {
 			p.snodes = append(p.snodes, n)
 			p.scaps = append(p.scaps, int32(c))
+			total += c
 		}
 	})
+	return total
+}
+
+// chooseScored takes need members of group gi from the collected nodes in
+// the order of p.Scorer (see Scorer).
+func (p *Placer) chooseScored(gi *groupInfo, need int) {
 	nn := len(p.snodes)
 	if nn == 0 {
 		return
