@@ -18,11 +18,11 @@ func cutTrace(tr *Trace, nodes, pods int) *Trace {
 // experiment's quality: every pod submitted to an engine.Engine configured
 // with the scorer by name (engine.Config.Scorer), one cycle per arrival,
 // places exactly as gang.Placer does, so every allocation column (hence
-// every number of the table) is the same. The whole trace on two seeds;
+// every number of the table) is the same. The whole trace on one seed;
 // under -race a cut of it.
 func TestViaEngine(t *testing.T) {
 	tr, _ := loadForTest(t)
-	seeds := []int64{42, 51}
+	seeds := []int64{42}
 	if raceEnabled {
 		tr, seeds = cutTrace(tr, 120, 900), []int64{42}
 	}

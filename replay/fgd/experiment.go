@@ -140,7 +140,7 @@ type Curve struct {
 	Policy string
 	Seed   int64
 	// Columns[k] is the mean GPU allocation (%) over the samples taken
-	// when the arrived demand was k% of the cluster (design/FGD.md §6).
+	// when the arrived demand was k% of the cluster (docs/fgd.md).
 	Columns []float64
 	// Frag[k] is the mean fragmentation ratio (%) of the same samples:
 	// 100·Σ_n Frag(n) / Σ_n F_n against FGD's target workload, each sample
@@ -260,10 +260,10 @@ func (p *prepared) scorerSpec(name string) gang.ScorerSpec {
 }
 
 // infoDraws is the number of Int63 draws between the tune-up and the node
-// ranks (design/FGD.md §1.2d).
+// ranks (docs/fgd.md).
 const infoDraws = 10
 
-// arrivals draws the arrival order of one seed (design/FGD.md §1.2 a-d):
+// arrivals draws the arrival order of one seed (docs/fgd.md):
 // pod indices into the name-sorted list, and the node ranks.
 func arrivals(rng *rand.Rand, p *prepared, tune float64) (order []int, rank []int32) {
 	n := len(p.pods)

@@ -20,7 +20,7 @@ var publishedSeeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
 // exactPolicies reproduce the published per-seed curves.
 var exactPolicies = []string{"dotprod", "clustering", "packing", "bestfit", "fgd"}
 
-// knownDiff is the one published value off by 0.01 (design/FGD.md §8:
+// knownDiff is the one published value off by 0.01 (docs/fgd.md:
 // its bin mean is 90.605 within float error).
 var knownDiff = Diff{RunKey: RunKey{"dotprod", 51}, Column: 109}
 
@@ -70,7 +70,7 @@ func checkFrag(t *testing.T, curves []Curve) {
 	t.Logf("frag: %d FGD values within 0.01, all others identical", n)
 }
 
-// TestPublished is the experiment of design/FGD.md: all 60 published runs
+// TestPublished is the experiment of docs/fgd.md: all 60 published runs
 // and berth over seeds 42..51. Under -race it runs two seeds of the five
 // exactly reproduced policies.
 func TestPublished(t *testing.T) {
