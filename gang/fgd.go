@@ -263,6 +263,7 @@ type baseEntry struct {
 type scoreCache struct {
 	c      *topo.Cluster
 	off    []uint32 // per node: its first GPU in free
+	first  []uint32 // per node: its first GPU in the cluster
 	free   []int16
 	cpu    []int64
 	mem    []int64
@@ -279,12 +280,13 @@ func (c *scoreCache) reset(cl *topo.Cluster) {
 	n := cl.NumNodes()
 	*c = scoreCache{
 		c: cl, off: make([]uint32, n+1), cpu: make([]int64, n), mem: make([]int64, n),
-		models: make([]string, n), ver: make([]uint64, n),
+		models: make([]string, n), ver: make([]uint64, n), first: make([]uint32, n),
 		shapes: map[shapeKey]int{}, bases: make([]baseEntry, n),
 	}
 	for id := range topo.NodeID(n) {
 		info := cl.Node(id)
 		c.off[id+1] = c.off[id] + uint32(info.GPUs)
+		c.first[id] = info.FirstGPU
 		c.models[id] = info.GPUModel
 	}
 	c.free = make([]int16, c.off[n])
@@ -292,14 +294,30 @@ func (c *scoreCache) reset(cl *topo.Cluster) {
 
 func (c *scoreCache) gpus(n topo.NodeID) []int16 { return c.free[c.off[n]:c.off[n+1]] }
 
-// sync reads node n from s and returns its version.
+// sync reads node n from s (what NodeGPUMilli reads, into the mirror)
+// and returns its version.
 func (c *scoreCache) sync(s *topo.Snapshot, n topo.NodeID) uint64 {
-	var buf nodeBuf
-	now := NodeGPUMilli(s, n, buf[:0])
 	cpu, mem := s.NodeHostFree(n)
-	if c.ver[n] == 0 || cpu != c.cpu[n] || mem != c.mem[n] || !slices.Equal(now, c.gpus(n)) {
-		copy(c.gpus(n), now)
-		c.cpu[n], c.mem[n] = cpu, mem
+	changed := c.ver[n] == 0 || cpu != c.cpu[n] || mem != c.mem[n]
+	c.cpu[n], c.mem[n] = cpu, mem
+	gpus := c.gpus(n)
+	first := c.first[n]
+	mask := s.NodeFreeMask(n)
+	for i := range gpus {
+		f := int16(0)
+		switch g := first + uint32(i); {
+		case mask&(1<<uint(i)) != 0:
+			f = FullMilli
+		case s.IsSharedGPU(g):
+			if info, err := s.Pool().GPU(g); err == nil {
+				f = int16(info.FreeMilli)
+			}
+		}
+		if gpus[i] != f {
+			gpus[i], changed = f, true
+		}
+	}
+	if changed {
 		c.stamp++
 		c.ver[n] = c.stamp
 	}

@@ -258,16 +258,41 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	// keeps sums finite for members whose resources a node does not track.
 	k = min(k, gi.g.Members)
 	if gi.frac && k > 0 {
-		first, g := p.c.NodeGPUs(n)
-		f := 0
-		for i := range uint32(g) {
-			if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
-				break // enough: the rest cannot change min(k, f)
-			}
-		}
-		k = min(k, f)
+		k = min(k, p.shareFits(n, gi, k))
 	}
 	return k
+}
+
+// shareFits is the sum of SharedFits over the GPUs of node n for group
+// gi, or any value >= k once the sum reaches k.
+func (p *Placer) shareFits(n topo.NodeID, gi *groupInfo, k int) int {
+	first, g := p.c.NodeGPUs(n)
+	f := 0
+	mask := p.s.NodeFreeMask(n)
+	if mask != 0 && p.c.SharesFreeGPUs() && gi.mreq.Profile == "" && gi.mreq.Milli > 0 &&
+		!p.s.IsSharedGPU(first+uint32(bits.TrailingZeros64(mask))) {
+		// A free GPU of a plain node takes 1000/Milli shares (SharedFits
+		// under Spec.ShareFreeGPUs): count them from the mask, then the
+		// shared GPUs only if that is not enough.
+		if f = bits.OnesCount64(mask) * (1000 / gi.mreq.Milli); f >= k {
+			return f
+		}
+		for i := range uint32(g) {
+			if mask&(1<<i) != 0 {
+				continue
+			}
+			if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+				break
+			}
+		}
+		return f
+	}
+	for i := range uint32(g) {
+		if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+			break // enough: the rest cannot change min(k, f)
+		}
+	}
+	return f
 }
 
 // capacity is how many members of group gi domain d of level l holds now.

@@ -3,6 +3,7 @@ package gang
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand"
 	"slices"
 	"strings"
@@ -189,6 +190,22 @@ func NodeGPUMilli(s *topo.Snapshot, n topo.NodeID, dst []int16) []int16 {
 		}
 	}
 	return dst
+}
+
+// nodeFreeMilli is the sum of NodeGPUMilli of node n (F_n), without the
+// list.
+func nodeFreeMilli(s *topo.Snapshot, n topo.NodeID) int64 {
+	first, cnt := s.Cluster().NodeGPUs(n)
+	mask := s.NodeFreeMask(n)
+	sum := int64(bits.OnesCount64(mask)) * FullMilli
+	for i := range uint32(cnt) {
+		if g := first + i; mask&(1<<i) == 0 && s.IsSharedGPU(g) {
+			if info, err := s.Pool().GPU(g); err == nil {
+				sum += int64(info.FreeMilli)
+			}
+		}
+	}
+	return sum
 }
 
 // collectScored collects the nodes of the chosen domains (of required

@@ -22,14 +22,6 @@ const (
 // nodeBuf holds one node's free milli per GPU.
 type nodeBuf [topo.MaxGPUsPerNode]int16
 
-func sumMilli(gpus []int16) int64 {
-	var sum int64
-	for _, f := range gpus {
-		sum += int64(f)
-	}
-	return sum
-}
-
 // bestGPU is the "best" share-GPU choice: the smallest free milli that
 // holds the member, the lower index on ties.
 type bestGPU struct{}
@@ -95,10 +87,9 @@ func (DotProd) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []i
 	m := memberOf(g)
 	pc := float64(m.cpu) / MaxSpecCPU
 	pg := float64(m.demand()) / MaxSpecGPU
-	var buf nodeBuf
 	for i, n := range nodes {
 		cpu, _ := s.NodeHostFree(n)
-		scores[i] = dotProdScore(cpu, sumMilli(NodeGPUMilli(s, n, buf[:0])), m.cpu, pc, pg)
+		scores[i] = dotProdScore(cpu, nodeFreeMilli(s, n), m.cpu, pc, pg)
 	}
 }
 
@@ -181,9 +172,8 @@ func (p *GpuClustering) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, s
 	if !ok {
 		return
 	}
-	var buf nodeBuf
 	for i, n := range nodes {
-		b := 25 * (MaxSpecGPU - sumMilli(NodeGPUMilli(s, n, buf[:0]))) / MaxSpecGPU
+		b := 25 * (MaxSpecGPU - nodeFreeMilli(s, n)) / MaxSpecGPU
 		var distinct int32
 		has := false
 		if int(n) < len(p.nodes) {
@@ -269,11 +259,10 @@ func (BestFit) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []i
 	m := memberOf(g)
 	d := m.demand()
 	lo, hi := int64(1<<62), int64(-1<<62)
-	var buf nodeBuf
 	for i, n := range nodes {
 		cpu, _ := s.NodeHostFree(n)
 		cpuLeft := 0.5 * float64(cpu-m.cpu) / MaxSpecCPU
-		gpuLeft := 0.5 * float64(sumMilli(NodeGPUMilli(s, n, buf[:0]))-d) / MaxSpecGPU
+		gpuLeft := 0.5 * float64(nodeFreeMilli(s, n)-d) / MaxSpecGPU
 		v := int64(100 * (1 - (cpuLeft + gpuLeft)))
 		scores[i] = v
 		lo, hi = min(lo, v), max(hi, v)

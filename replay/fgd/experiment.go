@@ -327,6 +327,7 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 	var arrived, allocated int64
 	cv := Curve{Policy: policy, Seed: seed, Pods: len(order)}
 	var res gang.Result
+	reqs := make([]gang.Request, len(p.pods)) // built on first use, one per pod
 	for i, pi := range order {
 		if i%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -334,9 +335,12 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 			}
 		}
 		pd := &p.pods[pi]
-		req := pd.request()
+		req := &reqs[pi]
+		if req.Groups == nil {
+			*req = pd.request()
+		}
 		_ = rng.Intn(100) // metrics sampling in the original: shifts the stream
-		if err := placer.PlaceInto(&res, snap, &req); err != nil {
+		if err := placer.PlaceInto(&res, snap, req); err != nil {
 			return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: %w", policy, seed, i, err)
 		}
 		if res.Found {
