@@ -139,9 +139,12 @@ type Config struct {
 	// {Name: "berth", Target: gang.NewTarget(groups, 0.95).Shapes} for
 	// berth's fragmentation-aware scorer. The zero value keeps gang.Place's
 	// packing (members onto the nodes with the fewest free GPUs). Ties go
-	// to the lower node ID. "clustering" is refused: it counts the kinds of
-	// the members bound on each node, and the engine does not report its
-	// binds to a scorer.
+	// to the lower node ID. The scorer also ranks the what-if placements
+	// of reservations and preemption; "random" (seeded by Scorer.Seed)
+	// draws on each of them, so its choices depend on how many placements
+	// a cycle tries. "clustering" is refused: it counts the kinds of the
+	// members bound on each node, and the engine does not report its binds
+	// to a scorer.
 	Scorer gang.ScorerSpec
 }
 
