@@ -250,13 +250,15 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	if len(gi.g.Selector) > 0 && !p.c.MatchesSelector(n, gi.g.Selector) {
 		return 0
 	}
-	k := p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB)
-	if gi.per > 0 {
-		k = min(k, p.s.NodeAvailable(n)/gi.per)
-	}
 	// A node never needs to hold more than the whole group; the cap also
 	// keeps sums finite for members whose resources a node does not track.
-	k = min(k, gi.g.Members)
+	k := gi.g.Members
+	if gi.per > 0 {
+		if k = min(k, p.s.NodeAvailable(n)/gi.per); k == 0 {
+			return 0 // no GPUs: the host need not be read
+		}
+	}
+	k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
 	if gi.frac && k > 0 {
 		k = min(k, p.shareFits(n, gi, k))
 	}
