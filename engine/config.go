@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
@@ -133,6 +134,18 @@ type Config struct {
 	BindRetryBackoff time.Duration
 	// MIG configures MIG reconfiguration planning.
 	MIG MIGConfig
+	// Scorer selects how placement chooses nodes inside the chosen
+	// topology domains, by name (gang.ScorerSpec, gang.NewScorer): e.g.
+	// {Name: "berth", Target: gang.NewTarget(groups, 0.95).Shapes} for
+	// berth's fragmentation-aware scorer. The zero value keeps gang.Place's
+	// packing (members onto the nodes with the fewest free GPUs). Ties go
+	// to the lower node ID. The scorer also ranks the what-if placements
+	// of reservations and preemption; "random" (seeded by Scorer.Seed)
+	// draws on each of them, so its choices depend on how many placements
+	// a cycle tries. "clustering" is refused: it counts the kinds of the
+	// members bound on each node, and the engine does not report its binds
+	// to a scorer.
+	Scorer gang.ScorerSpec
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap
@@ -146,6 +159,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := queue.NewTree(c.Queues); err != nil {
 		return fmt.Errorf("%w: queues: %w", ErrInvalidConfig, err)
+	}
+	if c.Scorer.Name == gang.ScorerClustering {
+		return bad("Scorer: %q needs bind reports the engine does not give; use another scorer", c.Scorer.Name)
+	}
+	if _, err := gang.NewScorer(c.Scorer); err != nil {
+		return fmt.Errorf("%w: Scorer: %w", ErrInvalidConfig, err)
 	}
 	if c.Pending.AgingPeriod < 0 {
 		return bad("Pending.AgingPeriod must not be negative, got %v", c.Pending.AgingPeriod)

@@ -117,6 +117,9 @@ func New(cfg Config) (*Engine, error) {
 
 		ShareFreeGPUs: cfg.Cluster.ShareFreeGPUs,
 	}
+	if e.placer.Scorer, err = gang.NewScorer(cfg.Scorer); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	if err := e.rebuild(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -29,6 +29,37 @@
 // fewest free GPUs that hold them; lower indices win ties, so the same
 // input always gives the same answer.
 //
+// # Scoring nodes
+//
+// Node choice inside the chosen domains is an extension point, in the
+// spirit of the kube-scheduler's Score plugins: a Scorer ranks the nodes
+// that can hold a member, and a Placer with Placer.Scorer set takes them
+// from the highest score down (ties to Placer.Ties, else the lower node
+// ID) instead of packing. Domain choice, the filter (which nodes hold a
+// member at all) and the all-or-nothing rule do not change: a scorer
+// changes where a gang goes, never whether it fits. A scorer may also
+// choose the GPU of a fractional member (ShareChooser). Scorers read what
+// a topo.Snapshot holds (NodeGPUMilli: free thousandths per GPU, shared
+// GPUs and MIG included; free host CPU and memory; the GPU model), so a
+// placement tried on a clone is scored as the clone stands.
+//
+// The package ships the node scorers of the FGD paper ("Beware of
+// Fragmentation", USENIX ATC'23), with the artifact's arithmetic: Random,
+// DotProd, GpuClustering, GpuPacking, BestFit and FGD (fragmentation
+// gradient descent against a Target workload, NewTarget); and Berth,
+// berth's own fragmentation-aware scorer (the best allocation measured on
+// the openb experiment, see docs/fgd.md). ScorerSpec names one as plain
+// data (it round-trips through JSON; engine.Config.Scorer is one) and
+// NewScorer builds it:
+//
+//	sc, err := gang.NewScorer(gang.ScorerSpec{Name: "berth", Target: gang.NewTarget(workload, 0.95).Shapes})
+//	p := gang.Placer{Scorer: sc}
+//	res, err := p.Place(snap, &req)
+//
+// Without a scorer nothing changes: Place packs as described under Policy.
+// Scored choice applies to single-group gangs; multi-group gangs keep the
+// default packing.
+//
 // # Apply and undo
 //
 // A Result is computed without changing the snapshot. Result.Apply books
@@ -38,5 +69,8 @@
 // # Concurrency
 //
 // Place is safe for concurrent use on distinct snapshots. A Placer holds
-// scratch buffers and belongs to one goroutine.
+// scratch buffers and belongs to one goroutine, and so does a Scorer with
+// state (FGD and Berth cache per node, Random draws from its stream,
+// GpuClustering counts the kinds it is told about); DotProd, GpuPacking and
+// BestFit are stateless values.
 package gang

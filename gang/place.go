@@ -19,6 +19,15 @@ var ErrUnsupported = errors.New("gang: unsupported request")
 // buffers between calls, so reuse one Placer per goroutine to avoid
 // allocations. A Placer is not safe for concurrent use.
 type Placer struct {
+	// Scorer, when set, chooses the nodes of single-group gangs inside the
+	// chosen domains (see Scorer). Nil: members pack onto the nodes with
+	// the fewest free GPUs (Place).
+	Scorer Scorer
+	// Ties ranks nodes for scored choices: between equal scores the node
+	// with the lower Ties[id] wins. Nil, or a node beyond its length: the
+	// node ID. Unused without a Scorer.
+	Ties []int32
+
 	s  *topo.Snapshot
 	c  *topo.Cluster
 	nl int // node pseudo-level = len(Levels)
@@ -41,6 +50,11 @@ type Placer struct {
 	tmem   []int64
 	tpos   []int32
 	spread []topo.NodeID
+	// scored packing scratch
+	snodes  []topo.NodeID
+	scaps   []int32
+	sscores []int64
+	sorder  []int32
 }
 
 type groupInfo struct {
@@ -236,21 +250,51 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	if len(gi.g.Selector) > 0 && !p.c.MatchesSelector(n, gi.g.Selector) {
 		return 0
 	}
-	k := p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB)
-	if gi.per > 0 {
-		k = min(k, p.s.NodeAvailable(n)/gi.per)
-	}
-	if gi.frac && k > 0 {
-		first, g := p.c.NodeGPUs(n)
-		f := 0
-		for i := range uint32(g) {
-			f += p.s.SharedFits(first+i, gi.mreq)
-		}
-		k = min(k, f)
-	}
 	// A node never needs to hold more than the whole group; the cap also
 	// keeps sums finite for members whose resources a node does not track.
-	return min(k, gi.g.Members)
+	k := gi.g.Members
+	if gi.per > 0 {
+		if k = min(k, p.s.NodeAvailable(n)/gi.per); k == 0 {
+			return 0 // no GPUs: the host need not be read
+		}
+	}
+	k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
+	if gi.frac && k > 0 {
+		k = min(k, p.shareFits(n, gi, k))
+	}
+	return k
+}
+
+// shareFits is the sum of SharedFits over the GPUs of node n for group
+// gi, or any value >= k once the sum reaches k.
+func (p *Placer) shareFits(n topo.NodeID, gi *groupInfo, k int) int {
+	first, g := p.c.NodeGPUs(n)
+	f := 0
+	mask := p.s.NodeFreeMask(n)
+	if mask != 0 && p.c.SharesFreeGPUs() && gi.mreq.Profile == "" && gi.mreq.Milli > 0 &&
+		!p.s.IsSharedGPU(first+uint32(bits.TrailingZeros64(mask))) {
+		// A free GPU of a plain node takes 1000/Milli shares (SharedFits
+		// under Spec.ShareFreeGPUs): count them from the mask, then the
+		// shared GPUs only if that is not enough.
+		if f = bits.OnesCount64(mask) * (1000 / gi.mreq.Milli); f >= k {
+			return f
+		}
+		for i := range uint32(g) {
+			if mask&(1<<i) != 0 {
+				continue
+			}
+			if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+				break
+			}
+		}
+		return f
+	}
+	for i := range uint32(g) {
+		if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+			break // enough: the rest cannot change min(k, f)
+		}
+	}
+	return f
 }
 
 // capacity is how many members of group gi domain d of level l holds now.
@@ -320,6 +364,15 @@ func (p *Placer) placeOne() Result {
 	found := false
 	var best key
 	p.best = p.best[:0]
+	if p.Scorer != nil && p.lp < 0 && p.numDomains(p.lr) == 1 {
+		// One domain to choose from: its nodes are scanned once, for the
+		// capacity and the scored choice together.
+		if total := p.collectScored(0, gi); total < need {
+			return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: total, Need: need}}
+		}
+		p.chooseScored(gi, need)
+		return Result{Found: true}
+	}
 	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
 		total := p.capacity(p.lr, d, gi)
 		bestFit = max(bestFit, total)
@@ -338,7 +391,12 @@ func (p *Placer) placeOne() Result {
 	if !found {
 		return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: bestFit, Need: need}}
 	}
-	p.packOne(best.d, gi, need)
+	if p.Scorer != nil {
+		p.collectScored(best.d, gi)
+		p.chooseScored(gi, need)
+	} else {
+		p.packOne(best.d, gi, need)
+	}
 	return Result{Found: true, Domain: best.d}
 }
 
@@ -656,6 +714,13 @@ func (p *Placer) spreadOf(res *Result) {
 // are opened.
 func (p *Placer) emitShared(res *Result, t take) {
 	gi := &p.groups[t.group]
+	if p.Scorer != nil {
+		if gpu, ok := p.chosenShare(res, t); ok {
+			res.gpus = append(res.gpus, gpu)
+			res.Members = append(res.Members, Assignment{Group: t.group, Node: t.node, GPULo: int32(len(res.gpus) - 1), GPUHi: int32(len(res.gpus))})
+			return
+		}
+	}
 	first, g := p.c.NodeGPUs(t.node)
 	left := int(t.n)
 	for pass := 0; pass < 2 && left > 0; pass++ {

@@ -21,7 +21,8 @@ import (
 func fgdPolicies() []string { return fgd.Policies }
 
 // runFGD runs the FGD experiment (docs/fgd.md): every policy x seed on
-// the openb trace, then one row per policy.
+// the openb trace, placed through a gang.Placer or an engine.Engine
+// (--via), then one row per policy.
 func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var tr *fgd.Trace
 	var err error
@@ -52,7 +53,7 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	g.SetLimit(o.parallel)
 	for i, r := range runs {
 		g.Go(func() error {
-			cs, err := fgd.Runs(gctx, fgd.Config{Trace: tr, Policies: []string{r.policy}, Seeds: []int64{r.seed}, Parallelism: 1})
+			cs, err := fgd.Runs(gctx, fgd.Config{Trace: tr, Policies: []string{r.policy}, Seeds: []int64{r.seed}, Parallelism: 1, Via: o.via})
 			if err != nil {
 				return err
 			}
@@ -94,7 +95,11 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 	default:
-		fmt.Fprintf(stdout, "FGD experiment (openb): %d nodes, %d pods, seeds %s\n\n", len(tr.Nodes), len(tr.Pods), seedsString(o.seeds, true))
+		via := ""
+		if o.via == "engine" {
+			via = ", through the engine"
+		}
+		fmt.Fprintf(stdout, "FGD experiment (openb%s): %d nodes, %d pods, seeds %s\n\n", via, len(tr.Nodes), len(tr.Pods), seedsString(o.seeds, true))
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "policy\talloc % at 100% arrived\talloc % at 130% arrived\tstd at 130%")
 		for _, r := range rows {

@@ -10,7 +10,13 @@
 // `--trace synthetic-mig` mixes in fractional jobs on nodes in MIG mode
 // (the engine plans MIG re-layouts, the simulator carries them out);
 // `--trace openb` replays the openb pods in time, share pods as fractions
-// of GPUs shared on demand. Run `berth replay -h` for the flags.
+// of GPUs shared on demand. `--experiment fgd --trace openb` runs the FGD
+// experiment (docs/fgd.md) instead: pods placed once on arrival by a node
+// scorer (random, dotprod, clustering, packing, bestfit, fgd, berth)
+// through a gang.Placer, or, with `--via engine`, each pod submitted to an
+// engine.Engine configured with that scorer (engine.Config.Scorer), one
+// cycle per arrival, which gives the same numbers for the deterministic
+// scorers. Run `berth replay -h` for the flags.
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/berthsched/berth/replay"
@@ -91,6 +98,7 @@ type options struct {
 	format     string
 	out        string
 	experiment string
+	via        string
 	parallel   int
 	progress   string
 }
@@ -126,6 +134,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	fs.StringVar(&o.out, "out", "", "directory for plots (PNG and SVG); empty: no plots")
 	if !compare {
 		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR])")
+		fs.StringVar(&o.via, "via", "placer", "with --experiment fgd, how pods are placed: placer (a gang.Placer with the policy's scorer) or engine\n"+
+			"(each pod submitted to an engine.Engine configured with that scorer, one cycle per arrival; same numbers for the\n"+
+			"deterministic policies, random draws from its own stream, clustering is not available)")
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
@@ -199,6 +210,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 			}
 		}
 	case "fgd":
+		if o.via != "placer" && o.via != "engine" {
+			return nil, usagef("--via %q: want placer or engine", o.via)
+		}
 		if o.traces[0].kind != "openb" {
 			return nil, usagef("--experiment fgd needs --trace openb[:DIR]")
 		}
@@ -211,6 +225,12 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		}
 	default:
 		return nil, usagef("--experiment %q: the only experiment is fgd", o.experiment)
+	}
+	if o.via != "" && o.via != "placer" && o.experiment != "fgd" {
+		return nil, usagef("--via is for --experiment fgd")
+	}
+	if o.via == "engine" && slices.Contains(o.policies, "clustering") {
+		return nil, usagef("--via engine: policy clustering counts the kinds bound on each node, which the engine does not report to scorers")
 	}
 	return o, nil
 }

@@ -131,6 +131,9 @@ func TestBadCommandLines(t *testing.T) {
 		"parallel":         {"replay", "--parallel", "0"},
 		"not an int":       {"replay", "--nodes", "many"},
 		"compare no exper": {"compare", "--experiment", "fgd"},
+		"via no exper":     {"replay", "--via", "engine"},
+		"via bad":          {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "bus"},
+		"via clustering":   {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "engine", "--policy", "clustering"},
 	} {
 		code, stdout, stderr := runCLI(t, args...)
 		assert.Equal(t, 2, code, "%s: stderr %q", name, stderr)

@@ -1,5 +1,5 @@
-// Package fgd runs the FGD experiment of docs/fgd.md (the openb replay
-// yardstick) on berth's own accounting and placement code: the
+// Package fgd runs the FGD experiment (docs/fgd.md) on berth's own
+// placement code: the
 // openb cluster (1,213 nodes, 6,212 GPUs) receives the 8,152 openb pods,
 // shuffled per seed and topped up with random clones until the arrived GPU
 // demand reaches 130% of the cluster; pods arrive one at a time, are
@@ -16,14 +16,25 @@
 // GpuPacking, BestFit and FGD reproduce the published per-seed curves
 // (6,549 of 6,550 values identical, the other off by 0.01 from summation
 // order), and Random, whose original is not bit-reproducible, lands within
-// 0.1 point of the published mean. The policies themselves live in
-// gang/score; "berth" is berth's own policy (score.Berth).
+// 0.1 point of the published mean.
+//
+// The policies are gang scorers (gang.Scorer: gang.Random, gang.DotProd,
+// gang.GpuClustering, gang.GpuPacking, gang.BestFit, gang.FGD and berth's
+// own gang.Berth). Each pod is a one-member gang placed by a gang.Placer
+// with the policy's scorer and the run's node ranks as ties
+// (gang.Placer.Ties), and booked on the run's topo.Snapshot. With
+// Config.Via = ViaEngine (`berth replay --experiment fgd --via engine`)
+// each pod is instead submitted to an engine.Engine configured with the
+// scorer by name (engine.Config.Scorer), one cycle per arrival; the
+// deterministic policies then give the same numbers, which is what an
+// embedding program gets.
 //
 // # Concurrency
 //
 // Runs executes (policy, seed) runs in parallel, bounded by
-// Config.Parallelism (errgroup); each run owns its State, policy and
-// random stream and shares only the immutable cluster and request list.
+// Config.Parallelism (errgroup); each run owns its snapshot (or engine),
+// scorer and random stream and shares only the immutable cluster and pod
+// list.
 // The functions hold no global state and may be called concurrently.
 //
 // # Usage

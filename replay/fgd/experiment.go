@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/berthsched/berth/gang/score"
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
 	"github.com/berthsched/berth/workload"
 )
@@ -84,6 +84,10 @@ type Config struct {
 	Popularity float64
 	// Parallelism bounds concurrent runs; 0 means GOMAXPROCS.
 	Parallelism int
+	// Via is how pods are placed: ViaPlacer (empty means it) with a
+	// gang.Placer directly, or ViaEngine through an engine.Engine
+	// configured with the policy's scorer (see runEngine).
+	Via string
 }
 
 func (c *Config) defaults() Config {
@@ -119,6 +123,14 @@ func (c *Config) Validate() error {
 		if !slices.Contains(Policies, p) {
 			return fmt.Errorf("%w: unknown policy %q (want one of %s)", ErrConfig, p, strings.Join(Policies, ", "))
 		}
+		if d.Via == ViaEngine && p == gang.ScorerClustering {
+			return fmt.Errorf("%w: policy %q does not run through the engine (it counts the kinds bound on each node, which the engine does not report to scorers)", ErrConfig, p)
+		}
+	}
+	switch d.Via {
+	case "", ViaPlacer, ViaEngine:
+	default:
+		return fmt.Errorf("%w: via %q (want %s or %s)", ErrConfig, d.Via, ViaPlacer, ViaEngine)
 	}
 	return nil
 }
@@ -151,10 +163,53 @@ type Row struct {
 
 // prepared is what every run of one trace shares (read only).
 type prepared struct {
+	spec    topo.Spec // nodes in name order
 	cluster *topo.Cluster
-	reqs    []score.Request // name-sorted
-	target  score.Target
+	pods    []pod // name-sorted
+	target  gang.Target
 	demand  int64 // Σ D_p of the originals
+}
+
+// pod is one openb pod as a one-member gang.
+type pod struct {
+	group  gang.Group
+	demand int64 // GPU milli, D_p
+}
+
+// request returns the gang request of one pod. Its group is shared and
+// read only.
+func (p *pod) request() gang.Request {
+	return gang.Request{Groups: []gang.Group{p.group}}
+}
+
+// podOf turns an openb pod into a one-member group: k whole GPUs, a share
+// of one GPU, or CPU and memory only.
+func podOf(j *workload.Job) (pod, error) {
+	g := gang.Group{Members: 1, CPUMilli: j.CPUMilli, MemoryMiB: j.MemoryMiB}
+	var demand int64
+	switch {
+	case j.NumGPU < 0 || j.GPUMilli < 0 || j.GPUMilli > gang.FullMilli:
+		return pod{}, fmt.Errorf("%d GPUs of %d milli", j.NumGPU, j.GPUMilli)
+	case j.NumGPU == 0 || j.GPUMilli == 0: // CPU only
+	case j.GPUMilli == gang.FullMilli:
+		g.GPUsPerMember, demand = j.NumGPU, int64(j.NumGPU)*gang.FullMilli
+	case j.NumGPU == 1:
+		g.GPUMilli, demand = j.GPUMilli, int64(j.GPUMilli)
+	default:
+		return pod{}, fmt.Errorf("%d GPUs of %d milli each: several fractional GPUs per pod are not supported", j.NumGPU, j.GPUMilli)
+	}
+	switch len(j.GPUModels) {
+	case 0:
+	case 1:
+		g.GPUModel = j.GPUModels[0]
+	default:
+		return pod{}, fmt.Errorf("models %v: one GPU model per pod is supported", j.GPUModels)
+	}
+	r := gang.Request{Groups: []gang.Group{g}}
+	if err := r.Validate(); err != nil {
+		return pod{}, err
+	}
+	return pod{group: g, demand: demand}, nil
 }
 
 // prepare builds the cluster and requests of t, nodes and pods in name
@@ -175,42 +230,34 @@ func prepare(t *Trace, popularity float64) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTrace, err)
 	}
-	p := &prepared{cluster: c, reqs: make([]score.Request, len(pods))}
+	p := &prepared{spec: spec, cluster: c, pods: make([]pod, len(pods))}
+	groups := make([]gang.Group, len(pods))
 	for i := range pods {
-		j := &pods[i]
-		r := score.Request{GPUs: j.NumGPU, Milli: j.GPUMilli, CPUMilli: j.CPUMilli, MemoryMiB: j.MemoryMiB, Models: j.GPUModels}
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: pod %q: %w", ErrTrace, j.ID, err)
+		pd, err := podOf(&pods[i])
+		if err != nil {
+			return nil, fmt.Errorf("%w: pod %q: %w", ErrTrace, pods[i].ID, err)
 		}
-		p.reqs[i] = r
-		p.demand += r.Demand()
+		p.pods[i], groups[i] = pd, pd.group
+		p.demand += pd.demand
 	}
-	p.target = score.NewTarget(p.reqs, popularity)
+	p.target = gang.NewTarget(groups, popularity)
 	return p, nil
 }
 
-func newPolicy(name string, rng *rand.Rand, p *prepared) score.Policy {
-	switch name {
-	case "random":
-		return &score.Random{Rand: rng}
-	case "dotprod":
-		return score.DotProd{}
-	case "clustering":
-		return score.GpuClustering{}
-	case "packing":
-		return score.GpuPacking{}
-	case "bestfit":
-		return score.BestFit{}
-	case "fgd":
-		return score.NewFGD(p.target)
-	case "berth":
-		return score.NewBerth(p.target)
+// newScorer returns the gang scorer of a policy. Random draws from the
+// run's own stream (the published runs interleave its draws with the
+// experiment's).
+func newScorer(name string, rng *rand.Rand, p *prepared) (gang.Scorer, error) {
+	if name == gang.ScorerRandom {
+		return &gang.Random{Rand: rng}, nil
 	}
-	return nil
+	return gang.NewScorer(p.scorerSpec(name))
 }
 
-// MaxPodsPerNode is the openb simulator's pod limit per node.
-const MaxPodsPerNode = 1001
+// scorerSpec is the gang.ScorerSpec of a policy on this trace.
+func (p *prepared) scorerSpec(name string) gang.ScorerSpec {
+	return gang.ScorerSpec{Name: name, Target: p.target.Shapes}
+}
 
 // infoDraws is the number of Int63 draws between the tune-up and the node
 // ranks (docs/fgd.md, Procedure step 2.4).
@@ -219,27 +266,30 @@ const infoDraws = 10
 // arrivals draws the arrival order of one seed (docs/fgd.md, Procedure step 2):
 // pod indices into the name-sorted list, and the node ranks.
 func arrivals(rng *rand.Rand, p *prepared, tune float64) (order []int, rank []int32) {
-	n := len(p.reqs)
+	n := len(p.pods)
 	_ = rng.Int()
 	order = make([]int, n, n+n/2)
 	for i := range order {
 		order[i] = i
 	}
 	rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
-	limit := tune * float64(p.cluster.NumGPUs()*score.FullMilli)
+	limit := tune * float64(p.cluster.NumGPUs()*gang.FullMilli)
 	sum := p.demand
 	for {
 		i := rng.Intn(n)
-		r := &p.reqs[i]
-		u := int64(0)
-		if r.UsesGPU() {
-			u = int64(r.Milli)
+		pd := &p.pods[i]
+		u := int64(0) // the milli of one GPU of the pod
+		switch g := &pd.group; {
+		case g.GPUsPerMember > 0:
+			u = gang.FullMilli
+		case g.GPUMilli > 0:
+			u = int64(g.GPUMilli)
 		}
 		if float64(sum+u) > limit {
 			break
 		}
 		order = append(order, i)
-		sum += r.Demand()
+		sum += pd.demand
 	}
 	for range infoDraws {
 		_ = rng.Int63()
@@ -252,49 +302,67 @@ func arrivals(rng *rand.Rand, p *prepared, tune float64) (order []int, rank []in
 	return order, rank
 }
 
-// runOne replays one (policy, seed) run.
+// runOne replays one (policy, seed) run: each pod placed by a gang.Placer
+// with the policy's scorer and the run's node ranks as ties, then booked
+// on the run's snapshot (gang.Result.Apply), or dropped.
 func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune float64) (Curve, error) {
 	rng := rand.New(rand.NewSource(seed))
 	order, rank := arrivals(rng, p, tune)
-	st, err := score.NewState(p.cluster, score.Options{MaxPods: MaxPodsPerNode})
+	scorer, err := newScorer(policy, rng, p)
 	if err != nil {
-		return Curve{}, err
+		return Curve{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	sc := &score.Scheduler{State: st, Policy: newPolicy(policy, rng, p), Rank: rank}
-	div := float64(st.Capacity()) / 100
-	frag := make([]float64, st.NumNodes())
+	clustering, _ := scorer.(*gang.GpuClustering)
+	snap := p.cluster.NewSnapshot()
+	placer := gang.Placer{Scorer: scorer, Ties: rank}
+	capacity := int64(p.cluster.NumGPUs()) * gang.FullMilli
+	div := float64(capacity) / 100
+	frag := make([]float64, p.cluster.NumNodes())
 	for id := range frag {
-		frag[id] = p.target.NodeFrag(st, topo.NodeID(id))
+		frag[id] = p.target.NodeFrag(snap, topo.NodeID(id))
 	}
 	fragValues := make([]float64, len(order))
 	values := make([]float64, len(order))
 	bins := make([]int, len(order))
-	var arrived int64
+	var arrived, allocated int64
 	cv := Curve{Policy: policy, Seed: seed, Pods: len(order)}
+	var res gang.Result
+	reqs := make([]gang.Request, len(p.pods)) // built on first use, one per pod
 	for i, pi := range order {
 		if i%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return Curve{}, err
 			}
 		}
-		r := p.reqs[pi]
+		pd := &p.pods[pi]
+		req := &reqs[pi]
+		if req.Groups == nil {
+			*req = pd.request()
+		}
 		_ = rng.Intn(100) // metrics sampling in the original: shifts the stream
-		d, _, err := sc.Schedule(r)
-		if err != nil {
+		if err := placer.PlaceInto(&res, snap, req); err != nil {
 			return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: %w", policy, seed, i, err)
 		}
-		if d.Placed {
+		if res.Found {
+			if err := res.Apply(snap); err != nil {
+				return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: %w", policy, seed, i, err)
+			}
+			n := res.Members[0].Node
+			if clustering != nil {
+				clustering.Bound(n, &pd.group, 1)
+			}
 			cv.Placed++
-			frag[d.Placement.Node] = p.target.NodeFrag(st, d.Placement.Node)
+			allocated += pd.demand
+			frag[n] = p.target.NodeFrag(snap, n)
 		} else {
-			_ = rng.Int31n(int32(st.NumNodes())) // preemption offset
+			_ = rng.Int31n(int32(p.cluster.NumNodes())) // preemption offset
 		}
-		arrived += r.Demand()
-		values[i] = round2(float64(st.Allocated()) / div)
+		arrived += pd.demand
+		values[i] = round2(float64(allocated) / div)
 		bins[i] = int(math.RoundToEven(float64(arrived) / div))
-		fragValues[i] = fragRatio(frag, st)
+		fragValues[i] = fragRatio(frag, capacity-allocated)
 	}
-	if err := st.Check(); err != nil {
+	if err := checkAllocated(snap, allocated); err != nil {
 		return Curve{}, fmt.Errorf("fgd: %s seed %d: %w", policy, seed, err)
 	}
 	cv.ArrivedPct = float64(arrived) / div
@@ -303,13 +371,32 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 	return cv, nil
 }
 
-// fragRatio is round(100·Σ_n Frag(n) / Σ_n F_n, 2), 0 when nothing is free.
-func fragRatio(frag []float64, st *score.State) float64 {
+// checkAllocated verifies the snapshot (topo's own check) and that its
+// GPUs hold exactly the demand placed.
+func checkAllocated(s *topo.Snapshot, allocated int64) error {
+	if err := s.Verify(); err != nil {
+		return err
+	}
+	c := s.Cluster()
+	var free int64
+	var buf []int16
+	for id := range topo.NodeID(c.NumNodes()) {
+		for _, f := range gang.NodeGPUMilli(s, id, buf[:0]) {
+			free += int64(f)
+		}
+	}
+	if got := int64(c.NumGPUs())*gang.FullMilli - free; got != allocated {
+		return fmt.Errorf("%w: %d milli allocated on the snapshot, %d placed", ErrTrace, got, allocated)
+	}
+	return nil
+}
+
+// fragRatio is round(100·Σ_n Frag(n) / free, 2), 0 when nothing is free.
+func fragRatio(frag []float64, free int64) float64 {
 	sum := 0.0
 	for _, f := range frag {
 		sum += f
 	}
-	free := st.Capacity() - st.Allocated()
 	if free == 0 {
 		return 0
 	}
@@ -333,7 +420,11 @@ func Runs(ctx context.Context, cfg Config) ([]Curve, error) {
 	for i, pol := range c.Policies {
 		for j, seed := range c.Seeds {
 			g.Go(func() error {
-				cv, err := runOne(gctx, p, pol, seed, c.Tune)
+				run := runOne
+				if c.Via == ViaEngine {
+					run = runEngine
+				}
+				cv, err := run(gctx, p, pol, seed, c.Tune)
 				out[i*len(c.Seeds)+j] = cv
 				return err
 			})

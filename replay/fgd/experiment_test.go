@@ -110,6 +110,7 @@ func TestPublished(t *testing.T) {
 	assert.InDelta(t, 93.08, by["bestfit"].AllocPctAt130, 0.5)
 	assert.Equal(t, 95.39, by["fgd"].AllocPctAt130)
 	assert.GreaterOrEqual(t, by["berth"].AllocPctAt130, 95.39, "berth must reach FGD's published mean")
+	assert.GreaterOrEqual(t, by["berth"].AllocPctAt130, 96.0)
 	assert.Greater(t, by["berth"].AllocPctAt130, by["fgd"].AllocPctAt130)
 }
 
@@ -130,6 +131,10 @@ func TestConfigValidate(t *testing.T) {
 		"unknown":     func(c *Config) { c.Policies = []string{"FGD"} },
 		"tune":        func(c *Config) { c.Tune = -1 },
 		"popularity":  func(c *Config) { c.Popularity = 2 },
+		"via":         func(c *Config) { c.Via = "bus" },
+		"clustering via engine": func(c *Config) {
+			c.Policies, c.Via = []string{"clustering"}, ViaEngine
+		},
 	} {
 		c := ok
 		mod(&c)

@@ -1,4 +1,4 @@
-package score
+package gang
 
 import (
 	"math"
@@ -15,14 +15,14 @@ const BerthBeta = 12
 // Berth is berth's own fragmentation-aware policy. Like FGD it scores a
 // node by how much a placement worsens a fragmentation measure, but the
 // measure asks a different question: how much free GPU capacity will
-// never be used, rather than how much the next request cannot use.
+// never be used, rather than how much the next member cannot use.
 //
 // FGD counts a free piece as a fragment for every target shape that does
 // not fit in it, weighted by the shape's popularity. A half-free GPU is
 // then almost as bad as a dead one, although the common small shares will
 // fill it soon. When demand exceeds capacity (the openb replay arrives 130%
 // of the cluster), what is lost in the end is capacity that no arriving
-// request can use: the 190 milli beside an 810 share, GPUs on a node whose
+// member can use: the 190 milli beside an 810 share, GPUs on a node whose
 // CPU or memory is gone. Berth's measure is
 //
 //	Dead(n) = Σ over free pieces p of n:  size(p) · exp(−β·W(p))
@@ -32,8 +32,8 @@ const BerthBeta = 12
 // in it on this node: shares with u <= f for a partial GPU, every shape of
 // at most z GPUs for a completely free one (z the completely free GPUs of
 // the node), in both cases only shapes whose CPU, mean memory and model
-// the node still has. A piece most requests can use scores near 0; a piece
-// only rare requests fit (W small) counts almost whole. β is BerthBeta.
+// the node still has. A piece most members can use scores near 0; a piece
+// only rare members fit (W small) counts almost whole. β is BerthBeta.
 //
 // Score: int(100·σ((Dead(n) − Dead(n′))/1000)), FGD's squashing. The
 // truncation is deliberate: it makes placements whose outcomes are within
@@ -43,19 +43,19 @@ const BerthBeta = 12
 // CPU surplus of the node after placement, c_n′ − ρ·F_n′ (ρ: the target's
 // CPU milli per GPU milli):
 //
-//   - CPU-only requests take the node with the largest surplus: CPU that
+//   - CPU-only members take the node with the largest surplus: CPU that
 //     no free GPU will need.
-//   - Whole-GPU requests take the node with the smallest surplus: use the
+//   - Whole-GPU members take the node with the smallest surplus: use the
 //     GPUs of CPU-poor nodes while their CPU lasts, and keep CPU-rich
 //     nodes for CPU-hungry work. This alone is worth 0.25 point.
-//   - Share requests keep the run's node rank (spreading them measured
+//   - Share members keep the run's node rank (spreading them measured
 //     better than balancing). Each GPU with room is tried; among the GPUs
 //     reaching the node's best score the fullest (best fit), then the
 //     lowest index, takes the share.
 //
 // Memory is part of W because a node out of memory strands its GPUs just
 // as one out of CPU does; the mean memory of each shape stands in for its
-// requests (Shape.MemoryMiB).
+// members (Shape.MemoryMiB).
 //
 // Result on the openb replay (docs/fgd.md procedure, seeds 42..51): mean
 // allocation 96.18% at 130% arrived demand (std 0.04) against FGD's 95.39,
@@ -63,16 +63,16 @@ const BerthBeta = 12
 // the tie rules were chosen by measuring both seed ranges, so neither is a
 // clean hold-out; a different trace may want another β.
 //
-// Berth caches per node and request shape like FGD; it belongs to one
-// goroutine and, once used, to one State.
+// Berth caches per node and member shape like FGD; it belongs to one
+// goroutine.
 type Berth struct {
 	target Target
 	rho    float64 // CPU milli per GPU milli of the target's GPU shapes
 	beta   float64
-	cache  fgdCache
+	cache  scoreCache
 }
 
-// NewBerth returns berth's policy for a target workload (NewTarget).
+// NewBerth returns berth's scorer for a target workload (NewTarget).
 func NewBerth(t Target) *Berth {
 	var cw, gw float64
 	for _, m := range t.Shapes {
@@ -88,17 +88,14 @@ func NewBerth(t Target) *Berth {
 	return p
 }
 
-// Name implements Policy.
-func (*Berth) Name() string { return "berth" }
-
-// Score implements Policy.
-func (p *Berth) Score(s *State, r Request, feasible []topo.NodeID, scores []int64) {
-	p.cache.scoreAll(s, r, feasible, scores, p.compute)
+// Score implements Scorer.
+func (p *Berth) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []int64) {
+	p.cache.scoreAll(s, memberOf(g), nodes, scores, p)
 }
 
-// ShareGPU implements Policy.
-func (p *Berth) ShareGPU(s *State, r Request, n topo.NodeID) int {
-	return p.cache.shareGPU(s, r, n, p.compute)
+// ShareGPU implements ShareChooser.
+func (p *Berth) ShareGPU(s *topo.Snapshot, g *Group, n topo.NodeID) int {
+	return p.cache.shareGPU(s, memberOf(g), n, p)
 }
 
 // Dead is Berth's measure of a node with the given free milli per GPU,
@@ -123,8 +120,7 @@ func (p *Berth) Dead(gpus []int16, cpu, mem int64, model string) float64 {
 		w := 0.0
 		for i := range p.target.Shapes {
 			m := &p.target.Shapes[i]
-			if m.Milli == 0 || m.GPUs == 0 || m.CPUMilli > cpu || m.MemoryMiB > mem ||
-				(len(m.Models) > 0 && !(Request{Models: m.Models}).modelOK(model)) {
+			if m.Milli == 0 || m.GPUs == 0 || m.CPUMilli > cpu || m.MemoryMiB > mem || !m.modelOK(model) {
 				continue
 			}
 			if (f == FullMilli && m.GPUs <= z) || (m.GPUs == 1 && int(f) >= m.Milli) {
@@ -140,24 +136,22 @@ func (p *Berth) Dead(gpus []int16, cpu, mem int64, model string) float64 {
 	return sum
 }
 
-func (p *Berth) nodeMeasure(s *State, n topo.NodeID) float64 {
-	ns := &s.nodes[n]
-	return p.Dead(s.nodeGPUs(n), ns.cpu, ns.mem, s.models[n])
+func (p *Berth) measure(c *scoreCache, n topo.NodeID) float64 {
+	return p.Dead(c.gpus(n), c.cpu[n], c.mem[n], c.models[n])
 }
 
 // secondaryBits is the room below the primary score.
 const secondaryBits = 24
 
-func (p *Berth) compute(s *State, r Request, n topo.NodeID) (int64, int) {
-	before := p.cache.base(s, n, p)
-	gpus := s.nodeGPUs(n)
-	ns := &s.nodes[n]
-	model := s.models[n]
-	cpu, mem := ns.cpu-r.CPUMilli, ns.mem-r.MemoryMiB
-	var buf [topo.MaxGPUsPerNode]int16
+func (p *Berth) compute(c *scoreCache, r member, n topo.NodeID) (int64, int) {
+	before := c.base(n, p)
+	gpus := c.gpus(n)
+	model := c.models[n]
+	cpu, mem := c.cpu[n]-r.cpu, c.mem[n]-r.mem
+	var buf nodeBuf
 	after := buf[:copy(buf[:], gpus)]
-	if r.Shared() {
-		u := int16(r.Milli)
+	if r.shared() {
+		u := int16(r.milli)
 		best, bestScore := -1, -1
 		for g, f := range gpus {
 			if f < u || slices.Contains(gpus[:g], f) {
@@ -172,7 +166,7 @@ func (p *Berth) compute(s *State, r Request, n topo.NodeID) (int64, int) {
 		}
 		return int64(bestScore) << secondaryBits, best
 	}
-	if r.UsesGPU() {
+	if r.usesGPU() {
 		takeAscending(after, r)
 	}
 	primary := int64(sigmoidScore(before - p.Dead(after, cpu, mem, model)))
@@ -181,7 +175,7 @@ func (p *Berth) compute(s *State, r Request, n topo.NodeID) (int64, int) {
 		free += int(f)
 	}
 	surplus := int64(math.Round((float64(cpu) - p.rho*float64(free)) / 100))
-	if r.UsesGPU() {
+	if r.usesGPU() {
 		surplus = -surplus // whole GPUs: the CPU-poorest node first
 	}
 	const half = 1 << (secondaryBits - 1)

@@ -1,0 +1,314 @@
+package gang
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"math/rand"
+	"slices"
+	"strings"
+
+	"github.com/berthsched/berth/topo"
+)
+
+// Scorer ranks the nodes that can hold a member of a gang: the extension
+// point of node choice, in the spirit of a kube-scheduler Score plugin with
+// its PreScore and NormalizeScore folded in.
+//
+// A Placer with a Scorer (Placer.Scorer) still chooses the domains of a
+// single-group gang as Place does (required domain, fewest preferred
+// domains, tightest fit), then collects the nodes of those domains that
+// hold at least one member (the filter). When more than one node passes,
+// it calls Score once and takes nodes from the highest score down, each
+// holding as many members as fit there, until the gang is placed; ties go
+// to the lower Placer.Ties rank, else the lower node ID. A single node is
+// taken without scoring (as the kube-scheduler does), so a Scorer that
+// draws random numbers draws only for real choices. Multi-group gangs keep
+// the default packing.
+//
+// Score must be a deterministic function of the snapshot and the group
+// (Random draws from the stream it is given, never from a global one) and
+// must not change s. It may keep caches; a Scorer belongs, like its Placer,
+// to one goroutine.
+type Scorer interface {
+	// Score writes the score of nodes[i] for one member of g into
+	// scores[i]. nodes holds at least two nodes, each of which holds a
+	// member of g on s now, in ascending ID order; len(scores) ==
+	// len(nodes), all 0 on entry. The highest score wins; any int64 order
+	// is allowed.
+	Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []int64)
+}
+
+// ShareChooser is implemented by Scorers that also choose the GPU of a
+// fractional member (GPUMilli): the GPU their score assumed. The Placer
+// asks it for each node that takes exactly one fractional member, whether
+// or not Score ran; other placements use the default choice (GPUs already
+// shared first, the fullest first, then the lowest free one).
+type ShareChooser interface {
+	// ShareGPU returns the local index (0-based on node n) of the GPU that
+	// takes one member of g on node n, or -1 for the default choice.
+	ShareGPU(s *topo.Snapshot, g *Group, n topo.NodeID) int
+}
+
+// MaxScore is the highest score of the published policies
+// (kube-scheduler's MaxNodeScore). Random, DotProd, GpuClustering,
+// GpuPacking, BestFit and FGD score in [0, MaxScore]; Berth's scores are
+// wider keys.
+const MaxScore = 100
+
+// FullMilli is one whole GPU in thousandths.
+const FullMilli = 1000
+
+// Scorer names accepted by NewScorer, in the order of the FGD experiment
+// (docs/fgd.md), then berth's own.
+const (
+	ScorerRandom     = "random"
+	ScorerDotProd    = "dotprod"
+	ScorerClustering = "clustering"
+	ScorerPacking    = "packing"
+	ScorerBestFit    = "bestfit"
+	ScorerFGD        = "fgd"
+	ScorerBerth      = "berth"
+)
+
+// ScorerNames lists the names NewScorer accepts.
+func ScorerNames() []string {
+	return []string{ScorerRandom, ScorerDotProd, ScorerClustering, ScorerPacking, ScorerBestFit, ScorerFGD, ScorerBerth}
+}
+
+// ErrBadScorer is returned by NewScorer for an unknown name or a spec that
+// lacks what its scorer needs.
+var ErrBadScorer = errors.New("gang: invalid scorer")
+
+// ScorerSpec selects a scorer of this package by name, with the data it
+// needs, as plain values (it round-trips through JSON). The zero value
+// selects no scorer: Place's default packing.
+type ScorerSpec struct {
+	// Name is one of ScorerNames, or empty for none.
+	Name string `json:"name,omitempty"`
+	// Target is the typical workload FGD and Berth measure fragmentation
+	// against (NewTarget(...).Shapes). Required for them, ignored by the
+	// others.
+	Target []Shape `json:"target,omitempty"`
+	// Seed seeds Random's own stream (math/rand v1). Ignored by the others.
+	Seed int64 `json:"seed,omitempty"`
+}
+
+// NewScorer returns the scorer spec names; nil (and no error) for an empty
+// name. Errors wrap ErrBadScorer.
+func NewScorer(spec ScorerSpec) (Scorer, error) {
+	needTarget := func() error {
+		if len(spec.Target) == 0 {
+			return fmt.Errorf("%w: %q needs a target workload (ScorerSpec.Target)", ErrBadScorer, spec.Name)
+		}
+		for i, sh := range spec.Target {
+			if sh.GPUs < 0 || sh.Milli < 0 || sh.Milli > FullMilli || sh.CPUMilli < 0 || sh.MemoryMiB < 0 || !(sh.Weight >= 0) {
+				return fmt.Errorf("%w: target shape %d: %+v", ErrBadScorer, i, sh)
+			}
+		}
+		return nil
+	}
+	switch spec.Name {
+	case "":
+		return nil, nil
+	case ScorerRandom:
+		return &Random{Rand: rand.New(rand.NewSource(spec.Seed))}, nil
+	case ScorerDotProd:
+		return DotProd{}, nil
+	case ScorerClustering:
+		return NewGpuClustering(), nil
+	case ScorerPacking:
+		return GpuPacking{}, nil
+	case ScorerBestFit:
+		return BestFit{}, nil
+	case ScorerFGD:
+		if err := needTarget(); err != nil {
+			return nil, err
+		}
+		return NewFGD(Target{Shapes: slices.Clone(spec.Target)}), nil
+	case ScorerBerth:
+		if err := needTarget(); err != nil {
+			return nil, err
+		}
+		return NewBerth(Target{Shapes: slices.Clone(spec.Target)}), nil
+	}
+	return nil, fmt.Errorf("%w: unknown scorer %q (want one of %s)", ErrBadScorer, spec.Name, strings.Join(ScorerNames(), ", "))
+}
+
+// member is what the scorers read of a group: one member asks for gpus
+// devices of milli thousandths each, plus host resources. A MIG-profile
+// member counts as asking for no GPU (the published scorers model plain
+// and shared GPUs only).
+type member struct {
+	gpus, milli int
+	cpu, mem    int64
+	model       string
+}
+
+func memberOf(g *Group) member {
+	m := member{cpu: g.CPUMilli, mem: g.MemoryMiB, model: g.GPUModel}
+	switch {
+	case g.GPUsPerMember > 0:
+		m.gpus, m.milli = g.GPUsPerMember, FullMilli
+	case g.GPUMilli > 0:
+		m.gpus, m.milli = 1, g.GPUMilli
+	}
+	return m
+}
+
+func (m member) usesGPU() bool { return m.gpus > 0 && m.milli > 0 }
+func (m member) shared() bool  { return m.gpus == 1 && m.milli > 0 && m.milli < FullMilli }
+
+// demand is the member's GPU demand in thousandths.
+func (m member) demand() int64 {
+	if !m.usesGPU() {
+		return 0
+	}
+	return int64(m.gpus) * int64(m.milli)
+}
+
+// NodeGPUMilli appends to dst the free thousandths of each GPU of node n
+// on s, in local order: 1000 for a free GPU, the pool's free milli for a
+// GPU that is shared or in MIG mode, 0 for a GPU booked whole. It is what
+// the scorers of this package read of a node's GPUs.
+func NodeGPUMilli(s *topo.Snapshot, n topo.NodeID, dst []int16) []int16 {
+	first, cnt := s.Cluster().NodeGPUs(n)
+	mask := s.NodeFreeMask(n)
+	for i := range uint32(cnt) {
+		switch g := first + i; {
+		case mask&(1<<i) != 0:
+			dst = append(dst, FullMilli)
+		case s.IsSharedGPU(g):
+			info, err := s.Pool().GPU(g)
+			if err != nil {
+				dst = append(dst, 0)
+				continue
+			}
+			dst = append(dst, int16(info.FreeMilli))
+		default:
+			dst = append(dst, 0)
+		}
+	}
+	return dst
+}
+
+// nodeFreeMilli is the sum of NodeGPUMilli of node n (F_n), without the
+// list.
+func nodeFreeMilli(s *topo.Snapshot, n topo.NodeID) int64 {
+	first, cnt := s.Cluster().NodeGPUs(n)
+	mask := s.NodeFreeMask(n)
+	sum := int64(bits.OnesCount64(mask)) * FullMilli
+	for i := range uint32(cnt) {
+		if g := first + i; mask&(1<<i) == 0 && s.IsSharedGPU(g) {
+			if info, err := s.Pool().GPU(g); err == nil {
+				sum += int64(info.FreeMilli)
+			}
+		}
+	}
+	return sum
+}
+
+// collectScored collects the nodes of the chosen domains (of required
+// domain d) that hold a member of group gi, with how many each holds, and
+// returns the sum.
+func (p *Placer) collectScored(d int, gi *groupInfo) int {
+	p.snodes, p.scaps = p.snodes[:0], p.scaps[:0]
+	total := 0
+	p.nodeRanges(d, func(n topo.NodeID) {
+		if c := p.nodeCap(n, gi); c > 0 {
+			p.snodes = append(p.snodes, n)
+			p.scaps = append(p.scaps, int32(c))
+			total += c
+		}
+	})
+	return total
+}
+
+// chooseScored takes need members of group gi from the collected nodes in
+// the order of p.Scorer (see Scorer).
+func (p *Placer) chooseScored(gi *groupInfo, need int) {
+	nn := len(p.snodes)
+	if nn == 0 {
+		return
+	}
+	if nn == 1 {
+		p.takes = append(p.takes, take{group: 0, node: p.snodes[0], n: int32(min(int(p.scaps[0]), need))})
+		return
+	}
+	p.sscores = slices.Grow(p.sscores[:0], nn)[:nn]
+	clear(p.sscores)
+	p.Scorer.Score(p.s, gi.g, p.snodes, p.sscores)
+	tie := func(i int32) int32 {
+		if n := p.snodes[i]; int(n) < len(p.Ties) {
+			return p.Ties[n]
+		}
+		return int32(p.snodes[i])
+	}
+	better := func(i, j int32) bool {
+		if p.sscores[i] != p.sscores[j] {
+			return p.sscores[i] > p.sscores[j]
+		}
+		return tie(i) < tie(j)
+	}
+	// The usual case: the best node holds the whole gang (one member).
+	best := int32(0)
+	for i := int32(1); i < int32(nn); i++ {
+		if better(i, best) {
+			best = i
+		}
+	}
+	if int(p.scaps[best]) >= need {
+		p.takes = append(p.takes, take{group: 0, node: p.snodes[best], n: int32(need)})
+		return
+	}
+	p.sorder = p.sorder[:0]
+	for i := range int32(nn) {
+		p.sorder = append(p.sorder, i)
+	}
+	slices.SortFunc(p.sorder, func(a, b int32) int {
+		switch {
+		case better(a, b):
+			return -1
+		case better(b, a):
+			return 1
+		}
+		return 0
+	})
+	// Take from the best down, then emit in node order (the spread and the
+	// members are read in ascending node order).
+	rem := need
+	for _, i := range p.sorder {
+		if rem == 0 {
+			p.scaps[i] = 0
+			continue
+		}
+		c := min(int(p.scaps[i]), rem)
+		p.scaps[i] = int32(c)
+		rem -= c
+	}
+	for i, n := range p.snodes {
+		if p.scaps[i] > 0 {
+			p.takes = append(p.takes, take{group: 0, node: n, n: p.scaps[i]})
+		}
+	}
+}
+
+// chosenShare returns the GPU (global index) a ShareChooser picks for the
+// single fractional member of take t, or false for the default choice.
+func (p *Placer) chosenShare(res *Result, t take) (uint32, bool) {
+	sc, ok := p.Scorer.(ShareChooser)
+	if !ok || t.n != 1 {
+		return 0, false
+	}
+	gi := &p.groups[t.group]
+	g := sc.ShareGPU(p.s, gi.g, t.node)
+	first, cnt := p.c.NodeGPUs(t.node)
+	if g < 0 || g >= cnt {
+		return 0, false
+	}
+	gpu := first + uint32(g)
+	if p.isTaken(res, gpu) || p.s.SharedFits(gpu, gi.mreq) == 0 {
+		return 0, false
+	}
+	return gpu, true
+}
