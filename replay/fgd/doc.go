@@ -1,6 +1,6 @@
 // Package fgd runs the FGD experiment (docs/fgd.md) on berth's own
-// placement code: the
-// openb cluster (1,213 nodes, 6,212 GPUs) receives the 8,152 openb pods,
+// placement code: the openb cluster (1,213 nodes, 6,212 GPUs) receives the
+// 8,152 openb pods,
 // shuffled per seed and topped up with random clones until the arrived GPU
 // demand reaches 130% of the cluster; pods arrive one at a time, are
 // placed once or dropped, and never leave. After every pod the allocated
