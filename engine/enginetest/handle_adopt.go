@@ -10,7 +10,8 @@ import (
 	"github.com/berthsched/berth/engine"
 )
 
-// handleAdopt: adopt with one running job a line.
+// handleAdopt: adopt with one running job a line, "JOB ... on=node:GPUs,..."
+// (see parseOn).
 func (h *Harness) handleAdopt(d *datadriven.TestData) (string, error) {
 	return h.adopt(d.Input)
 }
@@ -22,24 +23,9 @@ func (h *Harness) adopt(input string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		on := kvs(strings.Fields(line)[1:])["on"]
-		var ms []engine.Member
-		for _, item := range strings.Split(on, ",") {
-			node, rng, ok := strings.Cut(item, ":")
-			if !ok {
-				return "", fmt.Errorf("on=node:lo-hi,...")
-			}
-			lo, hi, _ := strings.Cut(rng, "-")
-			a, err1 := strconv.Atoi(lo)
-			z, err2 := strconv.Atoi(hi)
-			if err1 != nil || err2 != nil {
-				return "", fmt.Errorf("bad range %q", rng)
-			}
-			m := engine.Member{Node: node}
-			for g := a; g <= z; g++ {
-				m.GPUs = append(m.GPUs, g)
-			}
-			ms = append(ms, m)
+		ms, err := parseOn(kvs(strings.Fields(line)[1:])["on"])
+		if err != nil {
+			return "", err
 		}
 		j.Request.Groups[0].Members = len(ms)
 		if err := h.E.Step(engine.Adopted(h.now, j, ms)); err != nil {
@@ -47,4 +33,36 @@ func (h *Harness) adopt(input string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// parseOn reads members "node:lo-hi,node:g+g+g,..." (node-local GPUs).
+func parseOn(on string) ([]engine.Member, error) {
+	var ms []engine.Member
+	for _, item := range strings.Split(on, ",") {
+		node, rng, ok := strings.Cut(item, ":")
+		if !ok {
+			return nil, fmt.Errorf("on=node:lo-hi,...")
+		}
+		m := engine.Member{Node: node}
+		if lo, hi, isRange := strings.Cut(rng, "-"); isRange {
+			a, err1 := strconv.Atoi(lo)
+			z, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("bad range %q", rng)
+			}
+			for g := a; g <= z; g++ {
+				m.GPUs = append(m.GPUs, g)
+			}
+		} else {
+			for _, x := range strings.Split(rng, "+") {
+				g, err := strconv.Atoi(x)
+				if err != nil {
+					return nil, fmt.Errorf("bad GPU %q", x)
+				}
+				m.GPUs = append(m.GPUs, g)
+			}
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
 }

@@ -63,6 +63,8 @@ var handlers = map[string]handler{
 	"engine":     {false, (*Harness).handleEngine},
 	"submit":     {true, (*Harness).handleSubmit},
 	"adopt":      {true, (*Harness).handleAdopt},
+	"devices":    {true, (*Harness).handleDevices},
+	"books":      {true, (*Harness).handleBooks},
 	"tick":       {true, (*Harness).handleTick},
 	"finish":     {true, (*Harness).handleJobEvent},
 	"cancel":     {true, (*Harness).handleJobEvent},
