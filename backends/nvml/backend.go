@@ -102,7 +102,7 @@ type Backend struct {
 	instUse  []map[mig.Instance]string
 	layouts  []mig.Layout
 	bad      map[int]*badGPU
-	busyTill []time.Time // per GPU: the latest preemption deadline of a run on it
+	busyTill []time.Time  // per GPU: the latest preemption deadline of a run on it
 	requeue  []*queue.Job // jobs whose GPU failed: Finished + Submitted at the next Next
 	evs      []engine.Event
 	notify   chan struct{}

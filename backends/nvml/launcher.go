@@ -446,7 +446,7 @@ func (r *run) allUnbound() bool {
 // stopLocked stops every live member of r: SIGTERM to its process group,
 // SIGKILL after grace. Called with mu held.
 func (b *Backend) stopLocked(r *run, why string, grace time.Duration) {
-	if r.stopWhy == "" || why == ReasonGPUFailed || why == reasonShutdown {
+	if r.stopWhy == "" || why == ReasonGPUFailed && !r.preempted || why == reasonShutdown {
 		r.stopWhy = why
 	}
 	for _, p := range r.procs {
