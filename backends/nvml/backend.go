@@ -33,6 +33,12 @@ type Config struct {
 	// RunDir holds each run's output and exit files:
 	// RunDir/<job>/run-<n>/member-<i>.{out,err,exit}. Required.
 	RunDir string
+	// Queues, when set, is the engine's queue tree (the same
+	// engine.Config.Queues): Open checks that HoldQueue is a leaf of it,
+	// and Submit refuses jobs whose queue or account it does not have
+	// (without it such a job reaches the engine, which rejects the
+	// event and stops the Runner unless RunnerConfig.OnStepError skips it).
+	Queues *queue.TreeSpec
 	// HoldQueue is the queue charged for the hold jobs that keep a GPU
 	// with a critical XID out of the free set ("nvml-hold/<uuid>"); it
 	// must exist in the engine's queue tree. Empty: DefaultHoldQueue.
@@ -108,6 +114,8 @@ type Backend struct {
 	notify   chan struct{}
 	seq      int // run numbers
 
+	tree *queue.Tree // nil without Config.Queues
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -147,6 +155,17 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		cfg.NodeName = h
 	}
+	var tree *queue.Tree
+	if cfg.Queues != nil {
+		t, err := queue.NewTree(*cfg.Queues)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Queues: %w", ErrInvalid, err)
+		}
+		if !t.HasQueue(cfg.HoldQueue) {
+			return nil, fmt.Errorf("%w: HoldQueue %q is not a leaf queue of Queues (add queue.QueueSpec{Name: %q})", ErrInvalid, cfg.HoldQueue, cfg.HoldQueue)
+		}
+		tree = t
+	}
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: RunDir: %v", ErrInvalid, err)
 	}
@@ -167,7 +186,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		cfg: cfg, lib: cfg.NVML, node: cfg.NodeName, devs: devs, spec: spec, model: model,
 		migMu: make([]sync.Mutex, n), jobs: map[string]*jobEntry{}, runs: map[string]*run{},
 		gpuUser: make([]string, n), instUse: make([]map[mig.Instance]string, n), layouts: make([]mig.Layout, n),
-		bad: map[int]*badGPU{}, busyTill: make([]time.Time, n), notify: make(chan struct{}, 1),
+		bad: map[int]*badGPU{}, busyTill: make([]time.Time, n), notify: make(chan struct{}, 1), tree: tree,
 	}
 	for i := range devs {
 		b.instUse[i] = map[mig.Instance]string{}
@@ -243,8 +262,9 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 // ---------------------------------------------------------------- intake
 
 // Submit queues job j to run cmd on each member. The backend owns j
-// afterwards. Errors: ErrInvalid (nil job, a job ID that cannot name a
-// directory, no command), ErrDuplicateJob, ErrClosed.
+// afterwards. Errors: ErrInvalid (nil job, an invalid job, a job ID that
+// cannot name a directory, no command, a queue or account Config.Queues
+// does not have), ErrDuplicateJob, ErrClosed.
 func (b *Backend) Submit(ctx context.Context, j *queue.Job, cmd Command) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -257,6 +277,14 @@ func (b *Backend) Submit(ctx context.Context, j *queue.Job, cmd Command) error {
 	}
 	if len(cmd.Args) == 0 || cmd.Args[0] == "" {
 		return fmt.Errorf("%w: job %q: no command", ErrInvalid, j.ID)
+	}
+	if err := j.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if b.tree != nil {
+		if err := b.tree.ValidateJob(j); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -31,6 +31,9 @@ var (
 	ErrUnknownGPU = errors.New("nvml: unknown GPU")
 	// ErrDuplicateJob: a job ID submitted while the backend still knows it.
 	ErrDuplicateJob = errors.New("nvml: duplicate job ID")
+	// ErrBusy: a bind found its GPU still held by the processes of a job
+	// being stopped. It is transient (not a refusal): the Runner retries.
+	ErrBusy = errors.New("nvml: GPU still held by a stopping job")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("nvml: backend closed")
 )

@@ -54,7 +54,8 @@ type fixture struct {
 func open(t *testing.T, box *nvmlmock.Box, mod func(*nvml.Config)) *fixture {
 	t.Helper()
 	f := &fixture{box: box, exits: &exits{ch: make(chan nvml.Exit, 256)}, dir: t.TempDir()}
-	cfg := nvml.Config{NVML: box, NodeName: "box", RunDir: f.dir, KillGrace: 200 * time.Millisecond, OnExit: f.exits.add}
+	cfg := nvml.Config{NVML: box, NodeName: "box", RunDir: f.dir, KillGrace: 200 * time.Millisecond, OnExit: f.exits.add,
+		Queues: &queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}, {Name: nvml.DefaultHoldQueue}}}}
 	if mod != nil {
 		mod(&cfg)
 	}

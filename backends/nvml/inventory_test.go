@@ -18,6 +18,7 @@ import (
 	"github.com/berthsched/berth/backends/nvml/nvmlmock"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/mig"
+	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -213,6 +214,10 @@ func TestOpenDefaultLibraryWithoutDriver(t *testing.T) {
 func TestOpenValidatesConfig(t *testing.T) {
 	_, err := nvml.Open(context.Background(), nvml.Config{RunDir: t.TempDir()})
 	require.ErrorIs(t, err, nvml.ErrInvalid)
+	_, err = nvml.Open(context.Background(), nvml.Config{NVML: mustBox(t, "dgxh100"), RunDir: t.TempDir(),
+		Queues: &queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}}}})
+	require.ErrorIs(t, err, nvml.ErrInvalid)
+	assert.Contains(t, err.Error(), "HoldQueue")
 	_, err = nvml.Open(context.Background(), nvml.Config{NVML: mustBox(t, "dgxh100")})
 	require.ErrorIs(t, err, nvml.ErrInvalid)
 }

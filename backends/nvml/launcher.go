@@ -103,6 +103,18 @@ func (r *run) usesGPU(g int) bool {
 	return false
 }
 
+// stoppingOn reports whether a run being stopped still has a process on
+// GPU g: the GPU is free in the engine's books, and will be here within
+// the kill grace.
+func (b *Backend) stoppingOn(g int) bool {
+	for _, r := range b.allRuns() {
+		if r.stopWhy != "" && r.usesGPU(g) {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *Backend) allRuns() []*run {
 	out := slices.Clone(b.stopping)
 	for _, r := range b.runs {
@@ -115,12 +127,14 @@ func (b *Backend) allRuns() []*run {
 // spool): its command, with CUDA_VISIBLE_DEVICES set to the UUIDs of the
 // member's GPUs or of its MIG instance (created first when m.Created).
 // Refused (backends.ErrRefused): an unknown job or node, GPUs out of
-// range, failed (quarantined) or in use, whole GPUs on a MIG box, a MIG
+// range, failed (quarantined) or used by a running job, whole GPUs on a MIG box, a MIG
 // instance that is missing, in use or not valid in berth's geometry next
 // to the GPU's layout, and shares (time-slicing and MPS are not run by
 // this backend). A command that cannot be started is not a refusal: the
 // member exits at once (ReasonStartFailed) and the job is reported
-// finished.
+// finished. A GPU (or instance) still held by the processes of a job being
+// stopped (preempted, requeued, past its limit) is ErrBusy, which the
+// Runner retries: they are gone within the kill grace.
 func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -172,6 +186,9 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 		var uu []string
 		for _, g := range m.GPUs {
 			if u := b.gpuUser[g]; u != "" {
+				if b.stoppingOn(g) {
+					return fmt.Errorf("%w: job %q: GPU %d is still held by %q, which is stopping", ErrBusy, jobID, g, u)
+				}
 				return refused("job %q: GPU %d is used by %q", jobID, g, u)
 			}
 			uu = append(uu, b.devs[g].UUID)
@@ -238,6 +255,9 @@ func (b *Backend) bindInstance(jobID string, m engine.Member) (string, error) {
 		return "", refused("job %q: instance %v is not of this box's model %v", jobID, in, b.model)
 	}
 	if u := b.instUse[g][in]; u != "" {
+		if b.stoppingOn(g) {
+			return "", fmt.Errorf("%w: job %q: instance %v of GPU %d is still held by %q, which is stopping", ErrBusy, jobID, in, g, u)
+		}
 		return "", refused("job %q: instance %v of GPU %d is used by %q", jobID, in, g, u)
 	}
 	l := b.layouts[g]

@@ -16,6 +16,7 @@ import (
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/nvml"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
 )
 
 func member(gpus ...int) engine.Member { return engine.Member{Node: "box", GPUs: gpus} }
@@ -240,4 +241,11 @@ func TestSubmitValidates(t *testing.T) {
 	assert.ErrorIs(t, f.b.Submit(ctx, job("x", 1, 1), nvml.Command{}), nvml.ErrInvalid)
 	require.NoError(t, f.b.Submit(ctx, job("x", 1, 1), sh("true")))
 	assert.ErrorIs(t, f.b.Submit(ctx, job("x", 1, 1), sh("true")), nvml.ErrDuplicateJob)
+	j := job("y", 1, 1)
+	j.Queue = "nope"
+	err := f.b.Submit(ctx, j, sh("true"))
+	assert.ErrorIs(t, err, nvml.ErrInvalid)
+	assert.ErrorIs(t, err, queue.ErrUnknownQueue)
+	j = job("z", 0, 1)
+	assert.ErrorIs(t, f.b.Submit(ctx, j, sh("true")), nvml.ErrInvalid)
 }
