@@ -172,7 +172,7 @@ func TestApplyMIGUndoFailureQuarantines(t *testing.T) {
 func TestBindMIGMember(t *testing.T) {
 	mb := newMIGBox(t)
 	ctx := context.Background()
-	j := &queue.Job{ID: "small", Queue: "team", Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: "1g.10gb"}}}}
+	j := &queue.Job{ID: "small", Queue: "team", Submit: time.Now(), Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: "1g.10gb"}}}}
 	mb.submit(t, j, sh(`echo $CUDA_VISIBLE_DEVICES; sleep 60`))
 	in := inst(t, "1g.10gb", 6)
 	m := engine.Member{Node: "box", GPUs: []int{0}, Fractional: true, Instance: in, Created: true}
