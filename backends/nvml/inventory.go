@@ -323,3 +323,26 @@ func layoutSpec(l mig.Layout) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// Discover reads the box once and returns what Open would discover: the
+// devices and the one-node topology. It only reads (Init, device queries,
+// Shutdown): no event registration, no MIG or mode change. When Init
+// fails no other NVML call is made (ErrNoLibrary, ErrInit).
+func Discover(lib nv.Interface, nodeName string) ([]Device, topo.Spec, error) {
+	if lib == nil {
+		return nil, topo.Spec{}, fmt.Errorf("%w: nil NVML", ErrInvalid)
+	}
+	switch ret := lib.Init(); ret {
+	case nv.SUCCESS:
+	case nv.ERROR_LIBRARY_NOT_FOUND:
+		return nil, topo.Spec{}, ErrNoLibrary
+	default:
+		return nil, topo.Spec{}, fmt.Errorf("%w: %v", ErrInit, ret)
+	}
+	defer lib.Shutdown()
+	if nodeName == "" {
+		nodeName = "node"
+	}
+	devs, spec, _, err := discover(lib, &Config{NodeName: nodeName})
+	return devs, spec, err
+}
