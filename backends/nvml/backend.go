@@ -55,11 +55,12 @@ type Config struct {
 	// os.Environ()). CUDA_VISIBLE_DEVICES, BERTH_JOB_ID and BERTH_MEMBER
 	// are set by the backend.
 	Env []string
-	// OnExit, if set, is called with every process exit (from the
-	// backend's goroutines; it must not block for long).
+	// OnExit, if set, is called with every process exit, in order, from
+	// one goroutine of the backend (not under its lock; a slow callback
+	// delays only later callbacks).
 	OnExit func(Exit)
 	// OnHealth, if set, is called with every health event the backend
-	// receives or derives (from its event goroutine).
+	// receives or derives, in order, from the same goroutine as OnExit.
 	OnHealth func(Health)
 }
 
@@ -115,6 +116,7 @@ type Backend struct {
 	seq      int // run numbers
 
 	tree *queue.Tree // nil without Config.Queues
+	cb   *callbacks
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -187,6 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		migMu: make([]sync.Mutex, n), jobs: map[string]*jobEntry{}, runs: map[string]*run{},
 		gpuUser: make([]string, n), instUse: make([]map[mig.Instance]string, n), layouts: make([]mig.Layout, n),
 		bad: map[int]*badGPU{}, busyTill: make([]time.Time, n), notify: make(chan struct{}, 1), tree: tree,
+		cb: newCallbacks(),
 	}
 	for i := range devs {
 		b.instUse[i] = map[mig.Instance]string{}
@@ -196,6 +199,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	b.cancel = cancel
 	if err := b.startHealth(hctx); err != nil {
 		cancel()
+		b.cb.close()
 		_ = cfg.NVML.Shutdown()
 		return nil, err
 	}
@@ -219,6 +223,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
+	b.cb.close()
 	if ret := b.lib.Shutdown(); ret != nv.SUCCESS {
 		return callErr("Shutdown", ret)
 	}
@@ -317,6 +322,8 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 		r.cancelled = true
 		b.stopLocked(r, reasonCancelled, b.cfg.KillGrace)
 	}
+	// A requeue its failed GPU asked for is moot: the engine forgets it.
+	b.requeue = slices.DeleteFunc(b.requeue, func(j *queue.Job) bool { return j.ID == id })
 	delete(b.jobs, id)
 	b.push(engine.Cancelled(time.Now(), id))
 	return nil

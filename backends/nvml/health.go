@@ -88,7 +88,7 @@ func (b *Backend) startHealth(ctx context.Context) error {
 
 func (b *Backend) report(h Health) {
 	if cb := b.cfg.OnHealth; cb != nil {
-		cb(h)
+		b.cb.add(func() { cb(h) })
 	}
 }
 
@@ -171,7 +171,7 @@ func (b *Backend) quarantineLocked(g int, reason string) {
 		}
 		b.stopLocked(r, ReasonGPUFailed, b.cfg.KillGrace)
 	}
-	go b.report(Health{GPU: g, UUID: b.devs[g].UUID, Kind: "quarantine", Critical: true, Detail: reason, Time: time.Now()})
+	b.report(Health{GPU: g, UUID: b.devs[g].UUID, Kind: "quarantine", Critical: true, Detail: reason, Time: time.Now()})
 	b.signal()
 }
 
@@ -196,7 +196,7 @@ func (b *Backend) Restore(uuid string) error {
 	if b.model.Valid() {
 		b.resyncLayout(g)
 	}
-	go b.report(Health{GPU: g, UUID: uuid, Kind: "restore", Time: time.Now()})
+	b.report(Health{GPU: g, UUID: uuid, Kind: "restore", Time: time.Now()})
 	b.signal()
 	return nil
 }

@@ -136,3 +136,18 @@ func TestQuarantineOnMIGBox(t *testing.T) {
 	assert.Contains(t, err.Error(), "out of service")
 	assert.ErrorIs(t, mb.b.Quarantine("GPU-nope", "x"), nvml.ErrUnknownGPU)
 }
+
+// A job cancelled after its GPU failed but before the engine heard of the
+// failure is cancelled, not requeued.
+func TestCancelAfterQuarantine(t *testing.T) {
+	f := open(t, mustBox(t, "dgxh100"), nil)
+	ctx := context.Background()
+	f.submit(t, job("gone", 1, 1), nvml.Command{Args: []string{"sleep", "60"}})
+	require.NoError(t, f.b.BindMember(ctx, "gone", member(6)))
+	uuid := f.b.Devices()[6].UUID
+	require.NoError(t, f.b.Quarantine(uuid, "operator"))
+	require.NoError(t, f.b.Cancel(ctx, "gone"))
+	evs := f.eventsUntil(t, engine.EventJobAdopted, nvml.HoldJobID(uuid))
+	assert.Equal(t, []string{"job-cancelled:gone", "job-adopted:" + nvml.HoldJobID(uuid)}, kinds(evs))
+	assert.Equal(t, nvml.ReasonGPUFailed, f.exits.next(t).Reason)
+}

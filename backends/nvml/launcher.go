@@ -427,7 +427,7 @@ func (b *Backend) exited(r *run, p *proc, e Exit) {
 		}
 	}
 	if cb := b.cfg.OnExit; cb != nil {
-		go cb(e) // not under mu
+		b.cb.add(func() { cb(e) })
 	}
 	if (e.Reason == ReasonFailed || e.Reason == ReasonStartFailed) && r.stopWhy == "" {
 		b.stopLocked(r, ReasonGangFailed, b.cfg.KillGrace)
