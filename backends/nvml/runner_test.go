@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	nv "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -164,4 +166,40 @@ func TestRunnerMIGJobs(t *testing.T) {
 		n += d.Layout.Len()
 	}
 	assert.GreaterOrEqual(t, n, 2, "3g instances created")
+}
+
+// Instances present at start are adopted: the engine binds a job onto an
+// existing instance without creating one.
+func TestRunnerUsesAdoptedInstances(t *testing.T) {
+	box := mustBox(t, "dgxh100")
+	box.SetMIGMode(true)
+	for _, d := range box.Devices {
+		createGI(t, d, nv.GPU_INSTANCE_PROFILE_3_SLICE, 4)
+	}
+	creates := 0
+	for _, d := range box.Devices {
+		sd := d.(*server.Device)
+		orig := sd.CreateGpuInstanceWithPlacementFunc
+		sd.CreateGpuInstanceWithPlacementFunc = func(info *nv.GpuInstanceProfileInfo, pl *nv.GpuInstancePlacement) (nv.GpuInstance, nv.Return) {
+			creates++
+			return orig(info, pl)
+		}
+	}
+	f := open(t, box, nil)
+	rn := startRunner(t, f.b)
+	j := job("uses-3g", 1, 0)
+	j.Request.Groups[0].MIGProfile = "3g.40gb"
+	require.NoError(t, f.b.Submit(context.Background(), j, sh(`echo $CUDA_VISIBLE_DEVICES`)))
+	e := f.exits.next(t)
+	assert.Equal(t, nvml.ReasonCompleted, e.Reason)
+	assert.Regexp(t, `^MIG-`, e.Visible)
+	assert.Zero(t, creates, "the adopted 3g.40gb@4 is used as it is")
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, c := range rn.cyc {
+		for _, b := range c.Ready.Binds {
+			assert.False(t, b.Members[0].Created)
+			assert.Equal(t, uint8(4), b.Members[0].Instance.Start)
+		}
+	}
 }
