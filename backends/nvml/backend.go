@@ -297,10 +297,7 @@ func (b *Backend) Submit(ctx context.Context, j *queue.Job, cmd Command) error {
 		return ErrClosed
 	}
 	if _, dup := b.jobs[j.ID]; dup {
-		if r := b.runs[j.ID]; r == nil || !r.reported {
-			return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
-		}
-		delete(b.runs, j.ID) // it ended: the ID may be used again
+		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
 	b.jobs[j.ID] = &jobEntry{job: j, cmd: Command{Args: slices.Clone(cmd.Args), Env: slices.Clone(cmd.Env), Dir: cmd.Dir}}
 	b.push(engine.Submitted(time.Now(), j))
@@ -383,6 +380,15 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 		if len(b.evs) > 0 {
 			evs := b.evs
 			b.evs = nil
+			// A job reported finished is forgotten here: the engine steps
+			// the event before its next cycle, so no bind or rollback of
+			// that run can follow.
+			for _, e := range evs {
+				if r := b.runs[e.JobID]; e.Kind == engine.EventJobFinished && r != nil && r.reported {
+					delete(b.runs, e.JobID)
+					delete(b.jobs, e.JobID)
+				}
+			}
 			b.mu.Unlock()
 			return evs, nil
 		}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
@@ -375,9 +377,19 @@ func (b *Backend) start(je *jobEntry, r *run, p *proc) {
 // wait reaps p and records its exit.
 func (b *Backend) wait(r *run, p *proc) {
 	defer b.wg.Done()
+	// Children left in its process group go with it. The group is killed
+	// while the leader is a zombie (waitid with WNOWAIT), so its id cannot
+	// have been reused by another process group yet.
+	pid := p.cmd.Process.Pid
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	err := p.cmd.Wait()
-	// Children left in its process group go with it.
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	e := Exit{PID: p.cmd.Process.Pid, Code: p.cmd.ProcessState.ExitCode()}
 	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		e.Signal = ws.Signal().String()
