@@ -79,6 +79,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	start   time.Time
 	done    bool
+	exiting bool // the leader has exited (a zombie until reaped): no more signals from timers
 	unbound bool // stopped by UnbindMember
 	kill    *time.Timer
 	killAt  time.Time
@@ -129,9 +130,9 @@ func (b *Backend) allRuns() []*run {
 // spool): its command, with CUDA_VISIBLE_DEVICES set to the UUIDs of the
 // member's GPUs or of its MIG instance (created first when m.Created).
 // Refused (backends.ErrRefused): an unknown job or node, GPUs out of
-// range, failed (quarantined) or used by a running job, whole GPUs on a MIG box, a MIG
-// instance that is missing, in use or not valid in berth's geometry next
-// to the GPU's layout, and shares (time-slicing and MPS are not run by
+// range or listed twice, failed (quarantined) or used by a running job,
+// whole GPUs on a MIG box, a MIG instance that is missing, in use or not
+// valid in berth's geometry next to the GPU's layout, and shares (time-slicing and MPS are not run by
 // this backend). A command that cannot be started is not a refusal: the
 // member exits at once (ReasonStartFailed) and the job is reported
 // finished. A GPU (or instance) still held by the processes of a job being
@@ -147,9 +148,12 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 	if len(m.GPUs) == 0 {
 		return refused("job %q: member without GPUs", jobID)
 	}
-	for _, g := range m.GPUs {
+	for i, g := range m.GPUs {
 		if g < 0 || g >= len(b.devs) {
 			return refused("job %q: no GPU %d", jobID, g)
+		}
+		if slices.Contains(m.GPUs[:i], g) {
+			return refused("job %q: GPU %d listed twice", jobID, g)
 		}
 	}
 	if m.Fractional {
@@ -388,6 +392,9 @@ func (b *Backend) wait(r *run, p *proc) {
 			break
 		}
 	}
+	b.mu.Lock()
+	p.exiting = true // from here on only this goroutine signals the group
+	b.mu.Unlock()
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	err := p.cmd.Wait()
 	e := Exit{PID: p.cmd.Process.Pid, Code: p.cmd.ProcessState.ExitCode()}
@@ -482,25 +489,38 @@ func (b *Backend) stopLocked(r *run, why string, grace time.Duration) {
 		r.stopWhy = why
 	}
 	for _, p := range r.procs {
-		if p.done || p.cmd == nil {
+		if p.done || p.exiting || p.cmd == nil {
 			continue
 		}
-		pid := p.cmd.Process.Pid
 		if grace <= 0 {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			b.signalLocked(p, syscall.SIGKILL)
 			continue
 		}
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		b.signalLocked(p, syscall.SIGTERM)
 		at := time.Now().Add(grace)
 		switch {
 		case p.kill == nil:
-			p.kill = time.AfterFunc(grace, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+			p.kill = time.AfterFunc(grace, func() {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				b.signalLocked(p, syscall.SIGKILL)
+			})
 			p.killAt = at
 		case at.Before(p.killAt):
 			p.kill.Reset(grace)
 			p.killAt = at
 		}
 	}
+}
+
+// signalLocked signals p's process group while its leader has not
+// exited: the group id cannot belong to anyone else then. Called with mu
+// held.
+func (b *Backend) signalLocked(p *proc, sig syscall.Signal) {
+	if p.cmd == nil || p.done || p.exiting {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 }
 
 // UnbindMember stops one member (rollback of a half-bound gang, shrink
@@ -527,9 +547,7 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 	p := r.procs[i]
 	p.unbound = true
 	if !p.done {
-		if p.cmd != nil {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		}
+		b.signalLocked(p, syscall.SIGKILL)
 	} else if r.reported && r.allUnbound() {
 		// The gang is rolled back after its members had all exited: the
 		// engine puts the job back to pending, so the Finished event
