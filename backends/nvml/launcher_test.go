@@ -249,3 +249,22 @@ func TestSubmitValidates(t *testing.T) {
 	j = job("z", 0, 1)
 	assert.ErrorIs(t, f.b.Submit(ctx, j, sh("true")), nvml.ErrInvalid)
 }
+
+// A GPU whose job is being stopped is busy (the Runner retries), not
+// refused; once the processes are gone it binds.
+func TestBindOnStoppingGPUIsBusy(t *testing.T) {
+	f := open(t, mustBox(t, "dgxh100"), nil)
+	ctx := context.Background()
+	f.submit(t, job("old", 1, 1), sh(`trap "" TERM; sleep 60`))
+	f.submit(t, job("new", 1, 1), nvml.Command{Args: []string{"true"}})
+	require.NoError(t, f.b.BindMember(ctx, "old", member(3)))
+	err := f.b.BindMember(ctx, "new", member(3))
+	require.ErrorIs(t, err, backends.ErrRefused, "a running job's GPU")
+	require.NoError(t, f.b.Preempt(ctx, engine.Preemption{Victim: "old", Deadline: time.Now().Add(time.Second)}))
+	err = f.b.BindMember(ctx, "new", member(3))
+	require.ErrorIs(t, err, nvml.ErrBusy)
+	assert.NotErrorIs(t, err, backends.ErrRefused)
+	assert.Equal(t, nvml.ReasonPreempted, f.exits.next(t).Reason)
+	require.NoError(t, f.b.BindMember(ctx, "new", member(3)))
+	f.eventsUntil(t, engine.EventJobFinished, "new")
+}
