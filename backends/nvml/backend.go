@@ -43,6 +43,11 @@ type Config struct {
 	// with a critical XID out of the free set ("nvml-hold/<uuid>"); it
 	// must exist in the engine's queue tree. Empty: DefaultHoldQueue.
 	HoldQueue string
+	// OutOfService lists GPUs (UUID -> reason) to keep out of service from
+	// the start, as Quarantine would: the backend does not persist
+	// quarantines, so an operator (or the embedding program, from
+	// OutOfService before a restart) carries them over.
+	OutOfService map[string]string
 	// KillGrace is the time between SIGTERM and SIGKILL when a run hits
 	// its runtime limit without a GracePeriod of its own, when a gang
 	// member failed, when a job is cancelled and when its GPU failed.
@@ -194,6 +199,17 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	for i := range devs {
 		b.instUse[i] = map[mig.Instance]string{}
 		b.layouts[i] = devs[i].Layout
+	}
+	for _, uuid := range slices.Sorted(maps.Keys(cfg.OutOfService)) {
+		g := b.gpuByUUID(uuid)
+		if g < 0 {
+			b.cb.close()
+			_ = cfg.NVML.Shutdown()
+			return nil, fmt.Errorf("%w: OutOfService: %w: %q", ErrInvalid, ErrUnknownGPU, uuid)
+		}
+		b.mu.Lock()
+		b.quarantineLocked(g, cfg.OutOfService[uuid])
+		b.mu.Unlock()
 	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel

@@ -151,3 +151,20 @@ func TestCancelAfterQuarantine(t *testing.T) {
 	assert.Equal(t, []string{"job-cancelled:gone", "job-adopted:" + nvml.HoldJobID(uuid)}, kinds(evs))
 	assert.Equal(t, nvml.ReasonGPUFailed, f.exits.next(t).Reason)
 }
+
+// GPUs the operator keeps out of service across a restart are held from
+// the first events on.
+func TestOutOfServiceAtStart(t *testing.T) {
+	box := mustBox(t, "dgxh100")
+	devs, _, err := nvml.Discover(box, "box")
+	require.NoError(t, err)
+	uuid := devs[5].UUID
+	f := open(t, box, func(c *nvml.Config) { c.OutOfService = map[string]string{uuid: "XID 79 before the restart"} })
+	assert.Equal(t, map[string]string{uuid: "XID 79 before the restart"}, f.b.OutOfService())
+	assert.Equal(t, []string{"job-adopted:" + nvml.HoldJobID(uuid)}, kinds(f.events(t, 100*time.Millisecond)))
+
+	_, err = nvml.Open(context.Background(), nvml.Config{NVML: mustBox(t, "dgxh100"), NodeName: "box", RunDir: t.TempDir(),
+		OutOfService: map[string]string{"GPU-nope": "x"}})
+	require.ErrorIs(t, err, nvml.ErrUnknownGPU)
+	require.ErrorIs(t, err, nvml.ErrInvalid)
+}
