@@ -233,7 +233,7 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	for _, r := range b.allRuns() {
-		b.stopLocked(r, reasonShutdown, b.cfg.KillGrace)
+		b.stopLocked(r, ReasonShutdown, b.cfg.KillGrace)
 	}
 	b.signal()
 	b.mu.Unlock()
@@ -333,7 +333,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 	}
 	if r := b.runs[id]; r != nil {
 		r.cancelled = true
-		b.stopLocked(r, reasonCancelled, b.cfg.KillGrace)
+		b.stopLocked(r, ReasonCancelled, b.cfg.KillGrace)
 	}
 	// A requeue its failed GPU asked for is moot: the engine forgets it.
 	b.requeue = slices.DeleteFunc(b.requeue, func(j *queue.Job) bool { return j.ID == id })

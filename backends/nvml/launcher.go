@@ -30,9 +30,9 @@ const (
 	ReasonPreempted   = "preempted"     // stopped by the engine's preemption
 	ReasonGangFailed  = "gang-failed"   // stopped because another member failed
 	ReasonGPUFailed   = "gpu-failed"    // stopped because its GPU had a critical error
-	reasonCancelled   = "cancelled"
-	reasonShutdown    = "shutdown"
-	reasonRolledBack  = "rolled-back" // its gang's bind was rolled back
+	ReasonCancelled   = "cancelled"     // its job was cancelled (Cancel)
+	ReasonShutdown    = "shutdown"      // the backend was closed
+	ReasonRolledBack  = "rolled-back"   // unbound: its gang's bind rolled back, or an elastic shrink
 )
 
 // Exit is one process exit, also written as JSON to its .exit file.
@@ -409,7 +409,7 @@ func (b *Backend) wait(r *run, p *proc) {
 	defer b.mu.Unlock()
 	switch {
 	case p.unbound:
-		e.Reason = reasonRolledBack
+		e.Reason = ReasonRolledBack
 	case r.stopWhy != "":
 		e.Reason = r.stopWhy
 	case e.Code == 0:
@@ -458,7 +458,7 @@ func (b *Backend) exited(r *run, p *proc, e Exit) {
 		r.limit.Stop()
 	}
 	b.stopping = slices.DeleteFunc(b.stopping, func(x *run) bool { return x == r })
-	if r.reported || r.preempted || r.requeued || r.cancelled || r.stopWhy == reasonShutdown || r.allUnbound() {
+	if r.reported || r.preempted || r.requeued || r.cancelled || r.stopWhy == ReasonShutdown || r.allUnbound() {
 		// The engine requeues a preempted job itself; Next requeues one
 		// whose GPU failed; a cancelled or rolled-back one needs nothing.
 		if b.runs[r.job.ID] == r && !r.reported {
@@ -485,7 +485,7 @@ func (r *run) allUnbound() bool {
 // stopLocked stops every live member of r: SIGTERM to its process group,
 // SIGKILL after grace. Called with mu held.
 func (b *Backend) stopLocked(r *run, why string, grace time.Duration) {
-	if r.stopWhy == "" || why == ReasonGPUFailed && !r.preempted || why == reasonShutdown {
+	if r.stopWhy == "" || why == ReasonGPUFailed && !r.preempted || why == ReasonShutdown {
 		r.stopWhy = why
 	}
 	for _, p := range r.procs {
