@@ -23,7 +23,7 @@ func BenchmarkDiscover(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := nvml.Discover(box, "box"); err != nil {
+				if _, _, err := nvml.Discover(context.Background(), box, "box"); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -127,7 +127,7 @@ func (b *Backend) onEvent(e nv.EventData) {
 	}
 	b.report(h)
 	if h.Critical {
-		b.Quarantine(h.UUID, h.Detail) //nolint:errcheck // the UUID is the box's own
+		_ = b.Quarantine(context.Background(), h.UUID, h.Detail) // the UUID is the box's own
 	}
 }
 
@@ -139,7 +139,10 @@ func (b *Backend) onEvent(e nv.EventData) {
 // GPU so that the engine keeps it out of the free set. On a MIG box the
 // GPU is not held (a hold cannot take a GPU in MIG mode); binds on it are
 // refused. Only Restore brings it back. Errors: ErrUnknownGPU.
-func (b *Backend) Quarantine(uuid, reason string) error {
+func (b *Backend) Quarantine(ctx context.Context, uuid, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	g := b.gpuByUUID(uuid)
@@ -178,7 +181,10 @@ func (b *Backend) quarantineLocked(g int, reason string) {
 // Restore puts a GPU taken out of service back (the operator's word):
 // its hold job is reported finished and binds on it are accepted again.
 // Errors: ErrUnknownGPU, ErrInvalid (the GPU is in service).
-func (b *Backend) Restore(uuid string) error {
+func (b *Backend) Restore(ctx context.Context, uuid string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	g := b.gpuByUUID(uuid)

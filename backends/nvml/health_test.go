@@ -85,11 +85,11 @@ func TestCriticalXIDRequeuesAndHolds(t *testing.T) {
 	assert.Contains(t, h.kinds(), "xid")
 	assert.Contains(t, h.kinds(), "quarantine")
 
-	require.NoError(t, f.b.Restore(uuid))
+	require.NoError(t, f.b.Restore(context.Background(), uuid))
 	assert.Equal(t, []string{"job-finished:" + nvml.HoldJobID(uuid)}, kinds(f.events(t, 100*time.Millisecond)))
 	assert.Empty(t, f.b.OutOfService())
-	assert.ErrorIs(t, f.b.Restore(uuid), nvml.ErrInvalid)
-	assert.ErrorIs(t, f.b.Restore("GPU-nope"), nvml.ErrUnknownGPU)
+	assert.ErrorIs(t, f.b.Restore(context.Background(), uuid), nvml.ErrInvalid)
+	assert.ErrorIs(t, f.b.Restore(context.Background(), "GPU-nope"), nvml.ErrUnknownGPU)
 }
 
 // XIDs an application causes and corrected ECC errors leave the GPU in
@@ -116,7 +116,7 @@ func TestHoldWaitsForPreemptionDeadline(t *testing.T) {
 	f.submit(t, job("going", 1, 1), sh(`trap "" TERM; sleep 60`))
 	require.NoError(t, f.b.BindMember(ctx, "going", member(2)))
 	require.NoError(t, f.b.Preempt(ctx, engine.Preemption{Victim: "going", Deadline: time.Now().Add(700 * time.Millisecond)}))
-	require.NoError(t, f.b.Quarantine(f.b.Devices()[2].UUID, "operator"))
+	require.NoError(t, f.b.Quarantine(context.Background(), f.b.Devices()[2].UUID, "operator"))
 	assert.Empty(t, f.events(t, 300*time.Millisecond), "no hold before the deadline, no requeue of a preempted job")
 	evs := f.eventsUntil(t, engine.EventJobAdopted, nvml.HoldJobID(f.b.Devices()[2].UUID))
 	assert.Len(t, evs, 1)
@@ -128,13 +128,13 @@ func TestHoldWaitsForPreemptionDeadline(t *testing.T) {
 func TestQuarantineOnMIGBox(t *testing.T) {
 	mb := newMIGBox(t)
 	uuid := mb.b.Devices()[0].UUID
-	require.NoError(t, mb.b.Quarantine(uuid, "operator"))
+	require.NoError(t, mb.b.Quarantine(context.Background(), uuid, "operator"))
 	assert.Empty(t, mb.events(t, 100*time.Millisecond))
 	to := layout(t, "7g.80gb@0")
 	err := mb.b.ApplyMIG(context.Background(), engine.MIGReconfiguration{Node: "box", GPU: 0, From: layout(t, ""), To: to, Create: to.Instances()})
 	require.ErrorIs(t, err, backends.ErrRefused)
 	assert.Contains(t, err.Error(), "out of service")
-	assert.ErrorIs(t, mb.b.Quarantine("GPU-nope", "x"), nvml.ErrUnknownGPU)
+	assert.ErrorIs(t, mb.b.Quarantine(context.Background(), "GPU-nope", "x"), nvml.ErrUnknownGPU)
 }
 
 // A job cancelled after its GPU failed but before the engine heard of the
@@ -145,7 +145,7 @@ func TestCancelAfterQuarantine(t *testing.T) {
 	f.submit(t, job("gone", 1, 1), nvml.Command{Args: []string{"sleep", "60"}})
 	require.NoError(t, f.b.BindMember(ctx, "gone", member(6)))
 	uuid := f.b.Devices()[6].UUID
-	require.NoError(t, f.b.Quarantine(uuid, "operator"))
+	require.NoError(t, f.b.Quarantine(context.Background(), uuid, "operator"))
 	require.NoError(t, f.b.Cancel(ctx, "gone"))
 	evs := f.eventsUntil(t, engine.EventJobAdopted, nvml.HoldJobID(uuid))
 	assert.Equal(t, []string{"job-cancelled:gone", "job-adopted:" + nvml.HoldJobID(uuid)}, kinds(evs))
@@ -156,7 +156,7 @@ func TestCancelAfterQuarantine(t *testing.T) {
 // the first events on.
 func TestOutOfServiceAtStart(t *testing.T) {
 	box := mustBox(t, "dgxh100")
-	devs, _, err := nvml.Discover(box, "box")
+	devs, _, err := nvml.Discover(context.Background(), box, "box")
 	require.NoError(t, err)
 	uuid := devs[5].UUID
 	f := open(t, box, func(c *nvml.Config) { c.OutOfService = map[string]string{uuid: "XID 79 before the restart"} })

@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"regexp"
 	"slices"
@@ -328,7 +329,10 @@ func layoutSpec(l mig.Layout) string {
 // devices and the one-node topology. It only reads (Init, device queries,
 // Shutdown): no event registration, no MIG or mode change. When Init
 // fails no other NVML call is made (ErrNoLibrary, ErrInit).
-func Discover(lib nv.Interface, nodeName string) ([]Device, topo.Spec, error) {
+func Discover(ctx context.Context, lib nv.Interface, nodeName string) ([]Device, topo.Spec, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, topo.Spec{}, err
+	}
 	if lib == nil {
 		return nil, topo.Spec{}, fmt.Errorf("%w: nil NVML", ErrInvalid)
 	}

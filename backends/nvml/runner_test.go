@@ -136,7 +136,7 @@ func TestRunnerXIDRequeuesOffTheFailedGPU(t *testing.T) {
 	eventually(t, "hold running in the engine", func() bool {
 		return slices.ContainsFunc(rn.r.View().Running(), func(r engine.RunningJob) bool { return r.Job == nvml.HoldJobID(uuid) })
 	})
-	require.NoError(t, f.b.Restore(uuid))
+	require.NoError(t, f.b.Restore(context.Background(), uuid))
 	eventually(t, "hold gone", func() bool {
 		return !slices.ContainsFunc(rn.r.View().Running(), func(r engine.RunningJob) bool { return r.Job == nvml.HoldJobID(uuid) })
 	})

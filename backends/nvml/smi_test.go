@@ -1,6 +1,7 @@
 package nvml_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func smiXML(devs []nvml.Device, edit func(i int, name, bus, mem, mig *string)) [
 
 func TestCompareSMI(t *testing.T) {
 	box := mustBox(t, "dgxh100")
-	devs, spec, err := nvml.Discover(box, "box")
+	devs, spec, err := nvml.Discover(context.Background(), box, "box")
 	require.NoError(t, err)
 	require.Len(t, devs, 8)
 	assert.Equal(t, 8, spec.Nodes[0].GPUs)
@@ -83,7 +84,7 @@ func TestDiscoverIsReadOnly(t *testing.T) {
 	}
 	shutdowns := 0
 	box.ShutdownFunc = func() nv.Return { shutdowns++; return nv.SUCCESS }
-	devs, _, err := nvml.Discover(box, "")
+	devs, _, err := nvml.Discover(context.Background(), box, "")
 	require.NoError(t, err)
 	assert.True(t, devs[0].MIG)
 	assert.Equal(t, 1, shutdowns)

@@ -184,7 +184,7 @@ func run() error {
 		time.AfterFunc(6*time.Second, func() {
 			uuid := b.Devices()[g].UUID
 			say("operator restores GPU %d (%s)", g, uuid)
-			if err := b.Restore(uuid); err != nil {
+			if err := b.Restore(ctx, uuid); err != nil {
 				say("restore: %v", err)
 			}
 		})

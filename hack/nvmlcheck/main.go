@@ -28,7 +28,7 @@ func main() {
 }
 
 func run(smi string, timeout time.Duration) int {
-	devs, spec, err := nvml.Discover(nv.New(), "")
+	devs, spec, err := nvml.Discover(context.Background(), nv.New(), "")
 	if errors.Is(err, nvml.ErrNoLibrary) || errors.Is(err, nvml.ErrInit) {
 		fmt.Fprintln(os.Stderr, "nvmlcheck:", err)
 		return 3
