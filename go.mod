@@ -3,11 +3,13 @@ module github.com/berthsched/berth
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/RoaringBitmap/roaring/v2 v2.30.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/google/btree v1.1.3
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sync v0.25.0
+	golang.org/x/sys v0.30.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -19,10 +21,10 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/mschoch/smat v0.2.0 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sys v0.30.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )

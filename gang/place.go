@@ -651,13 +651,14 @@ func (p *Placer) usedBy(res *Result, n topo.NodeID) uint64 {
 	return m
 }
 
-// pickGPUs chooses per GPUs among free: inside the tightest GPU-level
-// domain that holds them all when the node has GPU levels, else the lowest.
+// pickGPUs chooses per GPUs among free: inside the tightest domain that
+// holds them all at the finest GPU level that has one (a PCIe switch, else
+// an NVLink island, else a NUMA node, as the node's GPU levels say), else
+// the lowest.
 func (p *Placer) pickGPUs(n topo.NodeID, free uint64, per int) uint64 {
-	if gl := len(p.c.GPULevels()); gl > 0 && per > 0 {
-		masks := p.c.GPUDomainMasks(n, gl-1)
+	for l := len(p.c.GPULevels()) - 1; l >= 0 && per > 0; l-- {
 		bestMask, bestFree := uint64(0), 65
-		for _, m := range masks {
+		for _, m := range p.c.GPUDomainMasks(n, l) {
 			if f := bits.OnesCount64(free & m); f >= per && f < bestFree {
 				bestMask, bestFree = m, f
 			}

@@ -1,0 +1,205 @@
+package nvml_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	nv "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/backends/nvml"
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
+)
+
+// runner drives an engine against the backend until stopped.
+type runner struct {
+	r    *backends.Runner
+	stop context.CancelFunc
+	done chan error
+	mu   sync.Mutex
+	cyc  []backends.Cycle
+}
+
+func startRunner(t *testing.T, b *nvml.Backend) *runner {
+	t.Helper()
+	rn := &runner{done: make(chan error, 1)}
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine: engine.Config{
+			Queues:           queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}, {Name: nvml.DefaultHoldQueue}}},
+			BindRetryBackoff: 100 * time.Millisecond,
+		},
+		Backend: b,
+		Observe: func(c backends.Cycle) {
+			rn.mu.Lock()
+			rn.cyc = append(rn.cyc, c)
+			rn.mu.Unlock()
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	rn.r, rn.stop = r, cancel
+	go func() { rn.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		err := <-rn.done
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return rn
+}
+
+// binds returns the GPUs of every bind of job, in order.
+func (rn *runner) binds(job string) [][]int {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	var out [][]int
+	for _, c := range rn.cyc {
+		for _, b := range c.Ready.Binds {
+			if b.Job == job && !slices.Contains(c.Outcome.RefusedBinds, job) {
+				var g []int
+				for _, m := range b.Members {
+					g = append(g, m.GPUs...)
+				}
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 2000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("never: %s", what)
+}
+
+// The engine schedules real processes on the mock box: jobs that fit run
+// at once, the rest wait with a reason, and start when GPUs free up.
+func TestRunnerRunsJobs(t *testing.T) {
+	f := open(t, mustBox(t, "dgxh100"), nil)
+	rn := startRunner(t, f.b)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		require.NoError(t, f.b.Submit(ctx, job(id, 1, 4), nvml.Command{Args: []string{"sleep", "0.5"}}))
+	}
+	require.NoError(t, f.b.Submit(ctx, job("c", 1, 8), nvml.Command{Args: []string{"true"}}))
+	eventually(t, "c waits with a reason", func() bool {
+		v := rn.r.View()
+		return v != nil && slices.ContainsFunc(v.Pending, func(p engine.PendingStatus) bool { return p.Job == "c" && p.Reason != engine.ReasonNone })
+	})
+	done := map[string]bool{}
+	for len(done) < 3 {
+		e := f.exits.next(t)
+		assert.Equal(t, nvml.ReasonCompleted, e.Reason, e.Job)
+		done[e.Job] = true
+	}
+	a, b := rn.binds("a"), rn.binds("b")
+	require.Len(t, a, 1)
+	require.Len(t, b, 1)
+	// Each 4-GPU member inside one NUMA half.
+	assert.ElementsMatch(t, []int{0, 1, 2, 3}, a[0])
+	assert.ElementsMatch(t, []int{4, 5, 6, 7}, b[0])
+	assert.Equal(t, [][]int{{0, 1, 2, 3, 4, 5, 6, 7}}, rn.binds("c"))
+}
+
+// A critical XID mid-run: the engine requeues the job whole and places it
+// off the failed GPU, which the hold keeps out of the free set.
+func TestRunnerXIDRequeuesOffTheFailedGPU(t *testing.T) {
+	f := open(t, mustBox(t, "dgxh100"), nil)
+	rn := startRunner(t, f.b)
+	ctx := context.Background()
+	require.NoError(t, f.b.Submit(ctx, job("train", 1, 4), nvml.Command{Args: []string{"sleep", "60"}}))
+	eventually(t, "train bound", func() bool { return len(rn.binds("train")) == 1 })
+	first := rn.binds("train")[0]
+	bad := first[1]
+	f.box.InjectXID(bad, 48) // double-bit ECC XID
+	eventually(t, "train bound again", func() bool { return len(rn.binds("train")) == 2 })
+	second := rn.binds("train")[1]
+	assert.NotContains(t, second, bad)
+	e := f.exits.next(t)
+	assert.Equal(t, nvml.ReasonGPUFailed, e.Reason)
+	uuid := f.b.Devices()[bad].UUID
+	eventually(t, "hold running in the engine", func() bool {
+		return slices.ContainsFunc(rn.r.View().Running(), func(r engine.RunningJob) bool { return r.Job == nvml.HoldJobID(uuid) })
+	})
+	require.NoError(t, f.b.Restore(context.Background(), uuid))
+	eventually(t, "hold gone", func() bool {
+		return !slices.ContainsFunc(rn.r.View().Running(), func(r engine.RunningJob) bool { return r.Job == nvml.HoldJobID(uuid) })
+	})
+}
+
+// On a MIG box the engine's instances are created through NVML and the
+// jobs see their MIG devices.
+func TestRunnerMIGJobs(t *testing.T) {
+	box := mustBox(t, "dgxh100")
+	box.SetMIGMode(true)
+	f := open(t, box, nil)
+	startRunner(t, f.b)
+	ctx := context.Background()
+	for _, id := range []string{"m1", "m2", "m3"} {
+		j := job(id, 1, 0)
+		j.Request.Groups[0].MIGProfile = "3g.40gb"
+		require.NoError(t, f.b.Submit(ctx, j, sh(`echo $CUDA_VISIBLE_DEVICES`)))
+	}
+	for range 3 {
+		e := f.exits.next(t)
+		assert.Equal(t, nvml.ReasonCompleted, e.Reason, e.Job)
+		assert.Regexp(t, `^MIG-[0-9a-f-]+$`, e.Visible)
+		assert.Equal(t, e.Visible+"\n", readFile(t, e.Stdout))
+	}
+	var n int
+	for _, d := range f.b.Devices() {
+		n += d.Layout.Len()
+	}
+	assert.GreaterOrEqual(t, n, 2, "3g instances created")
+}
+
+// Instances present at start are adopted: the engine binds a job onto an
+// existing instance without creating one.
+func TestRunnerUsesAdoptedInstances(t *testing.T) {
+	box := mustBox(t, "dgxh100")
+	box.SetMIGMode(true)
+	for _, d := range box.Devices {
+		createGI(t, d, nv.GPU_INSTANCE_PROFILE_3_SLICE, 4)
+	}
+	creates := 0
+	for _, d := range box.Devices {
+		sd := d.(*server.Device)
+		orig := sd.CreateGpuInstanceWithPlacementFunc
+		sd.CreateGpuInstanceWithPlacementFunc = func(info *nv.GpuInstanceProfileInfo, pl *nv.GpuInstancePlacement) (nv.GpuInstance, nv.Return) {
+			creates++
+			return orig(info, pl)
+		}
+	}
+	f := open(t, box, nil)
+	rn := startRunner(t, f.b)
+	j := job("uses-3g", 1, 0)
+	j.Request.Groups[0].MIGProfile = "3g.40gb"
+	require.NoError(t, f.b.Submit(context.Background(), j, sh(`echo $CUDA_VISIBLE_DEVICES`)))
+	e := f.exits.next(t)
+	assert.Equal(t, nvml.ReasonCompleted, e.Reason)
+	assert.Regexp(t, `^MIG-`, e.Visible)
+	assert.Zero(t, creates, "the adopted 3g.40gb@4 is used as it is")
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, c := range rn.cyc {
+		for _, b := range c.Ready.Binds {
+			assert.False(t, b.Members[0].Created)
+			assert.Equal(t, uint8(4), b.Members[0].Instance.Start)
+		}
+	}
+}

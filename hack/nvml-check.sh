@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Real-GPU check of berth's NVML backend: lists what backends/nvml
+# discovers on this machine (GPUs, memory, PCI, NUMA, NVLink islands, MIG
+# layouts, the topology it builds) and compares it with `nvidia-smi -q -x`;
+# exits non-zero on a mismatch.
+#
+# Read only: NVML Init, device queries and Shutdown, and nvidia-smi's
+# query mode. It never changes MIG mode, creates or destroys instances,
+# resets a GPU or touches any other GPU setting.
+#
+# Without an NVIDIA driver it says so and exits 0 (nothing to check), or 1
+# when BERTH_REQUIRE_GPU=1 (for a GPU CI runner). Usage:
+#   bash hack/nvml-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+skip() {
+  if [ "${BERTH_REQUIRE_GPU:-}" = 1 ]; then
+    echo "nvml-check: FAIL: $1 (BERTH_REQUIRE_GPU=1)" >&2
+    exit 1
+  fi
+  echo "nvml-check: skipped: $1"
+  exit 0
+}
+
+command -v go >/dev/null 2>&1 || { echo "nvml-check: go is not installed" >&2; exit 1; }
+command -v nvidia-smi >/dev/null 2>&1 || skip "no nvidia-smi on this machine (no NVIDIA driver)"
+command -v gcc >/dev/null 2>&1 || { echo "nvml-check: gcc is needed (go-nvml uses cgo): apt-get install -y gcc" >&2; exit 1; }
+
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+timeout 300 env CGO_ENABLED=1 go build -o "$bin/nvmlcheck" ./hack/nvmlcheck
+set +e
+timeout 120 "$bin/nvmlcheck" -nvidia-smi "$(command -v nvidia-smi)"
+rc=$?
+set -e
+case $rc in
+  0) echo "nvml-check: OK" ;;
+  3) skip "the NVIDIA driver's libnvidia-ml.so could not be loaded or initialised" ;;
+  *) echo "nvml-check: FAIL (exit $rc)" >&2; exit "$rc" ;;
+esac
