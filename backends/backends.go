@@ -69,6 +69,17 @@ type Actuator interface {
 	ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error
 }
 
+// GangBinder is an optional Actuator method for backends where a gang is
+// one unit (a SLURM job): the Runner calls BindGang once per gang instead
+// of BindMember per member, and never rolls a gang back member by member.
+// BindGang binds every member or none: on an error nothing of the gang
+// may stay bound. It is also used for the added members of an elastic
+// grow (members then holds only the new ones). The same error rules as
+// Actuator's apply; it is called from several goroutines at once.
+type GangBinder interface {
+	BindGang(ctx context.Context, job string, members []engine.Member) error
+}
+
 // Events is the stream of job and node changes.
 type Events interface {
 	// Next blocks until at least one change has happened, the backend's

@@ -29,6 +29,9 @@
 //	                                 // unbound and reported refused whole;
 //	                                 // a failed MIG change in RefusedMIG
 //
+// A backend whose gangs are one unit (a SLURM job) implements GangBinder:
+// the Runner then binds each gang with one BindGang call, all or nothing.
+//
 // Wake-ups come from preemption deadlines, bind retries after refusals,
 // the engine's MIG backoff after a refused MIG change, an immediate cycle
 // after applied MIG changes (it places the jobs they serve), and an

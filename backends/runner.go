@@ -363,6 +363,9 @@ type gangBind struct {
 // member that failed is rolled back (its bound members unbound) and its
 // job returned, in input order.
 func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error) []string {
+	if gb, ok := r.cfg.Backend.(GangBinder); ok {
+		return r.bindWhole(ctx, gb, gangs)
+	}
 	type task struct{ g, m int }
 	var tasks []task
 	for g, gb := range gangs {
@@ -413,6 +416,25 @@ func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error)
 	for g, f := range failed {
 		if f {
 			refused = append(refused, gangs[g].job)
+		}
+	}
+	return refused
+}
+
+// bindWhole binds each gang with one BindGang call, in parallel; a gang
+// whose call failed (after retries) is returned, in input order. BindGang
+// leaves nothing bound on failure, so there is nothing to roll back.
+func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind) []string {
+	res := make([]error, len(gangs))
+	r.each(ctx, len(gangs), func(ctx context.Context, i int) {
+		res[i] = r.retry(ctx, func(ctx context.Context) error {
+			return gb.BindGang(ctx, gangs[i].job, gangs[i].members)
+		})
+	})
+	var refused []string
+	for i, err := range res {
+		if err != nil {
+			refused = append(refused, gangs[i].job)
 		}
 	}
 	return refused

@@ -485,3 +485,68 @@ func TestRunnerReportsRefusedMIG(t *testing.T) {
 		})
 	}
 }
+
+// gangFake is a fake whose gangs bind whole (GangBinder): BindMember must
+// never be called on it.
+type gangFake struct {
+	*fake
+	gangCalls   atomic.Int64
+	refuseGang  map[string]bool
+	memberCalls atomic.Int64
+}
+
+func (g *gangFake) BindMember(context.Context, string, engine.Member) error {
+	g.memberCalls.Add(1)
+	return errors.New("BindMember called on a GangBinder")
+}
+
+func (g *gangFake) BindGang(_ context.Context, job string, ms []engine.Member) error {
+	g.gangCalls.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refuseGang[job] {
+		return fmt.Errorf("%w: gang %s", backends.ErrRefused, job)
+	}
+	if g.transient[job] > 0 {
+		g.transient[job]--
+		return errors.New("slurmctld: timeout")
+	}
+	g.bound[job] = append(g.bound[job], ms...)
+	return nil
+}
+
+func TestRunnerBindsWholeGangsWithGangBinder(t *testing.T) {
+	g := &gangFake{fake: newFake(4, 8), refuseGang: map[string]bool{"bad": true}}
+	g.transient["flaky"] = 1
+	g.script = [][]engine.Event{{
+		engine.Submitted(t0, job("ok", 2, 8)),
+		engine.Submitted(t0, job("flaky", 1, 8)),
+		engine.Submitted(t0, job("bad", 1, 8)),
+	}}
+	g.closeAtEnd = true
+	var cycles []backends.Cycle
+	cfg := config(g.fake, &clock{}, &cycles)
+	cfg.Backend = g
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+
+	require.NotEmpty(t, cycles)
+	assert.Equal(t, []string{"bad"}, cycles[0].Outcome.RefusedBinds)
+	assert.Zero(t, g.memberCalls.Load(), "BindMember is not used when the backend binds gangs")
+	assert.Equal(t, int64(4), g.gangCalls.Load(), "one call per gang, plus one retry of flaky")
+	assert.Empty(t, g.unbinds, "a refused gang is not rolled back member by member")
+	assert.Equal(t, []string{"flaky", "ok"}, g.boundJobs())
+	g.mu.Lock()
+	assert.Len(t, g.bound["ok"], 2, "both members of the gang in one call")
+	g.mu.Unlock()
+	assert.ElementsMatch(t, []string{"flaky", "ok"}, runningIDs(r.View()))
+}
+
+func runningIDs(v *engine.View) []string {
+	var ids []string
+	for _, rj := range v.Running() {
+		ids = append(ids, rj.Job)
+	}
+	return ids
+}
