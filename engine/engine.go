@@ -290,6 +290,8 @@ func (e *Engine) Step(ev Event) error {
 		err = e.changeNode(ev.Node, ev.Time)
 	case EventNodeFailed:
 		err = e.failNode(ev.NodeName, ev.Time)
+	case EventDevicesReported:
+		err = e.devicesReported(ev.JobID, ev.Members)
 	default:
 		err = fmt.Errorf("%w: kind %v", ErrInvalidEvent, ev.Kind)
 	}

@@ -40,6 +40,9 @@ const (
 	// EventNodeFailed: the node named NodeName is down; its jobs are
 	// requeued or failed (Config.NodeFailure) as whole gangs.
 	EventNodeFailed
+	// EventDevicesReported: the backend reports the GPUs JobID's Members
+	// actually hold (see DevicesReported).
+	EventDevicesReported
 )
 
 func (k EventKind) String() string {
@@ -62,6 +65,8 @@ func (k EventKind) String() string {
 		return "node-changed"
 	case EventNodeFailed:
 		return "node-failed"
+	case EventDevicesReported:
+		return "devices-reported"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -75,9 +80,10 @@ type Event struct {
 	// Job: EventJobSubmitted, EventJobAdopted. Ownership passes to the
 	// engine: the caller must not modify it afterwards.
 	Job *queue.Job
-	// JobID: EventJobFinished, EventJobCancelled, EventJobCheckpointed.
+	// JobID: EventJobFinished, EventJobCancelled, EventJobCheckpointed,
+	// EventDevicesReported.
 	JobID string
-	// Members: EventJobAdopted, where the job runs.
+	// Members: EventJobAdopted, EventDevicesReported: where the job runs.
 	Members []Member
 	// Node: EventNodeAdded (the whole spec), EventNodeChanged (Name, State,
 	// Labels).

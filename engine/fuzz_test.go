@@ -146,6 +146,7 @@ func FuzzEngine(f *testing.F) {
 	f.Add(uint64(2), []byte{0, 0, 0, 0, 0, 0, 9, 5, 9, 0, 0, 9, 6, 9, 7, 9, 8, 9})
 	f.Add(uint64(3), []byte{0, 9, 0, 9, 0, 9, 4, 4, 9, 0, 0, 0, 9, 1, 1, 9, 5, 9, 10, 9})
 	f.Add(uint64(42), []byte{0, 0, 0, 0, 9, 4, 0, 0, 9, 4, 9, 3, 9, 6, 9, 0, 0, 9, 4, 4, 9, 1, 9})
+	f.Add(uint64(7), []byte{0, 0, 0, 0, 0, 9, 250, 250, 9, 7, 250, 9, 2, 250, 0, 0, 9, 250, 6, 250, 9})
 	f.Fuzz(runFuzzBody)
 }
 
@@ -184,7 +185,15 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		extra := 0
 		for _, op := range ops {
 			var st fuzzStep
-			switch op % 11 {
+			kind := int(op % 11)
+			if op >= 250 { // the backend reports other GPUs than booked
+				kind = -1
+				if ev, ok := fuzzDevices(rng, e, now); ok {
+					st.ev = &ev
+				}
+			}
+			switch kind {
+			case -1:
 			case 0, 1: // submit
 				j := fuzzJob(rng, fmt.Sprintf("j%d", nextID), now, shared)
 				nextID++
@@ -633,4 +642,34 @@ func TestFuzzEngineSeeds(t *testing.T) {
 			runFuzzBody(t, seed, ops)
 		})
 	}
+}
+
+// fuzzDevices makes a DevicesReported event for a random running job: on
+// one of its nodes, its GPUs are replaced by random ones of that node
+// (free, or another job's); sometimes the report is malformed (a GPU
+// dropped). The engine must take it or refuse it with nothing changed.
+func fuzzDevices(rng *rand.Rand, e *Engine, now time.Time) (Event, bool) {
+	id := pick(rng, e.active)
+	if id == "" {
+		return Event{}, false
+	}
+	ms, ok := e.Members(id)
+	if !ok {
+		return Event{}, false
+	}
+	m := &ms[rng.IntN(len(ms))]
+	nid, _ := e.cluster.NodeByName(m.Node)
+	_, n := e.cluster.NodeGPUs(nid)
+	perm := rng.Perm(n)
+	for i := range ms {
+		if ms[i].Node != m.Node || ms[i].Fractional {
+			continue
+		}
+		k := len(ms[i].GPUs)
+		ms[i].GPUs, perm = slices.Clone(perm[:min(k, len(perm))]), perm[min(k, len(perm)):]
+	}
+	if rng.IntN(8) == 0 && len(m.GPUs) > 0 {
+		m.GPUs = m.GPUs[1:]
+	}
+	return DevicesReported(now, id, ms), true
 }

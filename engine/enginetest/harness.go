@@ -95,6 +95,10 @@ func (h *Harness) handle(d *datadriven.TestData) (string, error) {
 		return h.submit(d.Input, via == "intake")
 	case "adopt":
 		return h.adopt(d.Input)
+	case "devices":
+		return h.devices(d.Input)
+	case "books":
+		return h.books(), nil
 	case "tick":
 		if len(d.CmdArgs) != 1 {
 			return "", fmt.Errorf("tick DURATION")
@@ -472,24 +476,9 @@ func (h *Harness) adopt(input string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		on := kvs(strings.Fields(line)[1:])["on"]
-		var ms []engine.Member
-		for _, item := range strings.Split(on, ",") {
-			node, rng, ok := strings.Cut(item, ":")
-			if !ok {
-				return "", fmt.Errorf("on=node:lo-hi,...")
-			}
-			lo, hi, _ := strings.Cut(rng, "-")
-			a, err1 := strconv.Atoi(lo)
-			z, err2 := strconv.Atoi(hi)
-			if err1 != nil || err2 != nil {
-				return "", fmt.Errorf("bad range %q", rng)
-			}
-			m := engine.Member{Node: node}
-			for g := a; g <= z; g++ {
-				m.GPUs = append(m.GPUs, g)
-			}
-			ms = append(ms, m)
+		ms, err := parseOn(kvs(strings.Fields(line)[1:])["on"])
+		if err != nil {
+			return "", err
 		}
 		j.Request.Groups[0].Members = len(ms)
 		if err := h.E.Step(engine.Adopted(h.now, j, ms)); err != nil {
@@ -497,6 +486,88 @@ func (h *Harness) adopt(input string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// parseOn reads members "node:lo-hi,node:g+g+g,..." (node-local GPUs).
+func parseOn(on string) ([]engine.Member, error) {
+	var ms []engine.Member
+	for _, item := range strings.Split(on, ",") {
+		node, rng, ok := strings.Cut(item, ":")
+		if !ok {
+			return nil, fmt.Errorf("on=node:lo-hi,...")
+		}
+		m := engine.Member{Node: node}
+		if lo, hi, isRange := strings.Cut(rng, "-"); isRange {
+			a, err1 := strconv.Atoi(lo)
+			z, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("bad range %q", rng)
+			}
+			for g := a; g <= z; g++ {
+				m.GPUs = append(m.GPUs, g)
+			}
+		} else {
+			for _, x := range strings.Split(rng, "+") {
+				g, err := strconv.Atoi(x)
+				if err != nil {
+					return nil, fmt.Errorf("bad GPU %q", x)
+				}
+				m.GPUs = append(m.GPUs, g)
+			}
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
+// devices steps DevicesReported events, one a line: "JOB on=node:GPUs,...".
+func (h *Harness) devices(input string) (string, error) {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(input), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return "", fmt.Errorf("devices: JOB on=node:GPUs,...")
+		}
+		ms, err := parseOn(kvs(f[1:])["on"])
+		if err != nil {
+			return "", err
+		}
+		if err := h.E.Step(engine.DevicesReported(h.now, f[0], ms)); err != nil {
+			fmt.Fprintf(&b, "error: %v\n", err)
+		}
+	}
+	return b.String(), nil
+}
+
+// books prints the GPUs every running job holds (Engine.Members), one job
+// a line, and any GPU booked by two jobs.
+func (h *Harness) books() string {
+	var b strings.Builder
+	var dups []string
+	owner := map[string]string{}
+	for _, rj := range h.E.View().Running() {
+		ms, ok := h.E.Members(rj.Job)
+		if !ok {
+			fmt.Fprintf(&b, "%s: no members\n", rj.Job)
+			continue
+		}
+		fmt.Fprintf(&b, "%s:", rj.Job)
+		for _, m := range ms {
+			fmt.Fprintf(&b, " %s:%v", m.Node, m.GPUs)
+			for _, g := range m.GPUs {
+				key := fmt.Sprintf("%s/%d", m.Node, g)
+				if o, dup := owner[key]; dup {
+					dups = append(dups, fmt.Sprintf("double booking: GPU %s held by %s and %s\n", key, o, rj.Job))
+				}
+				owner[key] = rj.Job
+			}
+		}
+		b.WriteString("\n")
+	}
+	for _, d := range dups {
+		b.WriteString(d)
+	}
+	return b.String()
 }
 
 func nodeSpec(d *datadriven.TestData) (topo.NodeSpec, error) {
