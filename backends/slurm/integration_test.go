@@ -1,0 +1,535 @@
+package slurm_test
+
+// Integration tests against a real SLURM started by hack/slurm-up.sh
+// (16 nodes x 8 fake GPUs, 4 racks, partitions berth / berth-hi managed by
+// berth, gpu left to SLURM). Each asserts what SLURM itself reports
+// (scontrol -d show job). Without a cluster they skip, or fail when
+// BERTH_REQUIRE_INTEGRATION=1.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/backends/slurm"
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
+)
+
+// slurmConf finds the test cluster's slurm.conf, or skips (fails under
+// BERTH_REQUIRE_INTEGRATION=1).
+func slurmConf(tb testing.TB) string {
+	tb.Helper()
+	conf := os.Getenv("SLURM_CONF")
+	if conf == "" {
+		dir := os.Getenv("BERTH_SLURM_DIR")
+		if dir == "" {
+			dir = "/tmp/berth-slurm"
+		}
+		conf = filepath.Join(dir, "etc", "slurm.conf")
+	}
+	why := ""
+	if _, err := os.Stat(conf); err != nil {
+		why = "no slurm.conf at " + conf
+	} else if _, err := exec.LookPath("scontrol"); err != nil {
+		why = "scontrol not installed"
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "scontrol", "ping")
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "UP") {
+			why = fmt.Sprintf("slurmctld does not answer (%v): %s", err, out)
+		}
+	}
+	if why != "" {
+		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
+		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	return conf
+}
+
+// cmd runs a SLURM command on the test cluster.
+func cmd(tb testing.TB, conf, name string, args ...string) string {
+	tb.Helper()
+	out, err := cmdErr(conf, name, args...)
+	require.NoError(tb, err, "%s %v: %s", name, args, out)
+	return out
+}
+
+func cmdErr(conf, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, name, args...)
+	c.Env = append(os.Environ(), "SLURM_CONF="+conf)
+	c.Dir = os.TempDir()
+	out, err := c.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func sbatch(tb testing.TB, conf string, args ...string) string {
+	tb.Helper()
+	a := append([]string{"--parsable", "-o", "/dev/null"}, args...)
+	return cmd(tb, conf, "sbatch", a...)
+}
+
+// jobInfo is what scontrol -d -o show job says of one job.
+type jobInfo struct {
+	State, Partition, NodeList, Reason string
+	Restarts                           int
+	GPUs                               map[string][]int // node -> IDX
+}
+
+func showJob(tb testing.TB, conf, id string) jobInfo {
+	tb.Helper()
+	out := cmd(tb, conf, "scontrol", "-d", "-o", "show", "job", id)
+	ji := jobInfo{GPUs: map[string][]int{}}
+	var detailNodes []string
+	for _, f := range strings.Fields(out) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "JobState":
+			ji.State = v
+		case "Partition":
+			ji.Partition = v
+		case "NodeList":
+			ji.NodeList = v
+		case "Reason":
+			ji.Reason = v
+		case "Restarts":
+			ji.Restarts, _ = strconv.Atoi(v)
+		case "Nodes":
+			detailNodes = hostnames(tb, conf, v)
+		case "GRES":
+			// gpu:h100:4(IDX:0-3)
+			_, idx, ok := strings.Cut(v, "IDX:")
+			if !ok {
+				continue
+			}
+			idx = strings.TrimSuffix(idx, ")")
+			var gpus []int
+			for _, r := range strings.Split(idx, ",") {
+				lo, hi, isRange := strings.Cut(r, "-")
+				if !isRange {
+					hi = lo
+				}
+				a, _ := strconv.Atoi(lo)
+				z, _ := strconv.Atoi(hi)
+				for g := a; g <= z; g++ {
+					gpus = append(gpus, g)
+				}
+			}
+			for _, n := range detailNodes {
+				ji.GPUs[n] = gpus
+			}
+		}
+	}
+	return ji
+}
+
+func hostnames(tb testing.TB, conf, list string) []string {
+	if list == "" || list == "(null)" {
+		return nil
+	}
+	return strings.Fields(cmd(tb, conf, "scontrol", "show", "hostnames", list))
+}
+
+func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// reset cancels every job and resumes every node.
+func reset(tb testing.TB, conf string) {
+	tb.Helper()
+	if ids := strings.Fields(cmd(tb, conf, "squeue", "-h", "-o", "%i")); len(ids) > 0 {
+		_, _ = cmdErr(conf, "scancel", ids...)
+	}
+	for _, n := range hostnames(tb, conf, "node[01-16]") {
+		st := cmd(tb, conf, "sinfo", "-h", "-n", n, "-o", "%T")
+		if strings.Contains(st, "drain") || strings.Contains(st, "down") {
+			_, _ = cmdErr(conf, "scontrol", "update", "NodeName="+n, "State=RESUME")
+		}
+	}
+	waitFor(tb, 60*time.Second, "jobs to end and nodes to be idle", func() bool {
+		return cmd(tb, conf, "squeue", "-h", "-t", "R,CG,CF,S,PD", "-o", "%i") == "" &&
+			cmd(tb, conf, "sinfo", "-h", "-N", "-t", "idle", "-p", "berth", "-o", "%N") != "" &&
+			len(strings.Fields(cmd(tb, conf, "sinfo", "-h", "-N", "-t", "idle", "-p", "berth", "-o", "%N"))) == 16
+	})
+}
+
+func backendConfig(conf string, tb testing.TB) slurm.Config {
+	return slurm.Config{
+		Partitions: map[string]slurm.Partition{
+			"berth":    {Priority: 0, Preemptible: true, GracePeriod: time.Second},
+			"berth-hi": {Priority: 10},
+		},
+		PollInterval: 200 * time.Millisecond,
+		Env:          []string{"SLURM_CONF=" + conf},
+		OnSkip:       func(job string, err error) { tb.Logf("slurm backend: job %q: %v", job, err) },
+	}
+}
+
+func engineConfig() engine.Config {
+	return engine.Config{
+		Queues:     queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "default"}, {Name: "ml"}}},
+		Policy:     queue.StrictPriority(),
+		Backfill:   engine.BackfillConfig{Mode: engine.BackfillEASY},
+		Preemption: engine.PreemptionConfig{Priority: true},
+	}
+}
+
+// run is a Runner over a backend, on its own goroutine.
+type run struct {
+	b      *slurm.Backend
+	r      *backends.Runner
+	cancel context.CancelFunc
+	done   chan error
+
+	mu      sync.Mutex
+	binds   map[string][]engine.Member // the engine's decision, per job
+	boundAt map[string]time.Time
+	stepErr []error
+	cycles  []time.Duration // Next's return to Observe
+	lastEv  time.Time
+}
+
+// timedBackend notes when Next returned (the start of a cycle).
+type timedBackend struct {
+	*slurm.Backend
+	rn *run
+}
+
+func (t timedBackend) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
+	evs, err := t.Backend.Next(ctx, wake)
+	t.rn.mu.Lock()
+	t.rn.lastEv = time.Now()
+	t.rn.mu.Unlock()
+	return evs, err
+}
+
+func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
+	tb.Helper()
+	bc := backendConfig(conf, tb)
+	if mod != nil {
+		mod(&bc)
+	}
+	b, err := slurm.New(bc)
+	require.NoError(tb, err)
+	rn := &run{b: b, done: make(chan error, 1), binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}}
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine:       engineConfig(),
+		Backend:      timedBackend{b, rn},
+		TickInterval: time.Second,
+		OnStepError: func(ev engine.Event, err error) error {
+			rn.mu.Lock()
+			rn.stepErr = append(rn.stepErr, fmt.Errorf("%v %s: %w", ev.Kind, ev.JobID, err))
+			rn.mu.Unlock()
+			return nil
+		},
+		Observe: func(c backends.Cycle) {
+			now := time.Now()
+			rn.mu.Lock()
+			defer rn.mu.Unlock()
+			rn.cycles = append(rn.cycles, now.Sub(rn.lastEv))
+			for _, bd := range c.Ready.Binds {
+				if !slices.Contains(c.Outcome.RefusedBinds, bd.Job) {
+					rn.binds[bd.Job] = bd.Members
+					rn.boundAt[bd.Job] = now
+				}
+			}
+		},
+	})
+	require.NoError(tb, err)
+	rn.r = r
+	ctx, cancel := context.WithCancel(context.Background())
+	rn.cancel = cancel
+	go func() { rn.done <- r.Run(ctx) }()
+	return rn
+}
+
+// stop ends the runner and checks it stopped cleanly, without an engine
+// error on any event.
+func (rn *run) stop(tb testing.TB) {
+	tb.Helper()
+	rn.cancel()
+	err := <-rn.done
+	rn.b.Close()
+	if !errors.Is(err, context.Canceled) {
+		tb.Errorf("runner: %v", err)
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, e := range rn.stepErr {
+		tb.Errorf("engine refused an event: %v", e)
+	}
+}
+
+func (rn *run) bound(job string) ([]engine.Member, bool) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	ms, ok := rn.binds[job]
+	return ms, ok
+}
+
+func nodesOf(ms []engine.Member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Node)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func rackOf(node string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(node, "node"))
+	return (n-1)/4 + 1
+}
+
+// ---------------------------------------------------------------- tests
+
+// SLURM never starts a job of a managed partition by itself: with no
+// berth running it stays pending, on no node.
+func TestIntegrationManagedJobsWaitForBerth(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "5", "--wrap", "sleep 1")
+	time.Sleep(3500 * time.Millisecond) // three backfill passes (bf_interval=1) and the main scheduler
+	ji := showJob(t, conf, id)
+	assert.Equal(t, "PENDING", ji.State)
+	assert.Equal(t, "berth", ji.Partition)
+	assert.Empty(t, ji.GPUs)
+	assert.Contains(t, []string{"PartitionDown", "None"}, ji.Reason)
+}
+
+// A 2 x 8-GPU gang asking for one block and the fewest racks lands on
+// exactly the nodes berth chose, in one rack, with the GPUs berth booked;
+// a job of another partition is left to SLURM.
+func TestIntegrationGangOnChosenNodes(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	foreign := sbatch(t, conf, "-p", "gpu", "-N", "1", "-t", "5", "--wrap", "sleep 30")
+	id := sbatch(t, conf, "-p", "berth", "-A", "ml", "-N", "2", "--gres=gpu:h100:8", "-t", "5",
+		"--comment", "berth:required=block,preferred=rack", "--wrap", "sleep 30")
+	waitFor(t, 30*time.Second, "the gang to run", func() bool { return showJob(t, conf, id).State == "RUNNING" })
+	ms, ok := rn.bound(id)
+	require.True(t, ok, "berth bound the gang")
+	ji := showJob(t, conf, id)
+	assert.Equal(t, "berth-run", ji.Partition)
+	assert.Equal(t, nodesOf(ms), hostnames(t, conf, ji.NodeList), "SLURM runs it on exactly berth's nodes")
+	nodes := hostnames(t, conf, ji.NodeList)
+	require.Len(t, nodes, 2)
+	assert.Equal(t, rackOf(nodes[0]), rackOf(nodes[1]), "one rack")
+	for _, n := range nodes {
+		assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, ji.GPUs[n])
+	}
+	// The foreign job: SLURM started it in its own partition, berth never bound it.
+	waitFor(t, 20*time.Second, "the foreign job to run", func() bool { return showJob(t, conf, foreign).State == "RUNNING" })
+	assert.Equal(t, "gpu", showJob(t, conf, foreign).Partition)
+	_, touched := rn.bound(foreign)
+	assert.False(t, touched)
+}
+
+// SLURM chooses GPU indices itself; when they differ from berth's books,
+// the engine re-books on DevicesReported and no GPU is booked twice. The
+// swap is made certain: a is held back by a dependency on a foreign job,
+// so SLURM starts b first on GPUs 0-3, which berth had booked for a.
+// This test drives the engine by hand (the Runner's loop, inline) to read
+// its books.
+func TestIntegrationDevicesReportedNoDoubleBooking(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	ctx := context.Background()
+	b, err := slurm.New(backendConfig(conf, t))
+	require.NoError(t, err)
+	defer b.Close()
+	spec, err := b.Cluster(ctx)
+	require.NoError(t, err)
+	ec := engineConfig()
+	ec.Cluster, ec.Start = spec, time.Now()
+	e, err := engine.New(ec)
+	require.NoError(t, err)
+
+	gate := sbatch(t, conf, "-p", "gpu", "-N", "1", "-t", "5", "--wrap", "sleep 3")
+	a := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:4", "-t", "5", "-d", "afterany:"+gate,
+		"--comment", "berth:preferred=rack", "--wrap", "sleep 60")
+	bj := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:4", "-t", "5", "--wrap", "sleep 60")
+	step := func(d time.Duration) {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		evs, err := b.Next(wctx, time.Now().Add(d))
+		if errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		require.NoError(t, err)
+		for _, ev := range evs {
+			if ev.Time.Before(e.Now()) {
+				ev.Time = e.Now()
+			}
+			require.NoError(t, e.Step(ev), "%v %s", ev.Kind, ev.JobID)
+		}
+	}
+	// Both submitted, then one cycle binds both on the same node.
+	waitFor(t, 20*time.Second, "both jobs submitted", func() bool {
+		step(300 * time.Millisecond)
+		return e.HasReady() && submittedBoth(e, a, bj)
+	})
+	rd := e.Ready()
+	require.Len(t, rd.Binds, 2, "%+v", rd)
+	booked := map[string][]engine.Member{}
+	for _, bd := range rd.Binds {
+		require.NoError(t, b.BindGang(ctx, bd.Job, bd.Members))
+		booked[bd.Job] = bd.Members
+	}
+	require.NoError(t, e.Advance(rd, engine.Outcome{}))
+	require.Equal(t, booked[a][0].Node, booked[bj][0].Node, "berth packs both on one node")
+	require.Equal(t, []int{0, 1, 2, 3}, booked[a][0].GPUs, "berth booked 0-3 for a, the first submitted")
+
+	node := booked[a][0].Node
+	waitFor(t, 30*time.Second, "both jobs to run and report", func() bool {
+		step(300 * time.Millisecond)
+		if e.HasReady() {
+			rd := e.Ready()
+			require.Empty(t, rd.Binds)
+			require.NoError(t, e.Advance(rd, engine.Outcome{}))
+		}
+		ma, _ := e.Members(a)
+		mb, _ := e.Members(bj)
+		return slices.Equal(showJob(t, conf, a).GPUs[node], ma[0].GPUs) && slices.Equal(showJob(t, conf, bj).GPUs[node], mb[0].GPUs)
+	})
+	sa, sb := showJob(t, conf, a), showJob(t, conf, bj)
+	assert.Equal(t, []int{0, 1, 2, 3}, sb.GPUs[node], "SLURM started b first, on a's GPUs in berth's books")
+	assert.Equal(t, []int{4, 5, 6, 7}, sa.GPUs[node])
+	ma, _ := e.Members(a)
+	mb, _ := e.Members(bj)
+	assert.Equal(t, sa.GPUs[node], ma[0].GPUs, "berth's books follow SLURM")
+	assert.Equal(t, sb.GPUs[node], mb[0].GPUs)
+}
+
+// A higher-priority gang preempts a lower one, which SLURM requeues; the
+// victim runs again once the preemptor ended. Both are 16-node gangs (the
+// latency of the first is logged).
+func TestIntegrationPreemptRequeue(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	low := sbatch(t, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 120")
+	waitFor(t, 30*time.Second, "the low gang to run", func() bool { return showJob(t, conf, low).State == "RUNNING" })
+	time.Sleep(time.Second)
+	high := sbatch(t, conf, "-p", "berth-hi", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 3")
+	waitFor(t, 60*time.Second, "the high gang to run", func() bool { return showJob(t, conf, high).State == "RUNNING" })
+	jl := showJob(t, conf, low)
+	assert.NotEqual(t, "RUNNING", jl.State, "the victim stopped")
+	assert.GreaterOrEqual(t, jl.Restarts, 1, "SLURM requeued the victim")
+	assert.Len(t, hostnames(t, conf, showJob(t, conf, high).NodeList), 16)
+	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
+		j := showJob(t, conf, low)
+		return j.State == "RUNNING"
+	})
+	assert.Equal(t, "COMPLETED", showJob(t, conf, high).State)
+	assert.Len(t, showJob(t, conf, low).GPUs, 16)
+}
+
+// A drained node is seen and avoided; a node going down mid-job requeues
+// its gang whole, which runs again on other nodes.
+func TestIntegrationDrainAndDown(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	cmd(t, conf, "scontrol", "update", "NodeName=node[01-12]", "State=DRAIN", "Reason=berth-test")
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	gang := sbatch(t, conf, "-p", "berth", "-N", "2", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 120")
+	var solo []string
+	for range 2 {
+		solo = append(solo, sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 120"))
+	}
+	for _, id := range append([]string{gang}, solo...) {
+		waitFor(t, 30*time.Second, "job "+id+" to run", func() bool { return showJob(t, conf, id).State == "RUNNING" })
+		for _, n := range hostnames(t, conf, showJob(t, conf, id).NodeList) {
+			assert.Greater(t, rackOf(n), 3, "job %s on drained node %s", id, n)
+		}
+	}
+	// Resume a rack, then take one node of the gang down.
+	cmd(t, conf, "scontrol", "update", "NodeName=node[09-12]", "State=RESUME")
+	gn := hostnames(t, conf, showJob(t, conf, gang).NodeList)
+	cmd(t, conf, "scontrol", "update", "NodeName="+gn[0], "State=DOWN", "Reason=berth-test")
+	waitFor(t, 60*time.Second, "the gang to run again", func() bool {
+		j := showJob(t, conf, gang)
+		return j.State == "RUNNING" && j.Restarts >= 1
+	})
+	nodes := hostnames(t, conf, showJob(t, conf, gang).NodeList)
+	assert.Len(t, nodes, 2, "whole")
+	assert.NotContains(t, nodes, gn[0])
+	for _, n := range nodes {
+		assert.Equal(t, 3, rackOf(n), "on the resumed rack: the others are drained or busy")
+	}
+}
+
+// Restarting berth loses nothing and starts nothing twice: jobs running
+// are adopted with their GPUs, pending ones placed by the new process.
+func TestIntegrationRestart(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	var ids []string
+	for range 6 {
+		ids = append(ids, sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "5", "--wrap", "sleep 6"))
+	}
+	rn := startRunner(t, conf, nil)
+	waitFor(t, 30*time.Second, "the first jobs to run", func() bool { return showJob(t, conf, ids[0]).State == "RUNNING" })
+	rn.stop(t)
+	for range 14 {
+		ids = append(ids, sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "5", "--wrap", "sleep 6"))
+	}
+	rn2 := startRunner(t, conf, nil)
+	defer rn2.stop(t)
+	waitFor(t, 90*time.Second, "every job to complete", func() bool {
+		for _, id := range ids {
+			if showJob(t, conf, id).State != "COMPLETED" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		assert.Zero(t, showJob(t, conf, id).Restarts, "job %s started once", id)
+	}
+}
+
+// submittedBoth reports whether the engine knows both jobs (Members on a
+// pending job is false; Step of a duplicate would fail: use the error of
+// a harmless DevicesReported instead).
+func submittedBoth(e *engine.Engine, ids ...string) bool {
+	for _, id := range ids {
+		err := e.Step(engine.DevicesReported(e.Now(), id, nil))
+		if errors.Is(err, engine.ErrUnknownJob) {
+			return false
+		}
+	}
+	return true
+}
