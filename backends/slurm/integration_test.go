@@ -33,6 +33,19 @@ import (
 // BERTH_REQUIRE_INTEGRATION=1).
 func slurmConf(tb testing.TB) string {
 	tb.Helper()
+	conf, why := findCluster()
+	if why != "" {
+		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
+		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	return conf
+}
+
+// findCluster returns the test cluster's slurm.conf, or why there is none.
+func findCluster() (string, string) {
 	conf := os.Getenv("SLURM_CONF")
 	if conf == "" {
 		dir := os.Getenv("BERTH_SLURM_DIR")
@@ -56,14 +69,7 @@ func slurmConf(tb testing.TB) string {
 			why = fmt.Sprintf("slurmctld does not answer (%v): %s", err, out)
 		}
 	}
-	if why != "" {
-		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
-		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
-	return conf
+	return conf, why
 }
 
 // cmd runs a SLURM command on the test cluster.
@@ -478,8 +484,11 @@ func TestIntegrationDrainAndDown(t *testing.T) {
 	// Resume a rack, then take one node of the gang down.
 	cmd(t, conf, "scontrol", "update", "NodeName=node[09-12]", "State=RESUME")
 	gn := hostnames(t, conf, showJob(t, conf, gang).NodeList)
+	// (ReturnToService=2 brings a DOWN node back as soon as its slurmd
+	// registers again: drain it too, so that it stays out.)
 	cmd(t, conf, "scontrol", "update", "NodeName="+gn[0], "State=DOWN", "Reason=berth-test")
-	waitFor(t, 60*time.Second, "the gang to run again", func() bool {
+	cmd(t, conf, "scontrol", "update", "NodeName="+gn[0], "State=DRAIN", "Reason=berth-test")
+	waitFor(t, 40*time.Second, "the gang to run again", func() bool {
 		j := showJob(t, conf, gang)
 		return j.State == "RUNNING" && j.Restarts >= 1
 	})
@@ -487,7 +496,7 @@ func TestIntegrationDrainAndDown(t *testing.T) {
 	assert.Len(t, nodes, 2, "whole")
 	assert.NotContains(t, nodes, gn[0])
 	for _, n := range nodes {
-		assert.Equal(t, 3, rackOf(n), "on the resumed rack: the others are drained or busy")
+		assert.GreaterOrEqual(t, rackOf(n), 3, "not on a drained node")
 	}
 }
 
@@ -532,4 +541,145 @@ func submittedBoth(e *engine.Engine, ids ...string) bool {
 		}
 	}
 	return true
+}
+
+// shortJobs submits n one-GPU jobs of a few milliseconds while berth is
+// not running (they wait: the partition is DOWN), then starts berth and
+// waits until SLURM reports every one COMPLETED. It returns the time from
+// berth's start to the last end, and the runner (stopped).
+func shortJobs(tb testing.TB, conf string, n int) (time.Duration, *run, []string) {
+	tb.Helper()
+	reset(tb, conf)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = sbatch(tb, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", "true")
+	}
+	start := time.Now()
+	rn := startRunner(tb, conf, nil)
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	waitFor(tb, 5*time.Minute, fmt.Sprintf("%d jobs to complete", n), func() bool {
+		done := 0
+		for _, r := range squeueStates(tb, conf) {
+			if want[r.id] && r.state == "COMPLETED" {
+				done++
+			}
+		}
+		return done == n
+	})
+	elapsed := time.Since(start)
+	rn.stop(tb)
+	return elapsed, rn, ids
+}
+
+type jobState struct {
+	id, state string
+	restarts  int
+}
+
+// squeueStates lists every job's state and restart count in one call.
+func squeueStates(tb testing.TB, conf string) []jobState {
+	tb.Helper()
+	out := cmd(tb, conf, "squeue", "-h", "-t", "all", "-o", "%i %T", "--noconvert")
+	var res []jobState
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			res = append(res, jobState{id: f[0], state: f[1]})
+		}
+	}
+	return res
+}
+
+// 500 short jobs submitted with sbatch all end, each started exactly once.
+func TestIntegration500ShortJobs(t *testing.T) {
+	conf := slurmConf(t)
+	_, rn, ids := shortJobs(t, conf, 500)
+	out := cmd(t, conf, "scontrol", "-o", "show", "job")
+	restarts := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		var id, rs string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "JobId="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "Restarts="); ok {
+				rs = v
+			}
+		}
+		restarts[id] = rs
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, id := range ids {
+		assert.Equal(t, "0", restarts[id], "job %s started once", id)
+		assert.Contains(t, rn.binds, id, "berth bound job %s", id)
+	}
+}
+
+// ---------------------------------------------------------------- benchmarks
+
+// benchConf is slurmConf for benchmarks: they skip without a cluster
+// (the tests are what fails under BERTH_REQUIRE_INTEGRATION=1).
+func benchConf(b *testing.B) string {
+	b.Helper()
+	conf, why := findCluster()
+	if why != "" {
+		b.Skip("SLURM test cluster not running: " + why)
+	}
+	return conf
+}
+
+// Decision-to-RUNNING latency of a 16-node x 8-GPU gang: from the cycle
+// that bound it (Observe) to squeue reporting it RUNNING (polled every
+// 20 ms).
+func BenchmarkIntegrationGang16Latency(b *testing.B) {
+	conf := benchConf(b)
+	reset(b, conf)
+	rn := startRunner(b, conf, func(c *slurm.Config) { c.PollInterval = 100 * time.Millisecond })
+	defer rn.stop(b)
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		id := sbatch(b, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+		var ran time.Time
+		waitFor(b, 30*time.Second, "the gang to run", func() bool {
+			st, _ := cmdErr(conf, "squeue", "-h", "-j", id, "-o", "%T")
+			if st == "RUNNING" || st == "COMPLETING" || st == "COMPLETED" {
+				ran = time.Now()
+				return true
+			}
+			return false
+		})
+		rn.mu.Lock()
+		at := rn.boundAt[id]
+		rn.mu.Unlock()
+		total += ran.Sub(at)
+		waitFor(b, 30*time.Second, "the gang to end", func() bool {
+			st, _ := cmdErr(conf, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T")
+			return st == "COMPLETED"
+		})
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-running")
+}
+
+// Jobs handled per second end to end with 500 pending, and berth's cycle
+// time (from Next returning to Observe) while it manages them.
+func BenchmarkIntegration500Jobs(b *testing.B) {
+	conf := benchConf(b)
+	var rate float64
+	var cycles []time.Duration
+	for i := 0; i < b.N; i++ {
+		d, rn, ids := shortJobs(b, conf, 500)
+		rate += float64(len(ids)) / d.Seconds()
+		cycles = append(cycles, rn.cycles...)
+	}
+	slices.Sort(cycles)
+	b.ReportMetric(rate/float64(b.N), "jobs/s")
+	if len(cycles) > 0 {
+		b.ReportMetric(float64(cycles[len(cycles)/2].Microseconds())/1000, "cycle-p50-ms")
+		b.ReportMetric(float64(cycles[len(cycles)*99/100].Microseconds())/1000, "cycle-p99-ms")
+		b.ReportMetric(float64(len(cycles))/float64(b.N), "cycles")
+	}
 }
