@@ -116,7 +116,7 @@ MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_min_interval=0
+SchedulerParameters=batch_sched_delay=0,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000

@@ -54,6 +54,12 @@ func newCLI(bin string, env []string, timeout time.Duration) (*cli, error) {
 // exit is ErrCommand with the command's standard error; a timeout is
 // context.DeadlineExceeded.
 func (c *cli) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return c.runInput(ctx, "", name, args...)
+}
+
+// runInput is run with input on the command's standard input (scontrol
+// reads one command a line from it: several updates in one process).
+func (c *cli) runInput(ctx context.Context, input, name string, args ...string) ([]byte, error) {
 	p, ok := c.paths[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrMissingCommand, name)
@@ -64,6 +70,9 @@ func (c *cli) run(ctx context.Context, name string, args ...string) ([]byte, err
 	cmd.Env = c.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if input != "" {
+		cmd.Stdin = strings.NewReader(input)
+	}
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("slurm: %s %s: %w", name, strings.Join(args, " "), ctx.Err())

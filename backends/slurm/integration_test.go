@@ -27,6 +27,7 @@ import (
 	"github.com/berthsched/berth/backends/slurm"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
 )
 
 // slurmConf finds the test cluster's slurm.conf, or skips (fails under
@@ -221,6 +222,7 @@ type run struct {
 	stepErr []error
 	cycles  []time.Duration // Next's return to Observe
 	lastEv  time.Time
+	resv    map[string]engine.Reservation // the latest reservation of each job
 }
 
 // timedBackend notes when Next returned (the start of a cycle).
@@ -245,11 +247,12 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 	}
 	b, err := slurm.New(bc)
 	require.NoError(tb, err)
-	rn := &run{b: b, done: make(chan error, 1), binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}}
+	rn := &run{b: b, done: make(chan error, 1), binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}}
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine:       engineConfig(),
 		Backend:      timedBackend{b, rn},
 		TickInterval: time.Second,
+		Parallelism:  256, // binds are batched into one scontrol per cycle
 		OnStepError: func(ev engine.Event, err error) error {
 			rn.mu.Lock()
 			rn.stepErr = append(rn.stepErr, fmt.Errorf("%v %s: %w", ev.Kind, ev.JobID, err))
@@ -261,6 +264,9 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 			rn.mu.Lock()
 			defer rn.mu.Unlock()
 			rn.cycles = append(rn.cycles, now.Sub(rn.lastEv))
+			for _, rs := range c.Ready.Reservations {
+				rn.resv[rs.Job] = rs
+			}
 			for _, bd := range c.Ready.Binds {
 				if !slices.Contains(c.Outcome.RefusedBinds, bd.Job) {
 					rn.binds[bd.Job] = bd.Members
@@ -543,6 +549,90 @@ func submittedBoth(e *engine.Engine, ids ...string) bool {
 	return true
 }
 
+// A blocked 8-node gang gets a reservation, a short job backfills around
+// it, and the gang starts on its reserved nodes no later than the
+// reservation's start (its estimate: the blockers' limits).
+func TestIntegrationBackfillAroundReservation(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	var blockers []string
+	for range 12 {
+		blockers = append(blockers, sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "2", "--wrap", "sleep 12"))
+	}
+	waitFor(t, 30*time.Second, "the blockers to run", func() bool {
+		for _, id := range blockers {
+			if showJob(t, conf, id).State != "RUNNING" {
+				return false
+			}
+		}
+		return true
+	})
+	gang := sbatch(t, conf, "-p", "berth", "-N", "8", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 2")
+	waitFor(t, 10*time.Second, "the gang's reservation", func() bool {
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		_, ok := rn.resv[gang]
+		return ok
+	})
+	short := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 5")
+	waitFor(t, 20*time.Second, "the short job to backfill", func() bool { return showJob(t, conf, short).State == "RUNNING" })
+	assert.Equal(t, "PENDING", showJob(t, conf, gang).State, "the gang waits for its reservation")
+
+	waitFor(t, 60*time.Second, "the gang to run", func() bool {
+		st := showJob(t, conf, gang).State
+		return st == "RUNNING" || st == "COMPLETED"
+	})
+	rn.mu.Lock()
+	rs := rn.resv[gang]
+	startedAt := rn.boundAt[gang]
+	rn.mu.Unlock()
+	assert.False(t, startedAt.After(rs.Start), "bound at %v, reservation at %v", startedAt, rs.Start)
+	// The reserved GPUs, as nodes.
+	spec, err := rn.b.Cluster(context.Background())
+	require.NoError(t, err)
+	c, err := topo.New(spec)
+	require.NoError(t, err)
+	reserved := map[string]bool{}
+	for _, g := range rs.GPUs.ToArray() {
+		id, err := c.NodeOfGPU(g)
+		require.NoError(t, err)
+		reserved[c.NodeName(id)] = true
+	}
+	nodes := hostnames(t, conf, showJob(t, conf, gang).NodeList)
+	assert.Len(t, nodes, 8)
+	for _, n := range nodes {
+		assert.True(t, reserved[n], "gang on %s, reserved %v", n, reserved)
+	}
+	assert.NotContains(t, nodes, hostnames(t, conf, showJob(t, conf, short).NodeList)[0])
+}
+
+// Every task of a job array is a berth job "ARRAY_TASK", bound and run once.
+func TestIntegrationJobArray(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	arr := sbatch(t, conf, "-p", "berth", "-a", "0-3", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+	want := []string{arr + "_0", arr + "_1", arr + "_2", arr + "_3"}
+	waitFor(t, 40*time.Second, "every task to complete", func() bool {
+		out := cmd(t, conf, "squeue", "-h", "-r", "-t", "all", "-o", "%i %T")
+		done := 0
+		for _, id := range want {
+			if strings.Contains(out, id+" COMPLETED") {
+				done++
+			}
+		}
+		return done == len(want)
+	})
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, id := range want {
+		assert.Contains(t, rn.binds, id)
+	}
+}
+
 // shortJobs submits n one-GPU jobs of a few milliseconds while berth is
 // not running (they wait: the partition is DOWN), then starts berth and
 // waits until SLURM reports every one COMPLETED. It returns the time from
@@ -670,10 +760,12 @@ func BenchmarkIntegration500Jobs(b *testing.B) {
 	conf := benchConf(b)
 	var rate float64
 	var cycles []time.Duration
+	var polls slurm.Stats
 	for i := 0; i < b.N; i++ {
 		d, rn, ids := shortJobs(b, conf, 500)
 		rate += float64(len(ids)) / d.Seconds()
 		cycles = append(cycles, rn.cycles...)
+		polls = rn.b.Stats()
 	}
 	slices.Sort(cycles)
 	b.ReportMetric(rate/float64(b.N), "jobs/s")
@@ -682,4 +774,6 @@ func BenchmarkIntegration500Jobs(b *testing.B) {
 		b.ReportMetric(float64(cycles[len(cycles)*99/100].Microseconds())/1000, "cycle-p99-ms")
 		b.ReportMetric(float64(len(cycles))/float64(b.N), "cycles")
 	}
+	b.ReportMetric(float64(polls.PollTime.Milliseconds())/float64(max(polls.Polls, 1)), "poll-ms")
+	b.ReportMetric(float64(polls.Binds)/float64(max(polls.Batches, 1)), "binds/scontrol")
 }

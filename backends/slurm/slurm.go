@@ -161,6 +161,10 @@ type Backend struct {
 	nextPoll time.Time
 	failures int
 	stats    Stats
+
+	bmu     sync.Mutex
+	batch   []*bindReq
+	leading bool
 }
 
 // Stats counts the backend's work (for benchmarks and logs).
@@ -168,7 +172,8 @@ type Stats struct {
 	Polls       int
 	PollTime    time.Duration // squeue + sinfo, summed
 	Binds       int
-	BindTime    time.Duration // the scontrol update of each bind, summed
+	BindTime    time.Duration // each BindGang call, summed
+	Batches     int           // scontrol processes that ran binds
 	Preemptions int
 }
 
@@ -540,14 +545,17 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 		}
 	}
 	start := time.Now()
-	_, err := b.cli.run(ctx, "scontrol", "update", "JobId="+job, "Partition="+b.cfg.RunPartition,
-		"NodeList="+strings.Join(order, ","), "StartTime=now", "AdminComment="+adminTag+t.partition)
+	err := b.bind(ctx, &bindReq{
+		job: job, nodes: order, done: make(chan error, 1),
+		args: []string{"update", "JobId=" + job, "Partition=" + b.cfg.RunPartition,
+			"NodeList=" + strings.Join(order, ","), "StartTime=now", "AdminComment=" + adminTag + t.partition},
+	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
 	if err != nil {
-		return refusal(err)
+		return err
 	}
 	t.state, t.bound, t.running, t.devices = inRunning, true, order, ""
 	return nil

@@ -80,6 +80,7 @@ func run(queues []string, poll, dur time.Duration) error {
 		},
 		Backend:      b,
 		TickInterval: 10 * time.Second,
+		Parallelism:  256, // the backend batches a cycle's binds into one scontrol
 		// A job of an unknown queue, or a report the engine cannot take,
 		// is logged and skipped rather than stopping the bridge.
 		OnStepError: func(ev engine.Event, err error) error {
