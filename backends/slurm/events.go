@@ -33,8 +33,12 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			return nil, ErrClosed
 		}
 		now := time.Now()
+		if !wake.IsZero() && !now.Before(wake) {
+			return []engine.Event{}, nil
+		}
 		if !now.Before(b.nextPoll) {
 			err := b.poll(ctx)
+			now = time.Now() // a poll of a busy controller takes a while
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -62,9 +66,6 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			t.Stop()
 			return nil, ctx.Err()
 		case <-t.C:
-		}
-		if !wake.IsZero() && !time.Now().Before(wake) {
-			return []engine.Event{}, nil
 		}
 	}
 }

@@ -267,6 +267,20 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 			for _, rs := range c.Ready.Reservations {
 				rn.resv[rs.Job] = rs
 			}
+			for _, p := range c.Ready.Preemptions {
+				tb.Logf("cycle %d: preempt %s for %s (deadline in %v)", c.Ready.Seq, p.Victim, p.For, time.Until(p.Deadline).Round(time.Millisecond))
+			}
+			if len(c.Outcome.RefusedBinds)+len(c.Outcome.RefusedPreemptions)+len(c.Errors) > 0 {
+				tb.Logf("cycle %d: refused binds %v, refused preemptions %v, errors %v", c.Ready.Seq, c.Outcome.RefusedBinds, c.Outcome.RefusedPreemptions, c.Errors)
+			}
+			for _, bd := range c.Ready.Binds {
+				tb.Logf("cycle %d: bind %s on %d nodes", c.Ready.Seq, bd.Job, len(nodesOf(bd.Members)))
+			}
+			if os.Getenv("BERTH_SLURM_DEBUG") != "" {
+				for _, p := range c.Ready.Pending {
+					tb.Logf("cycle %d at %v: pending %s: %v %+v", c.Ready.Seq, c.Ready.At.Format("15:04:05.000"), p.Job, p.Reason, p.Place)
+				}
+			}
 			for _, bd := range c.Ready.Binds {
 				if !slices.Contains(c.Outcome.RefusedBinds, bd.Job) {
 					rn.binds[bd.Job] = bd.Members
@@ -392,7 +406,9 @@ func TestIntegrationDevicesReportedNoDoubleBooking(t *testing.T) {
 		"--comment", "berth:preferred=rack", "--wrap", "sleep 60")
 	bj := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:4", "-t", "5", "--wrap", "sleep 60")
 	step := func(d time.Duration) {
-		wctx, cancel := context.WithTimeout(ctx, d)
+		// The ctx bounds the poll's commands too: give them time (a poll
+		// of a busy controller takes seconds); d is only the wake-up.
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 		evs, err := b.Next(wctx, time.Now().Add(d))
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -407,7 +423,7 @@ func TestIntegrationDevicesReportedNoDoubleBooking(t *testing.T) {
 		}
 	}
 	// Both submitted, then one cycle binds both on the same node.
-	waitFor(t, 20*time.Second, "both jobs submitted", func() bool {
+	waitFor(t, 60*time.Second, "both jobs submitted", func() bool {
 		step(300 * time.Millisecond)
 		return e.HasReady() && submittedBoth(e, a, bj)
 	})
@@ -631,6 +647,61 @@ func TestIntegrationJobArray(t *testing.T) {
 	for _, id := range want {
 		assert.Contains(t, rn.binds, id)
 	}
+}
+
+// Binds that arrive together run in one scontrol; when one of them fails
+// (here: a node SLURM does not have), the others still apply and only the
+// failed one is refused.
+func TestIntegrationBatchedBindsAttributeFailures(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	ctx := context.Background()
+	b, err := slurm.New(backendConfig(conf, t))
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = b.Cluster(ctx)
+	require.NoError(t, err)
+	ids := []string{
+		sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1"),
+		sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1"),
+		sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1"),
+	}
+	seen := 0
+	waitFor(t, 20*time.Second, "the jobs submitted", func() bool {
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		evs, err := b.Next(wctx, time.Now().Add(400*time.Millisecond))
+		require.NoError(t, err)
+		for _, ev := range evs {
+			if ev.Kind == engine.EventJobSubmitted {
+				seen++
+			}
+		}
+		return seen == 3
+	})
+	nodes := []string{"node05", "node99", "node06"}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.BindGang(ctx, ids[i], []engine.Member{{Node: nodes[i], GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}})
+		}()
+	}
+	wg.Wait()
+	assert.NoError(t, errs[0])
+	assert.ErrorIs(t, errs[1], backends.ErrRefused)
+	assert.NoError(t, errs[2])
+	assert.Equal(t, "berth", showJob(t, conf, ids[1]).Partition, "the refused job stays with berth")
+	for _, i := range []int{0, 2} {
+		waitFor(t, 20*time.Second, "job "+ids[i]+" to run", func() bool {
+			st := showJob(t, conf, ids[i]).State
+			return st == "RUNNING" || st == "COMPLETED"
+		})
+		assert.Equal(t, []string{nodes[i]}, hostnames(t, conf, showJob(t, conf, ids[i]).NodeList))
+	}
+	t.Logf("3 binds in %d scontrol batches", b.Stats().Batches)
 }
 
 // shortJobs submits n one-GPU jobs of a few milliseconds while berth is

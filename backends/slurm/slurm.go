@@ -661,6 +661,9 @@ func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error 
 		_, err := b.cli.run(ctx, "scancel", id)
 		return refusal(err)
 	}
+	// A job that ended in its grace period (SIGTERM often ends it) is
+	// requeued too: the engine requeues every preempted job, and SLURM
+	// requeues a finished job on request.
 	if _, err := b.cli.run(ctx, "scontrol", "requeuehold", id); err != nil {
 		return refusal(err)
 	}
