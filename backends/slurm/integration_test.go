@@ -832,8 +832,15 @@ func BenchmarkIntegrationGang16Latency(b *testing.B) {
 
 // Jobs handled per second end to end with 500 pending, and berth's cycle
 // time (from Next returning to Observe) while it manages them.
+//
+// It takes a minute or more; hack/test.sh's one-shot benchmark run skips it
+// unless BERTH_SLURM_BENCH=1 (TestIntegration500ShortJobs runs the same
+// workload for correctness).
 func BenchmarkIntegration500Jobs(b *testing.B) {
 	conf := benchConf(b)
+	if os.Getenv("BERTH_SLURM_BENCH") != "1" {
+		b.Skip("set BERTH_SLURM_BENCH=1 to run (a minute or more)")
+	}
 	var rate float64
 	var cycles []time.Duration
 	var polls slurm.Stats
