@@ -190,6 +190,9 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			*moves = append(*moves, [2]string{id, fromPartition(r.AdminComment, b.cfg)})
 			return evs
 		}
+		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
+			return evs // placed once released
+		}
 		j, err := b.toJob(id, r, r.Partition, idx)
 		if err != nil {
 			b.skipped[id] = true

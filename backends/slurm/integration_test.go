@@ -860,3 +860,25 @@ func BenchmarkIntegration500Jobs(b *testing.B) {
 	b.ReportMetric(float64(polls.PollTime.Milliseconds())/float64(max(polls.Polls, 1)), "poll-ms")
 	b.ReportMetric(float64(polls.Binds)/float64(max(polls.Batches, 1)), "binds/scontrol")
 }
+
+// A job its user holds is not given to berth until it is released.
+func TestIntegrationUserHold(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	id := sbatch(t, conf, "-H", "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+	other := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+	waitFor(t, 20*time.Second, "the other job to run", func() bool {
+		st := showJob(t, conf, other).State
+		return st == "RUNNING" || st == "COMPLETED"
+	})
+	_, bound := rn.bound(id)
+	assert.False(t, bound, "a held job is not placed")
+	assert.Equal(t, "berth", showJob(t, conf, id).Partition)
+	cmd(t, conf, "scontrol", "release", id)
+	waitFor(t, 20*time.Second, "the released job to run", func() bool {
+		st := showJob(t, conf, id).State
+		return st == "RUNNING" || st == "COMPLETED"
+	})
+}
