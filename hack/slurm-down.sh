@@ -11,7 +11,7 @@ say() { printf '[slurm-down] %s\n' "$*" >&2; }
 
 ours() {
   [ -n "$1" ] && [ -r "/proc/$1/cmdline" ] || return 1
-  tr '\0' ' ' < "/proc/$1/cmdline" | grep -qF -- "$dir/"
+  tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$dir/"
 }
 stop() { # pid files: TERM, wait up to 10 s, KILL
   local f p pids=() t alive
