@@ -31,6 +31,22 @@ CGO_ENABLED=0 go build ./topo/ ./gang/ $(for d in queue mig engine; do [ -d "$d"
 # read from the caller's environment, not set here.
 echo "== traces: BERTH_REQUIRE_TRACES=${BERTH_REQUIRE_TRACES:-0} (1: missing traces fail)"
 
+# ---- SLURM backend (backends/slurm) ----------------------------------------
+# A real 16-node SLURM with fake GPUs (hack/slurm-up.sh, needs root) for the
+# integration tests and benchmarks of backends/slurm, which the steps below
+# run; stopped on exit. Without it those tests skip, or fail under
+# BERTH_REQUIRE_INTEGRATION=1 (CI).
+if [ "$(id -u)" = 0 ]; then
+  echo "== SLURM test cluster"
+  bash hack/slurm-up.sh
+  trap 'bash hack/slurm-down.sh' EXIT
+  export BERTH_SLURM_DIR=/tmp/berth-slurm
+  unset SLURM_CONF
+else
+  echo "== SLURM test cluster: not root, not started (its integration tests skip)"
+fi
+# ---- end SLURM backend ----------------------------------------------------
+
 echo "== go test -race"
 go test -race -count=1 ./...
 

@@ -1,0 +1,45 @@
+// Package slurm is berth's backend for a SLURM cluster (22.05 and later):
+// berth decides where and when the jobs of some partitions run, users keep
+// sbatch, squeue, scancel and accounting.
+//
+// It drives SLURM through its command-line tools, never through a shell:
+// squeue --json and sinfo --json to read jobs and nodes (22.05's JSON output
+// ignores filters, so the backend filters itself), scontrol show topology for
+// the topology/tree switches, and scontrol update / requeuehold / release and
+// scancel to act. Every command has a timeout and gets only validated job IDs,
+// node and partition names. slurmrestd (v0.0.38) is not used: it needs a JWT
+// setup and a daemon of its own, and it refuses required_nodes, the one field
+// berth must set.
+//
+// # How berth keeps SLURM from starting its jobs
+//
+// The managed partitions (Config.Partitions) are State=DOWN in slurm.conf:
+// SLURM accepts and queues their jobs but never allocates them. To start a
+// job, the backend moves it, in one scontrol update, into Config.RunPartition
+// (a hidden, UP partition over the same nodes) with NodeList set to the nodes
+// berth chose: SLURM starts it there, on those nodes only, picking the GPU
+// indices inside each node itself. The backend reads them back (gres_detail)
+// and reports them with engine.DevicesReported, so the engine books exactly
+// the GPUs SLURM gave.
+//
+// # Mapping
+//
+// A pending job of a managed partition becomes a queue.Job: its account is
+// its queue (Config.AccountQueues may rename), its partition gives its
+// priority and preemption policy (Partition), --time its limit, -N nodes x
+// --gres=gpu[:type]:K one gang of N members with K GPUs each, a
+// "berth:required=LEVEL,preferred=LEVEL" token in --comment its topology
+// request, and every task of a job array is a job "ARRAYID_TASK" with its
+// ArrayIndex. The topology/tree switch levels become berth's levels
+// (Config.Levels names them, leaf first: rack, block, ...). A gang is one
+// SLURM job, so the backend implements backends.GangBinder.
+//
+// Preemption signals the job (SIGTERM), then at the end of the grace period
+// requeues and holds it, moves it back to its managed partition and releases
+// it (or cancels it, Partition.Cancel). Restarting berth rebuilds everything
+// from SLURM: running jobs are adopted with their GPU indices, jobs moved but
+// not yet started are moved back and placed again.
+//
+// See docs/backends/slurm.md for the slurm.conf lines a site needs and what is
+// not supported.
+package slurm

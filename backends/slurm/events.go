@@ -1,0 +1,270 @@
+package slurm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/topo"
+)
+
+// Next polls SLURM (squeue --json and sinfo --json every PollInterval,
+// backing off up to MaxBackoff after failures) until something changed,
+// wake is reached or ctx is done. Changes become events stamped with the
+// wall clock: new pending jobs of managed partitions (Submitted), the GPUs
+// a started job got (DevicesReported), ends (Finished; Cancelled for
+// scancel), requeues SLURM made itself (Finished, then Submitted again),
+// and node states (NodeChanged for drain and resume, NodeFailed for down).
+func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
+	for {
+		b.mu.Lock()
+		if len(b.queued) > 0 {
+			evs := b.queued
+			b.queued = nil
+			b.mu.Unlock()
+			return evs, nil
+		}
+		closed := b.closed
+		b.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		now := time.Now()
+		if !wake.IsZero() && !now.Before(wake) {
+			return []engine.Event{}, nil
+		}
+		if !now.Before(b.nextPoll) {
+			err := b.poll(ctx)
+			now = time.Now() // a poll of a busy controller takes a while
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if err != nil {
+				b.failures++
+				if b.failures >= b.cfg.MaxPollFailures {
+					return nil, fmt.Errorf("slurm: %d polls failed in a row: %w", b.failures, err)
+				}
+				back := b.cfg.PollInterval << min(b.failures, 16)
+				b.nextPoll = now.Add(min(back, b.cfg.MaxBackoff))
+				b.skip("", fmt.Errorf("poll failed (retrying): %w", err))
+			} else {
+				b.failures = 0
+				b.nextPoll = now.Add(b.cfg.PollInterval)
+			}
+			continue
+		}
+		until := b.nextPoll
+		if !wake.IsZero() && wake.Before(until) {
+			until = wake
+		}
+		t := time.NewTimer(time.Until(until))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// terminal job states of SLURM.
+func terminal(st string) bool {
+	switch st {
+	case "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED":
+		return false
+	}
+	return true
+}
+
+// poll reads SLURM once and queues the events of what changed.
+func (b *Backend) poll(ctx context.Context) error {
+	start := time.Now()
+	recs, err := b.squeue(ctx)
+	if err != nil {
+		return err
+	}
+	nout, err := b.cli.run(ctx, "sinfo", "--json")
+	if err != nil {
+		return err
+	}
+	nodes, err := parseSinfo(nout)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	var evs []engine.Event
+	var moves [][2]string // jobs to hand back to their managed partition
+
+	b.mu.Lock()
+	b.stats.Polls++
+	b.stats.PollTime += now.Sub(start)
+
+	// Nodes first: a node that went down requeues its gangs in the engine.
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if !b.inSpec[n.Name] || seen[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		st := nodeState(n)
+		old := b.nodes[n.Name]
+		if st == old {
+			continue
+		}
+		b.nodes[n.Name] = st
+		if st == topo.Down {
+			evs = append(evs, engine.NodeFailed(now, n.Name))
+			for _, t := range b.jobs {
+				if t.state == inRunning && !t.preempted && slices.Contains(t.running, n.Name) {
+					t.state, t.bound = inPending, false // the engine requeues it whole
+				}
+			}
+		} else {
+			evs = append(evs, engine.NodeChanged(now, n.Name, st, features(n.Features)))
+		}
+	}
+
+	present := map[string]bool{}
+	for i := range recs {
+		r := &recs[i]
+		_, managed := b.cfg.Partitions[r.Partition]
+		if !managed && r.Partition != b.cfg.RunPartition {
+			continue // left to SLURM
+		}
+		ids := []string{recID(r)}
+		idx := []int{taskIndex(r)}
+		if r.ArrayTaskID == nil && r.ArrayTaskString != "" {
+			tasks, err := taskIDs(r.ArrayTaskString)
+			if err != nil {
+				b.mu.Unlock()
+				return err
+			}
+			ids, idx = ids[:0], idx[:0]
+			for _, k := range tasks {
+				ids = append(ids, fmt.Sprintf("%d_%d", r.JobID, k))
+				idx = append(idx, k)
+			}
+		}
+		for k, id := range ids {
+			present[id] = true
+			evs = b.jobChanged(evs, now, id, idx[k], r, managed, &moves)
+		}
+	}
+	// Jobs purged from slurmctld (MinJobAge) without being seen to end.
+	for id, t := range b.jobs {
+		if present[id] || t.state == inEnded {
+			continue
+		}
+		switch t.state {
+		case inRunning:
+			evs = append(evs, engine.Finished(now, id))
+		case inPending:
+			evs = append(evs, engine.Cancelled(now, id))
+		}
+		t.state = inEnded
+	}
+	b.queued = append(b.queued, evs...)
+	b.mu.Unlock()
+
+	for _, mv := range moves {
+		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {
+			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
+		}
+	}
+	return nil
+}
+
+// jobChanged compares one job record with what the engine was told.
+// b.mu is held.
+func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx int, r *jobRec, managed bool, moves *[][2]string) []engine.Event {
+	t := b.jobs[id]
+	if t == nil {
+		if b.skipped[id] || r.State != "PENDING" {
+			return evs // ended before berth saw it, or started by someone else
+		}
+		if !managed {
+			// In RunPartition but not berth's (a restart lost it): back.
+			*moves = append(*moves, [2]string{id, fromPartition(r.AdminComment, b.cfg)})
+			return evs
+		}
+		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
+			return evs // placed once released
+		}
+		j, err := b.toJob(id, r, r.Partition, idx)
+		if err != nil {
+			b.skipped[id] = true
+			b.skip(id, err)
+			return evs
+		}
+		b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}
+		return append(evs, engine.Submitted(now, j))
+	}
+	switch t.state {
+	case inEnded:
+		return evs
+	case inPending:
+		switch {
+		case terminal(r.State):
+			t.state = inEnded
+			return append(evs, engine.Cancelled(now, id))
+		case r.State == "PENDING" && !managed && !t.bound:
+			// Requeued by SLURM or by a preemption: hand it back.
+			t.preempted = false
+			*moves = append(*moves, [2]string{id, t.partition})
+		case r.State == "PENDING" && managed:
+			t.preempted = false
+		}
+		return evs
+	}
+	// Running in the engine.
+	switch {
+	case r.State == "RUNNING":
+		t.bound = false
+		dev := strings.Join(r.GresDetail, ";")
+		if dev != t.devices && len(r.GresDetail) > 0 {
+			ms, err := members(r)
+			if err != nil {
+				b.skip(id, err)
+				return evs
+			}
+			t.devices, t.running = dev, nodeNames(ms)
+			t.restarts = r.RestartCnt
+			return append(evs, engine.DevicesReported(now, id, ms))
+		}
+	case t.preempted:
+		// berth stopped it; the engine requeues it at the deadline.
+		if terminal(r.State) && r.State != "CANCELLED" {
+			return evs // requeuehold leaves COMPLETED / CANCELLED briefly
+		}
+		if r.State == "PENDING" {
+			t.state = inPending
+			if !managed {
+				*moves = append(*moves, [2]string{id, t.partition})
+			}
+		}
+	case r.State == "PENDING" && !t.bound:
+		// SLURM requeued it (a node failure it saw first, an admin's
+		// scontrol requeue): it ended, and is pending again.
+		t.state, t.devices = inPending, ""
+		j, err := b.toJob(id, r, t.partition, idx)
+		evs = append(evs, engine.Finished(now, id))
+		if err != nil {
+			t.state = inEnded
+			b.skipped[id] = true
+			b.skip(id, err)
+			return evs
+		}
+		*moves = append(*moves, [2]string{id, t.partition})
+		return append(evs, engine.Submitted(now, j))
+	case terminal(r.State):
+		t.state = inEnded
+		if r.State == "CANCELLED" {
+			return append(evs, engine.Cancelled(now, id))
+		}
+		return append(evs, engine.Finished(now, id))
+	}
+	return evs
+}

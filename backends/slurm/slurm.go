@@ -1,0 +1,692 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// Errors of the backend, besides ErrMissingCommand, ErrCommand and
+// ErrParse.
+var (
+	// ErrInvalidConfig: a Config field is invalid.
+	ErrInvalidConfig = errors.New("slurm: invalid config")
+	// ErrBadArgument: a job ID or node name that SLURM's commands must not
+	// be given (the backend never passes unchecked text to a command).
+	ErrBadArgument = errors.New("slurm: bad argument")
+	// ErrBadJob: a pending job berth cannot schedule (GPUs asked per job
+	// with --gpus, a malformed berth: comment, node constraints other than
+	// plain features joined with &). It is left pending in SLURM and
+	// reported through Config.OnSkip.
+	ErrBadJob = errors.New("slurm: job not schedulable by berth")
+	// ErrClosed wraps backends.ErrClosed: Close was called.
+	ErrClosed = fmt.Errorf("slurm: closed: %w", backends.ErrClosed)
+)
+
+// Partition is how berth treats the jobs of one managed partition.
+type Partition struct {
+	// Priority of the partition's jobs in berth (queue.Job.Priority).
+	Priority int32
+	// Preemptible jobs may be preempted by berth once they ran MinRuntime;
+	// they get GracePeriod between SIGTERM and the stop.
+	Preemptible bool
+	MinRuntime  time.Duration
+	GracePeriod time.Duration
+	// Cancel: a preempted job is cancelled (scancel) instead of requeued
+	// and held (scontrol requeuehold) for berth to start again.
+	Cancel bool
+}
+
+// Config configures a Backend.
+type Config struct {
+	// Partitions are the partitions berth manages, by name. Each must be
+	// State=DOWN in slurm.conf, so that SLURM queues their jobs but never
+	// starts them (see docs/backends/slurm.md). Default: {"berth": {}}.
+	Partitions map[string]Partition
+	// RunPartition is the hidden, UP partition over the same nodes that
+	// berth moves a job into, with its node list, to start it. Default
+	// "berth-run".
+	RunPartition string
+	// AccountQueues maps a SLURM account to a berth queue; an account
+	// not in the map is its own queue name, and a job without an account
+	// goes to DefaultQueue (default "default").
+	AccountQueues map[string]string
+	DefaultQueue  string
+	// Levels names the topology/tree switch levels, leaf first: the
+	// switches of level 0 are Levels[0] ("rack"), those of level 1
+	// Levels[1] ("block"), ... Default {"rack", "block", "pod", "zone"}.
+	Levels []string
+	// PollInterval is how often squeue and sinfo are read. Default 1 s.
+	PollInterval time.Duration
+	// MaxBackoff bounds the wait between failed polls (doubling from
+	// PollInterval); MaxPollFailures failed polls in a row stop the event
+	// stream with the last error. Defaults 30 s and 10.
+	MaxBackoff      time.Duration
+	MaxPollFailures int
+	// CommandTimeout bounds every command. Default 30 s.
+	CommandTimeout time.Duration
+	// Bin is the directory of scontrol, squeue, sinfo, scancel and sbatch;
+	// empty: PATH.
+	Bin string
+	// Env is added to the commands' environment (e.g. "SLURM_CONF=...").
+	Env []string
+	// OnSkip, if set, is told once of every pending job berth cannot
+	// schedule (ErrBadJob) and of failures no caller sees (a stop after a
+	// grace period, moving a requeued job back). Called from the
+	// backend's goroutines.
+	OnSkip func(job string, err error)
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if len(out.Partitions) == 0 {
+		out.Partitions = map[string]Partition{"berth": {}}
+	}
+	if out.RunPartition == "" {
+		out.RunPartition = "berth-run"
+	}
+	if out.DefaultQueue == "" {
+		out.DefaultQueue = "default"
+	}
+	if len(out.Levels) == 0 {
+		out.Levels = []string{"rack", "block", "pod", "zone"}
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = time.Second
+	}
+	if out.MaxBackoff == 0 {
+		out.MaxBackoff = 30 * time.Second
+	}
+	if out.MaxPollFailures == 0 {
+		out.MaxPollFailures = 10
+	}
+	if out.CommandTimeout == 0 {
+		out.CommandTimeout = 30 * time.Second
+	}
+	bad := func(format string, args ...any) (Config, error) {
+		return Config{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	for name, p := range out.Partitions {
+		if !partRE.MatchString(name) {
+			return bad("partition name %q", name)
+		}
+		if p.MinRuntime < 0 || p.GracePeriod < 0 {
+			return bad("partition %q: negative MinRuntime or GracePeriod", name)
+		}
+	}
+	if !partRE.MatchString(out.RunPartition) {
+		return bad("RunPartition %q", out.RunPartition)
+	}
+	if _, managed := out.Partitions[out.RunPartition]; managed {
+		return bad("RunPartition %q is also a managed partition", out.RunPartition)
+	}
+	if out.PollInterval < 0 || out.MaxBackoff < 0 || out.CommandTimeout < 0 || out.MaxPollFailures < 0 {
+		return bad("negative interval, backoff, timeout or failure count")
+	}
+	for _, l := range out.Levels {
+		if !levelRE.MatchString(l) {
+			return bad("level name %q", l)
+		}
+	}
+	return out, nil
+}
+
+// Backend is berth's backend for a SLURM cluster (backends.Backend and
+// backends.GangBinder). It is safe for the Runner's concurrent use.
+type Backend struct {
+	cfg Config
+	cli *cli
+
+	mu      sync.Mutex
+	jobs    map[string]*tracked
+	skipped map[string]bool
+	nodes   map[string]topo.NodeState // what the engine was told
+	inSpec  map[string]bool
+	timers  map[string]*time.Timer
+	queued  []engine.Event
+	closed  bool
+
+	nextPoll time.Time
+	failures int
+	stats    Stats
+
+	bmu     sync.Mutex
+	batch   []*bindReq
+	leading bool
+}
+
+// Stats counts the backend's work (for benchmarks and logs).
+type Stats struct {
+	Polls       int
+	PollTime    time.Duration // squeue + sinfo, summed
+	Binds       int
+	BindTime    time.Duration // each BindGang call, summed
+	Batches     int           // scontrol processes that ran binds
+	Preemptions int
+}
+
+// job states as the backend told the engine.
+const (
+	inPending = iota + 1
+	inRunning
+	inEnded
+)
+
+type tracked struct {
+	state     int
+	partition string // the managed partition it came from
+	nodes     int    // SLURM node count of the job
+	bound     bool   // berth moved it to RunPartition and has not seen it run yet
+	running   []string
+	devices   string // the gres detail last reported
+	restarts  int
+	preempted bool // stopped by berth: its requeue is berth's, not an end
+}
+
+// New checks cfg and that SLURM's commands are installed, and returns a
+// backend. Nothing is read from SLURM yet.
+func New(cfg Config) (*Backend, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newCLI(c.Bin, c.Env, c.CommandTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{
+		cfg: c, cli: cl,
+		jobs: map[string]*tracked{}, skipped: map[string]bool{}, nodes: map[string]topo.NodeState{},
+		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
+	}, nil
+}
+
+// Stats returns the counters so far.
+func (b *Backend) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}
+
+// Close stops pending grace-period timers and ends the event stream.
+func (b *Backend) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for id, t := range b.timers {
+		t.Stop()
+		delete(b.timers, id)
+	}
+}
+
+func (b *Backend) skip(id string, err error) {
+	if b.cfg.OnSkip != nil {
+		b.cfg.OnSkip(id, err)
+	}
+}
+
+// ---------------------------------------------------------------- inventory
+
+// Cluster reads the nodes of the managed partitions (sinfo --json) and the
+// topology tree (scontrol show topology).
+func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
+	out, err := b.cli.run(ctx, "sinfo", "--json")
+	if err != nil {
+		return topo.Spec{}, err
+	}
+	recs, err := parseSinfo(out)
+	if err != nil {
+		return topo.Spec{}, err
+	}
+	tout, err := b.cli.run(ctx, "scontrol", "show", "topology")
+	if err != nil {
+		return topo.Spec{}, err
+	}
+	sws, err := parseTopology(tout)
+	if err != nil {
+		return topo.Spec{}, err
+	}
+	var spec topo.Spec
+	depth := 0
+	for _, s := range sws {
+		depth = max(depth, s.Level+1)
+	}
+	if depth > len(b.cfg.Levels) {
+		return topo.Spec{}, fmt.Errorf("%w: topology has %d switch levels, Config.Levels names %d", ErrInvalidConfig, depth, len(b.cfg.Levels))
+	}
+	// node -> switch at each level
+	under := map[string][]string{}
+	for _, s := range sws {
+		for _, n := range s.Nodes {
+			if under[n] == nil {
+				under[n] = make([]string, depth)
+			}
+			under[n][s.Level] = s.Name
+		}
+	}
+	for l := depth - 1; l >= 0; l-- {
+		spec.Levels = append(spec.Levels, b.cfg.Levels[l])
+	}
+	seen := map[string]bool{}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range recs {
+		if seen[r.Name] || !b.managedNode(r) {
+			continue
+		}
+		seen[r.Name] = true
+		g, ok, err := parseGPUGres(r.Gres)
+		if err != nil {
+			return topo.Spec{}, fmt.Errorf("node %s: %w", r.Name, err)
+		}
+		if !ok || g.Count == 0 {
+			continue // berth places GPU work only
+		}
+		ns := topo.NodeSpec{Name: r.Name, GPUs: g.Count, GPUModel: g.Type, State: nodeState(r), Labels: features(r.Features)}
+		if depth > 0 {
+			doms := under[r.Name]
+			if doms == nil || slices.Contains(doms, "") {
+				return topo.Spec{}, fmt.Errorf("%w: node %s is not under a switch at every level of topology.conf", ErrInvalidConfig, r.Name)
+			}
+			for l := depth - 1; l >= 0; l-- {
+				ns.Domains = append(ns.Domains, doms[l])
+			}
+		}
+		spec.Nodes = append(spec.Nodes, ns)
+		b.inSpec[r.Name] = true
+		b.nodes[r.Name] = ns.State
+	}
+	if len(spec.Nodes) == 0 {
+		return topo.Spec{}, fmt.Errorf("%w: no GPU node in partitions %v", ErrInvalidConfig, slices.Sorted(maps.Keys(b.cfg.Partitions)))
+	}
+	return spec, nil
+}
+
+func (b *Backend) managedNode(r nodeRec) bool {
+	for _, p := range r.Partitions {
+		if _, ok := b.cfg.Partitions[p]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func features(s string) map[string]string {
+	if s == "" || s == "(null)" {
+		return nil
+	}
+	m := map[string]string{}
+	for _, f := range strings.Split(s, ",") {
+		if f != "" {
+			m[f] = "true"
+		}
+	}
+	return m
+}
+
+// nodeState maps a node's SLURM state to berth's.
+func nodeState(r nodeRec) topo.NodeState {
+	st := strings.ToLower(r.State)
+	flags := strings.ToUpper(strings.Join(r.StateFlags, ","))
+	switch {
+	case strings.HasPrefix(st, "down"), strings.HasPrefix(st, "fail"), st == "unknown", strings.Contains(flags, "NOT_RESPONDING"):
+		return topo.Down
+	case strings.Contains(flags, "DRAIN"), strings.HasPrefix(st, "drain"):
+		return topo.Draining
+	}
+	return topo.Ready
+}
+
+// Running reads the jobs berth started that run now (squeue --json: jobs
+// in RunPartition), with the GPU indices SLURM gave them. A job berth had
+// moved to RunPartition that has not started yet is moved back to its
+// managed partition: the Runner places it again (never twice).
+func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
+	recs, err := b.squeue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []backends.RunningJob
+	for i := range recs {
+		r := &recs[i]
+		if r.Partition != b.cfg.RunPartition {
+			continue
+		}
+		id := recID(r)
+		part := fromPartition(r.AdminComment, b.cfg)
+		switch {
+		case r.State == "RUNNING":
+			j, err := b.toJob(id, r, part, taskIndex(r))
+			if err != nil {
+				return nil, fmt.Errorf("running job %s: %w", id, err)
+			}
+			ms, err := members(r)
+			if err != nil {
+				return nil, fmt.Errorf("running job %s: %w", id, err)
+			}
+			out = append(out, backends.RunningJob{Job: j, Members: ms, Start: unix(r.StartTime)})
+			b.mu.Lock()
+			b.jobs[id] = &tracked{state: inRunning, partition: part, nodes: r.NodeCount, running: nodeNames(ms), devices: strings.Join(r.GresDetail, ";"), restarts: r.RestartCnt}
+			b.mu.Unlock()
+		case r.State == "PENDING":
+			if err := b.moveBack(ctx, id, part); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func nodeNames(ms []engine.Member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Node)
+	}
+	return out
+}
+
+// members reads where a running job is: one member per node with the GPU
+// indices SLURM gave it (gres_detail follows the job's node order).
+func members(r *jobRec) ([]engine.Member, error) {
+	var names []string
+	for _, a := range r.Resources.Allocated {
+		names = append(names, a.Name)
+	}
+	if len(names) != len(r.GresDetail) {
+		var err error
+		if names, err = expandHostlist(r.Nodes); err != nil {
+			return nil, err
+		}
+	}
+	if len(names) != len(r.GresDetail) {
+		return nil, fmt.Errorf("%w: job %d: %d nodes, %d GRES details", ErrParse, r.JobID, len(names), len(r.GresDetail))
+	}
+	ms := make([]engine.Member, len(names))
+	for i, n := range names {
+		g, _, err := parseGPUGres(r.GresDetail[i])
+		if err != nil {
+			return nil, err
+		}
+		ms[i] = engine.Member{Node: n, GPUs: g.IDX}
+	}
+	return ms, nil
+}
+
+func recID(r *jobRec) string {
+	if r.ArrayTaskID != nil && r.ArrayJobID > 0 {
+		return fmt.Sprintf("%d_%d", r.ArrayJobID, *r.ArrayTaskID)
+	}
+	return strconv.FormatInt(r.JobID, 10)
+}
+
+func taskIndex(r *jobRec) int {
+	if r.ArrayTaskID != nil {
+		return int(*r.ArrayTaskID)
+	}
+	return 0
+}
+
+const adminTag = "berth:from="
+
+func fromPartition(admin string, cfg Config) string {
+	for _, f := range strings.Fields(admin) {
+		if p, ok := strings.CutPrefix(f, adminTag); ok {
+			if _, managed := cfg.Partitions[p]; managed {
+				return p
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(cfg.Partitions))[0]
+}
+
+// toJob turns a SLURM job of a managed partition into berth's job:
+// account -> queue, partition -> priority and preemption, --time -> limit,
+// nodes x GPUs per node -> one group, the comment's berth: token -> the
+// topology request, --constraint features -> a selector.
+func (b *Backend) toJob(id string, r *jobRec, part string, arrayIndex int) (*queue.Job, error) {
+	p := b.cfg.Partitions[part]
+	if strings.Contains(r.TresPerJob, "gpu") {
+		return nil, fmt.Errorf("%w: GPUs per job (--gpus) are not supported; ask --gres=gpu:N per node", ErrBadJob)
+	}
+	g, _, err := parseGPUGres(strings.TrimPrefix(r.TresPerNode, "gres:"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadJob, err)
+	}
+	if g.Count == 0 {
+		return nil, fmt.Errorf("%w: no GPUs asked (--gres=gpu:N); berth places GPU jobs only", ErrBadJob)
+	}
+	cr, err := parseComment(r.Comment)
+	if err != nil {
+		return nil, err
+	}
+	q := b.cfg.DefaultQueue
+	if r.Account != "" {
+		q = r.Account
+		if m, ok := b.cfg.AccountQueues[r.Account]; ok {
+			q = m
+		}
+	}
+	n := max(r.NodeCount, 1)
+	j := &queue.Job{
+		ID: id, Queue: q, Priority: p.Priority, Submit: unix(r.SubmitTime), ArrayIndex: arrayIndex,
+		Preemptible: p.Preemptible, MinRuntime: p.MinRuntime, GracePeriod: p.GracePeriod,
+		Request: gang.Request{
+			Groups:   []gang.Group{{Members: n, GPUsPerMember: g.Count, GPUModel: g.Type}},
+			Required: cr.Required, Preferred: cr.Preferred,
+		},
+	}
+	if r.TimeLimit > 0 && r.TimeLimit < 1<<31 {
+		j.RuntimeLimit = time.Duration(r.TimeLimit) * time.Minute
+	}
+	return j, nil
+}
+
+// squeue reads every job (22.05's --json ignores filters: the backend
+// filters itself).
+func (b *Backend) squeue(ctx context.Context) ([]jobRec, error) {
+	out, err := b.cli.run(ctx, "squeue", "--json")
+	if err != nil {
+		return nil, err
+	}
+	return parseSqueue(out)
+}
+
+// ---------------------------------------------------------------- actuator
+
+// BindGang starts job on exactly the nodes of members: one `scontrol
+// update` moves it from its managed partition to RunPartition with
+// NodeList set (and StartTime=now, which clears the delay of a requeue),
+// so SLURM starts it there, choosing the GPU indices inside each node
+// itself (they come back as DevicesReported events). A gang is one SLURM
+// job: the members must be on distinct nodes, as many as the job's node
+// count, with the same GPU count each. Refusals wrap backends.ErrRefused.
+func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) error {
+	if err := checkJobID(job); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
+	b.mu.Lock()
+	t := b.jobs[job]
+	b.mu.Unlock()
+	if t == nil || t.state != inPending {
+		return fmt.Errorf("%w: job %s is not pending in a managed partition", backends.ErrRefused, job)
+	}
+	per := map[string]int{}
+	var order []string
+	for _, m := range ms {
+		if err := checkNode(m.Node); err != nil {
+			return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+		}
+		if m.Fractional {
+			return fmt.Errorf("%w: job %s: fractional GPUs are not supported on SLURM", backends.ErrRefused, job)
+		}
+		if _, seen := per[m.Node]; !seen {
+			order = append(order, m.Node)
+		}
+		per[m.Node] += len(m.GPUs)
+	}
+	if len(order) != t.nodes {
+		return fmt.Errorf("%w: job %s asks %d nodes, berth placed its members on %d (a SLURM job has one member per node)", backends.ErrRefused, job, t.nodes, len(order))
+	}
+	for _, n := range order {
+		if per[n] != per[order[0]] {
+			return fmt.Errorf("%w: job %s: %d GPUs on %s, %d on %s (SLURM gives every node the same GRES)", backends.ErrRefused, job, per[n], n, per[order[0]], order[0])
+		}
+	}
+	start := time.Now()
+	err := b.bind(ctx, &bindReq{
+		job: job, nodes: order, done: make(chan error, 1),
+		args: []string{"update", "JobId=" + job, "Partition=" + b.cfg.RunPartition,
+			"NodeList=" + strings.Join(order, ","), "StartTime=now", "AdminComment=" + adminTag + t.partition},
+	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stats.Binds++
+	b.stats.BindTime += time.Since(start)
+	if err != nil {
+		return err
+	}
+	t.state, t.bound, t.running, t.devices = inRunning, true, order, ""
+	return nil
+}
+
+// refusal classifies a failed command: SLURM's answers about the job or
+// the nodes are final refusals, anything else (a timeout, a controller
+// that does not answer) transient.
+func refusal(err error) error {
+	if !errors.Is(err, ErrCommand) {
+		return err
+	}
+	msg := err.Error()
+	for _, s := range []string{"Invalid job id", "no longer pending", "already completed", "not available", "Invalid node name", "Requested node configuration", "Access/permission denied", "Job is pending execution"} {
+		if strings.Contains(msg, s) {
+			return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+		}
+	}
+	return err
+}
+
+// BindMember binds a one-member gang. The Runner uses BindGang for this
+// backend; BindMember is there for callers that bind members themselves.
+func (b *Backend) BindMember(ctx context.Context, job string, m engine.Member) error {
+	return b.BindGang(ctx, job, []engine.Member{m})
+}
+
+// UnbindMember cannot stop one node of a SLURM job: it returns nil for a
+// job berth did not start and refuses otherwise (SLURM jobs are not
+// elastic here).
+func (b *Backend) UnbindMember(_ context.Context, job string, _ engine.Member) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t := b.jobs[job]; t == nil || t.state != inRunning {
+		return nil
+	}
+	return fmt.Errorf("%w: job %s: SLURM jobs cannot shrink", backends.ErrRefused, job)
+}
+
+// ApplyMIG is refused: SLURM 22.05 knows MIG only through NVML
+// autodetection at slurmd start; it cannot be reconfigured from outside.
+func (b *Backend) ApplyMIG(context.Context, engine.MIGReconfiguration) error {
+	return fmt.Errorf("%w: MIG reconfiguration is not supported on SLURM", backends.ErrRefused)
+}
+
+// Preempt stops a running job by its partition's policy: SIGTERM to every
+// step and the batch script at once (scancel --signal=TERM --full), then,
+// at p.Deadline, requeue and hold it (scontrol requeuehold), move it back
+// to its managed partition and release it, so that it waits for berth
+// again; or cancel it (Partition.Cancel). A deadline already passed stops
+// it at once.
+func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
+	id := p.Victim
+	if err := checkJobID(id); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
+	b.mu.Lock()
+	t := b.jobs[id]
+	b.mu.Unlock()
+	if t == nil || t.state != inRunning {
+		return fmt.Errorf("%w: job %s is not running under berth", backends.ErrRefused, id)
+	}
+	cancel := b.cfg.Partitions[t.partition].Cancel
+	wait := time.Until(p.Deadline)
+	if wait > 0 {
+		if _, err := b.cli.run(ctx, "scancel", "--signal=TERM", "--full", id); err != nil {
+			return refusal(err)
+		}
+	}
+	b.mu.Lock()
+	if !cancel {
+		t.preempted = true
+	}
+	b.stats.Preemptions++
+	b.mu.Unlock()
+	if wait <= 0 {
+		return b.stop(ctx, id, t.partition, cancel)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if old := b.timers[id]; old != nil {
+		old.Stop()
+	}
+	b.timers[id] = time.AfterFunc(wait, func() {
+		b.mu.Lock()
+		delete(b.timers, id)
+		b.mu.Unlock()
+		ctx, cancelCtx := context.WithTimeout(context.Background(), 2*b.cfg.CommandTimeout)
+		defer cancelCtx()
+		if err := b.stop(ctx, id, t.partition, cancel); err != nil {
+			b.skip(id, fmt.Errorf("stopping after the grace period: %w", err))
+		}
+	})
+	return nil
+}
+
+// stop ends a preempted job now: cancel, or requeue-hold and hand back.
+func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error {
+	if cancel {
+		_, err := b.cli.run(ctx, "scancel", id)
+		return refusal(err)
+	}
+	// A job that ended in its grace period (SIGTERM often ends it) is
+	// requeued too: the engine requeues every preempted job, and SLURM
+	// requeues a finished job on request.
+	if _, err := b.cli.run(ctx, "scontrol", "requeuehold", id); err != nil {
+		return refusal(err)
+	}
+	return b.moveBack(ctx, id, part)
+}
+
+// moveBack returns a pending job of RunPartition to its managed partition
+// (where SLURM cannot start it), clears its node list and the requeue
+// delay, and releases a hold.
+func (b *Backend) moveBack(ctx context.Context, id, part string) error {
+	if err := checkJobID(id); err != nil {
+		return err
+	}
+	if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+id, "Partition="+part, "NodeList=", "StartTime=now"); err != nil {
+		return err
+	}
+	if _, err := b.cli.run(ctx, "scontrol", "release", id); err != nil && !strings.Contains(err.Error(), "not held") {
+		return err
+	}
+	return nil
+}
+
+var (
+	_ backends.Backend    = (*Backend)(nil)
+	_ backends.GangBinder = (*Backend)(nil)
+)
