@@ -808,8 +808,8 @@ func (b *Backend) boundLocked(uid types.UID) bool {
 // engine rejects because the backend's view and the engine's differ for a
 // moment (a job cancelled that the engine already dropped, a submission or
 // adoption it refuses) is logged and skipped, and the pods of a refused
-// submission get a PodScheduled=False condition saying why; anything else
-// stops the Runner.
+// submission get a PodScheduled=False condition saying why; a node event
+// it refuses is logged and skipped; anything else stops the Runner.
 func (b *Backend) OnStepError(ev engine.Event, err error) error {
 	switch {
 	case ev.Kind == engine.EventJobCancelled && errors.Is(err, engine.ErrUnknownJob):
@@ -829,6 +829,11 @@ func (b *Backend) OnStepError(ev engine.Event, err error) error {
 		}
 		b.mu.Unlock()
 		b.status.waiting(pods, "Invalid", "berth: "+err.Error())
+		return nil
+	case ev.Kind == engine.EventNodeAdded || ev.Kind == engine.EventNodeChanged || ev.Kind == engine.EventNodeFailed:
+		// A node the engine cannot take (it failed validation, or was
+		// never added): the engine keeps its old view of it.
+		b.cfg.Logf("kube: engine refused %v: %v", ev.Kind, err)
 		return nil
 	case errors.Is(err, engine.ErrTimeBackwards):
 		return nil

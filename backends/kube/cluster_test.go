@@ -193,6 +193,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	user, err := testEnv.AddUser(envtest.User{Name: "berth-" + w.pool}, nil)
 	require.NoError(t, err)
 	ucfg := user.Config()
+	ucfg.QPS, ucfg.Burst = 200, 400
 	ucs := kubernetes.NewForConfigOrDie(ucfg)
 	ctx := context.Background()
 	require.ErrorIs(t, kube.CheckAccess(ctx, ucs), kube.ErrForbidden, "a user without the role passes the check")
