@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -640,6 +641,11 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.Runni
 		b.jobs[jobID] = j
 		submits = append(submits, engine.Submitted(now, qj))
 	}
+	b.status.prune(func(key string) bool {
+		ns, name, _ := strings.Cut(key, "/")
+		p, err := b.podList.Pods(ns).Get(name)
+		return err == nil && p.Spec.NodeName == "" && podLive(p)
+	})
 	// Assumed binds the informer has caught up with (and BindMember has
 	// recorded), or whose pods are gone.
 	for uid, a := range b.assumed {

@@ -74,6 +74,25 @@ func (w *statusWriter) set(key string, st podStatus) {
 	}
 }
 
+// prune forgets the pods for which keep is false (bound or gone).
+func (w *statusWriter) prune(keep func(key string) bool) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.written {
+		if !keep(k) {
+			delete(w.written, k)
+		}
+	}
+	for k := range w.want {
+		if !keep(k) {
+			delete(w.want, k)
+		}
+	}
+}
+
 // waiting sets a status for pods that have not reached the engine.
 func (w *statusWriter) waiting(pods []*corev1.Pod, reason, msg string) {
 	for _, p := range pods {
@@ -101,6 +120,12 @@ func (w *statusWriter) work(ctx context.Context) {
 			case <-w.wake:
 			}
 			continue
+		}
+		if len(w.queue) > 0 {
+			select { // more to do: wake another worker
+			case w.wake <- struct{}{}:
+			default:
+			}
 		}
 		w.mu.Unlock()
 		if err := w.write(ctx, key, st); err != nil {
@@ -187,7 +212,7 @@ func (b *Backend) Observe(c backends.Cycle) {
 	}
 	for _, ps := range c.Ready.Pending {
 		j := b.jobs[ps.Job]
-		if j == nil {
+		if j == nil || ps.Reason == engine.ReasonNone {
 			continue
 		}
 		msg := "berth: " + ps.String()
