@@ -252,9 +252,7 @@ func (b *Backend) loop(ctx context.Context) {
 		}
 		evs := b.syncNodes(time.Now())
 		adopts, more := b.syncPods(ctx, time.Now())
-		for _, a := range adopts {
-			evs = append(evs, engine.Adopted(a.Start, a.Job, a.Members))
-		}
+		evs = append(evs, b.adoptEvents(adopts, time.Now())...)
 		evs = append(evs, more...)
 		if len(evs) > 0 {
 			if err := b.feed.Push(evs...); err != nil {
@@ -262,6 +260,32 @@ func (b *Backend) loop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// adoptEvents turns adoptions found while running into events. The
+// engine books running jobs only on ready nodes, so a cordoned or
+// draining node is made ready for the adoption and put back right after
+// (the Runner steps a batch of events before it runs a cycle).
+func (b *Backend) adoptEvents(adopts []backends.RunningJob, now time.Time) []engine.Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var evs []engine.Event
+	for _, a := range adopts {
+		var flip []string
+		for _, m := range a.Members {
+			if t := b.nodes[m.Node]; t != nil && t.state != topo.Ready && !slices.Contains(flip, m.Node) {
+				flip = append(flip, m.Node)
+			}
+		}
+		for _, n := range flip {
+			evs = append(evs, engine.NodeChanged(now, n, topo.Ready, b.nodes[n].labels))
+		}
+		evs = append(evs, engine.Adopted(now, a.Job, a.Members))
+		for _, n := range flip {
+			evs = append(evs, engine.NodeChanged(now, n, b.nodes[n].state, b.nodes[n].labels))
+		}
+	}
+	return evs
 }
 
 // ---------------------------------------------------------------- inventory
@@ -345,12 +369,18 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 		t := b.nodes[n.Name]
 		switch {
 		case t == nil:
-			b.nodes[n.Name] = &toldNode{model: nm, state: nm.spec.State, labels: nm.spec.Labels}
-			b.spec.Nodes = append(b.spec.Nodes, nm.spec)
+			sp := nm.spec
+			if !b.started && sp.State != topo.Down {
+				// The engine adopts running pods only on ready nodes:
+				// the node's real state follows once Running was read.
+				sp.State = topo.Ready
+			}
+			b.nodes[n.Name] = &toldNode{model: nm, state: sp.State, labels: nm.spec.Labels}
+			b.spec.Nodes = append(b.spec.Nodes, sp)
 			b.devs[n.Name] = newNodeDevs(nm.spec)
 			added = true
 			if b.started {
-				evs = append(evs, engine.NodeAdded(now, nm.spec))
+				evs = append(evs, engine.NodeAdded(now, sp))
 			}
 			continue
 		case !maps.Equal(t.model.capacity, nm.capacity) || t.model.spec.GPUModel != nm.spec.GPUModel ||
@@ -586,6 +616,10 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.Runni
 	for _, id := range boundOrder {
 		var fresh []*corev1.Pod
 		for _, p := range boundBy[id] {
+			t := b.nodes[p.Spec.NodeName]
+			if t == nil || t.gone || t.state == topo.Down {
+				continue // not a berth node, or down: nothing to book there now
+			}
 			if _, known := b.byUID[p.UID]; !known {
 				fresh = append(fresh, p)
 			}
@@ -609,6 +643,12 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.Runni
 	// Complete gangs of pending pods: submit them.
 	for _, id := range pendingOrder {
 		pg := pending[id]
+		// Pods already members of a job the engine knows (a gang being
+		// bound right now, or waiting) are not new work.
+		pg.pods = slices.DeleteFunc(pg.pods, func(p *corev1.Pod) bool { _, known := b.byUID[p.UID]; return known })
+		if len(pg.pods) == 0 {
+			continue
+		}
 		jobID, size := id, pg.size
 		if bound := len(boundBy[id]); bound > 0 && pg.group != "" {
 			// The rest of a gang partly bound by an earlier scheduler

@@ -141,9 +141,17 @@ func (w *world) node(name string, gpus int64, opts ...nodeOpt) string {
 	for _, o := range opts {
 		o(n)
 	}
-	_, err := cs.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	created, err := cs.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
 	require.NoError(w.t, err)
 	w.nodes = append(w.nodes, name)
+	if len(created.Spec.Taints) > 0 {
+		// The TaintNodesByCondition admission plugin taints a new node
+		// not-ready; the node lifecycle controller (absent here) would
+		// lift it once the kubelet reports Ready.
+		created.Spec.Taints = nil
+		_, err = cs.CoreV1().Nodes().Update(context.Background(), created, metav1.UpdateOptions{})
+		require.NoError(w.t, err)
+	}
 	return name
 }
 
@@ -232,6 +240,7 @@ func (w *world) setPhase(name string, ph corev1.PodPhase) {
 	if ph == corev1.PodRunning {
 		now := metav1.Now()
 		p.Status.StartTime = &now
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now})
 	}
 	_, err := cs.CoreV1().Pods(w.ns).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
 	require.NoError(w.t, err)
@@ -290,6 +299,9 @@ func (w *world) start(cfg kube.Config, ecfg engine.Config) *running {
 	r := &running{b: b, cancel: cancel, done: make(chan error, 1)}
 	rc.Observe = func(c backends.Cycle) {
 		b.Observe(c)
+		if os.Getenv("KUBE_TEST_TRACE") != "" {
+			w.t.Logf("%s cycle %d: binds %d pending %v reservations %v requeued %v outcome %+v", time.Now().Format("05.000"), c.Ready.Seq, len(c.Ready.Binds), c.Ready.Pending, c.Ready.Reservations, c.Ready.Requeued, c.Outcome)
+		}
 		r.mu.Lock()
 		r.cycles = append(r.cycles, backends.Cycle{Outcome: c.Outcome})
 		r.mu.Unlock()
@@ -380,9 +392,14 @@ func TestBlockedGangIsNominatedThenBinds(t *testing.T) {
 	}
 	nominated := map[string]string{}
 	for _, n := range []string{"second-0", "second-1"} {
+		last := ""
 		eventually(t, 30*time.Second, n+" nominated with a reason", func() bool {
 			p := w.get(n)
 			c, ok := condition(p)
+			if now := fmt.Sprintf("%v %s %s %q", ok, p.Status.NominatedNodeName, c.Reason, c.Message); now != last {
+				t.Logf("%s: %s", n, now)
+				last = now
+			}
 			if !ok || c.Status != corev1.ConditionFalse || p.Status.NominatedNodeName == "" {
 				return false
 			}
@@ -392,6 +409,7 @@ func TestBlockedGangIsNominatedThenBinds(t *testing.T) {
 		require.Empty(t, w.nodeOf(n))
 	}
 	require.NotEqual(t, nominated["second-0"], nominated["second-1"])
+	t.Logf("%s waiting for the event", time.Now().Format("05.000"))
 	eventually(t, 30*time.Second, "a FailedScheduling event", func() bool {
 		l, err := cs.CoreV1().Events(w.ns).List(context.Background(), metav1.ListOptions{})
 		require.NoError(t, err)
@@ -402,6 +420,7 @@ func TestBlockedGangIsNominatedThenBinds(t *testing.T) {
 		}
 		return false
 	})
+	t.Logf("%s first ends", time.Now().Format("05.000"))
 	w.setPhase("first-0", corev1.PodSucceeded)
 	w.setPhase("first-1", corev1.PodSucceeded)
 	w.waitBound(30*time.Second, "second-0", "second-1")
@@ -471,6 +490,9 @@ func TestPreemptionHonoursPDB(t *testing.T) {
 		w.setPhase("low", corev1.PodRunning)
 		w.pod("high", 8, priorityClass("berth-high"))
 		eventually(t, 30*time.Second, "a refused preemption", func() bool {
+			if c, ok := condition(w.get("high")); ok {
+				t.Logf("high: %s %s", c.Reason, c.Message)
+			}
 			for _, o := range r.outcomes() {
 				if len(o.RefusedPreemptions) > 0 {
 					return true
