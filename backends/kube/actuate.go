@@ -233,6 +233,9 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if bound {
+		b.deleted[pr.uid] = true
+	}
 	delete(j.assigned, key)
 	if bound {
 		delete(j.bound, i)

@@ -66,6 +66,7 @@ type Backend struct {
 	byUID     map[types.UID]string
 	assumed   map[types.UID]assumedBind
 	groupSize map[string]groupSize
+	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
 	devs      map[string]*nodeDevs
 	logged    map[string]string
 }
@@ -132,7 +133,7 @@ func New(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Backend, 
 		cfg: c, cs: cs, dyn: dyn, queues: map[string]bool{},
 		feed: backends.NewFeed(), kick: make(chan struct{}, 1),
 		nodes: map[string]*toldNode{}, jobs: map[string]*job{}, byUID: map[types.UID]string{},
-		assumed: map[types.UID]assumedBind{}, groupSize: map[string]groupSize{},
+		assumed: map[types.UID]assumedBind{}, groupSize: map[string]groupSize{}, deleted: map[types.UID]bool{},
 		devs: map[string]*nodeDevs{}, logged: map[string]string{},
 	}
 	for _, q := range c.Queues.Queues {
@@ -251,9 +252,12 @@ func (b *Backend) loop(ctx context.Context) {
 			continue
 		}
 		evs := b.syncNodes(time.Now())
-		adopts, more := b.syncPods(ctx, time.Now())
+		adopts, cancels, submits := b.syncPods(ctx, time.Now())
+		// Cancellations first: an adoption may reuse the ID of a job
+		// that ended in the same batch.
+		evs = append(evs, cancels...)
 		evs = append(evs, b.adoptEvents(adopts, time.Now())...)
-		evs = append(evs, more...)
+		evs = append(evs, submits...)
 		if len(evs) > 0 {
 			if err := b.feed.Push(evs...); err != nil {
 				return
@@ -319,7 +323,8 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	if b.podList == nil {
 		return nil, ErrNotStarted
 	}
-	adopts, evs := b.syncPods(ctx, time.Now())
+	adopts, cancels, submits := b.syncPods(ctx, time.Now())
+	evs := append(cancels, submits...)
 	b.mu.Lock()
 	b.started = true
 	b.mu.Unlock()
@@ -527,23 +532,28 @@ type pendingGang struct {
 }
 
 // syncPods compares the pod informer with the jobs the engine knows and
-// returns the adoptions and the other events (cancellations first, then
-// submissions) that bring the engine up to date.
-func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.RunningJob, []engine.Event) {
+// returns the adoptions, cancellations and submissions that bring the
+// engine up to date.
+func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backends.RunningJob, cancels, submits []engine.Event) {
 	list, err := b.podList.List(labels.Everything())
 	if err != nil {
 		b.logf("pods", "kube: listing pods: %v", err)
-		return nil, nil
+		return nil, nil, nil
 	}
 	sortPods(list)
+	b.mu.Lock()
+	deleted := maps.Clone(b.deleted)
+	b.mu.Unlock()
 	live := make(map[types.UID]*corev1.Pod, len(list))
+	inCache := make(map[types.UID]bool, len(list))
 	boundBy := map[string][]*corev1.Pod{}
 	var boundOrder []string
 	pending := map[string]*pendingGang{}
 	var pendingOrder []string
 	for _, p := range list {
-		if !podLive(p) {
-			continue
+		inCache[p.UID] = true
+		if !podLive(p) || deleted[p.UID] {
+			continue // ended, or deleted by berth and not yet gone from the cache
 		}
 		live[p.UID] = p
 		ours := p.Spec.SchedulerName == b.cfg.SchedulerName
@@ -588,8 +598,6 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.Runni
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var cancels, submits []engine.Event
-	var adopts []backends.RunningJob
 	// Jobs that ended or broke up.
 	for _, id := range slices.Sorted(maps.Keys(b.jobs)) {
 		j := b.jobs[id]
@@ -686,6 +694,11 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.Runni
 		p, err := b.podList.Pods(ns).Get(name)
 		return err == nil && p.Spec.NodeName == "" && podLive(p)
 	})
+	for uid := range b.deleted {
+		if !inCache[uid] {
+			delete(b.deleted, uid)
+		}
+	}
 	// Assumed binds the informer has caught up with (and BindMember has
 	// recorded), or whose pods are gone.
 	for uid, a := range b.assumed {
@@ -693,7 +706,19 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) ([]backends.Runni
 			delete(b.assumed, uid)
 		}
 	}
-	return adopts, append(cancels, submits...)
+	return adopts, cancels, submits
+}
+
+// NodeState says what berth believes of a node: its state, and false
+// when the node is not (or no longer) one of berth's nodes.
+func (b *Backend) NodeState(name string) (topo.NodeState, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.nodes[name]
+	if t == nil || t.gone {
+		return topo.Down, false
+	}
+	return t.state, true
 }
 
 // adopt books bound pods as one running job. Caller holds mu.

@@ -524,7 +524,10 @@ func (f *failingBackend) BindMember(ctx context.Context, job string, m engine.Me
 }
 
 // A bind refused mid-gang leaves no member bound: the members already
-// bound are deleted (spec.nodeName cannot be unset).
+// bound are deleted (spec.nodeName cannot be unset). "pod deleted": the
+// API server refuses the second bind (404). "node deleted": berth refuses
+// it once its informer has seen the node go (the API server itself would
+// accept a bind to a node that no longer exists).
 func TestRefusedBindRollsBackGang(t *testing.T) {
 	for _, tc := range []string{"pod deleted", "node deleted"} {
 		t.Run(tc, func(t *testing.T) {
@@ -553,7 +556,13 @@ func TestRefusedBindRollsBackGang(t *testing.T) {
 					other = nodes[1]
 				}
 				require.NoError(t, cs.CoreV1().Nodes().Delete(ctx, other, metav1.DeleteOptions{}))
-				time.Sleep(300 * time.Millisecond) // let the informer see it
+				// The API server binds to a node that no longer exists
+				// (PodGC removes such pods later); berth refuses once its
+				// node informer has seen the deletion.
+				eventually(t, 30*time.Second, "the backend to see "+other+" gone", func() bool {
+					_, ok := b.NodeState(other)
+					return !ok
+				})
 			}
 			rc := b.RunnerConfig(engine.Config{})
 			rc.Backend = fb
