@@ -566,6 +566,10 @@ func TestRefusedBindRollsBackGang(t *testing.T) {
 			}
 			rc := b.RunnerConfig(engine.Config{})
 			rc.Backend = fb
+			rc.Observe = func(c backends.Cycle) {
+				b.Observe(c)
+				t.Logf("cycle %d: binds %v pending %v outcome %+v errors %v", c.Ready.Seq, c.Ready.Binds, c.Ready.Pending, c.Outcome, c.Errors)
+			}
 			rc.Parallelism = 1 // members one after the other: the second fails
 			runner, err := backends.NewRunner(rc)
 			require.NoError(t, err)
@@ -575,9 +579,18 @@ func TestRefusedBindRollsBackGang(t *testing.T) {
 			w.pod("g-0", 8, inKueueGroup("g", 2))
 			w.pod("g-1", 8, inKueueGroup("g", 2))
 			eventually(t, 30*time.Second, "the first member bound", func() bool { return fb.binds.Load() >= 1 })
+			last := ""
 			eventually(t, 30*time.Second, "no member left bound", func() bool {
 				l, err := cs.CoreV1().Pods(w.ns).List(context.Background(), metav1.ListOptions{})
 				require.NoError(t, err)
+				state := ""
+				for _, p := range l.Items {
+					state += fmt.Sprintf("%s@%s(%v) ", p.Name, p.Spec.NodeName, p.DeletionTimestamp != nil)
+				}
+				if state != last {
+					t.Logf("pods: %s", state)
+					last = state
+				}
 				for _, p := range l.Items {
 					if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
 						return false
