@@ -441,6 +441,7 @@ func indexOf(s, sub string) int {
 }
 
 func ensurePriorityClasses(t *testing.T) {
+	needAPI(t)
 	for name, v := range map[string]int32{"berth-low": 10, "berth-high": 1000} {
 		_, err := cs.SchedulingV1().PriorityClasses().Create(context.Background(),
 			&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}, metav1.CreateOptions{})
