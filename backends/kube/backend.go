@@ -564,11 +564,7 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 					continue
 				}
 			}
-			id := jobIDOf(p, "")
-			if ours {
-				g, _, _ := groupOf(p)
-				id = jobIDOf(p, g)
-			}
+			id := boundKey(p, b.cfg.SchedulerName)
 			if _, ok := boundBy[id]; !ok {
 				boundOrder = append(boundOrder, id)
 			}
@@ -598,6 +594,15 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// Pods deleted by a rollback since the list was taken are gone too.
+	for uid := range b.deleted {
+		if p := live[uid]; p != nil {
+			delete(live, uid)
+			if id := boundKey(p, b.cfg.SchedulerName); boundBy[id] != nil {
+				boundBy[id] = slices.DeleteFunc(boundBy[id], func(q *corev1.Pod) bool { return q.UID == uid })
+			}
+		}
+	}
 	// Jobs that ended or broke up.
 	for _, id := range slices.Sorted(maps.Keys(b.jobs)) {
 		j := b.jobs[id]
@@ -719,6 +724,16 @@ func (b *Backend) NodeState(name string) (topo.NodeState, bool) {
 		return topo.Down, false
 	}
 	return t.state, true
+}
+
+// boundKey is the job a bound pod is adopted into: its gang for berth's
+// pods, the pod alone for other schedulers'.
+func boundKey(p *corev1.Pod, scheduler string) string {
+	if p.Spec.SchedulerName == scheduler {
+		g, _, _ := groupOf(p)
+		return jobIDOf(p, g)
+	}
+	return jobIDOf(p, "")
 }
 
 // adopt books bound pods as one running job. Caller holds mu.
