@@ -68,4 +68,15 @@ echo "== hack/get-traces.sh (offline check)"
 bash hack/get-traces-check.sh
 # --- end get-traces ---
 
+# ---- backends/kube: its own module, tested against a real kube-apiserver
+# and etcd (envtest) that hack/kube-assets.sh builds from Go modules (~10 min
+# cold, cached afterwards). Root `go vet ./...` does not enter nested modules.
+echo "== backends/kube (envtest: kube-apiserver + etcd from hack/kube-assets.sh)"
+KUBEBUILDER_ASSETS="$(bash hack/kube-assets.sh)"
+export KUBEBUILDER_ASSETS
+(cd backends/kube && go vet ./... && go test -race -count=1 ./... \
+  && go test -run '^$' -bench . -benchtime 1x ./...)
+(cd examples/kube-scheduler && go vet ./... && go build -o /dev/null .)
+# ---- end backends/kube
+
 echo "== all passed"

@@ -1,0 +1,61 @@
+// Package kube makes berth a Kubernetes scheduler: a backends.Backend on a
+// real kube-apiserver, for the pods whose spec.schedulerName is berth's.
+// It lives in its own Go module so that importing berth's core never pulls
+// client-go.
+//
+// # What it reads
+//
+// Informers on pods and nodes. Every node with nvidia.com/gpu or
+// nvidia.com/mig-<profile> allocatable is a berth node: its GPU model from
+// nvidia.com/gpu.product, its topology from node labels (Config.Levels;
+// by default topology.kubernetes.io/zone > berth.dev/block > berth.dev/rack
+// > nvidia.com/gpu.clique), Down when its Ready condition is not True,
+// Cordoned when unschedulable or tainted NoSchedule/NoExecute. Bound live
+// pods are running jobs: berth's own by gang, other schedulers' GPU pods
+// one job each (never preempted), adopted at start and whenever they
+// appear.
+//
+// Pending pods with berth's scheduler name are the pending work. A gang is
+// the pods labelled scheduling.x-k8s.io/pod-group=<g> (size: the
+// coscheduling PodGroup's spec.minMember) or carrying Kueue's
+// kueue.x-k8s.io/pod-group-name and pod-group-total-count; a gang is
+// submitted once that many pods are pending, and pods of one shape (GPUs
+// or MIG profile, nodeSelector) form one gang.Group. Priority is
+// spec.priority (the PriorityClass); the queue the berth.dev/queue label,
+// else the namespace when it is a leaf queue, else Config.DefaultQueue;
+// Kueue's podset-required-topology and podset-preferred-topology
+// annotations name levels (both are honoured together).
+//
+// # What it writes
+//
+// Binds go through the pods/binding subresource, member by member (the
+// Runner binds a gang's members in parallel); a gang with a member that
+// fails is rolled back by deleting the pods already bound (spec.nodeName
+// cannot be unset). Preemption evicts through the Eviction API, so
+// PodDisruptionBudgets apply: every eviction of the victim is first tried
+// as a dry run, and one refusal refuses the preemption. Observe writes
+// PodScheduled=False with berth's reason and estimated start, and
+// status.nominatedNodeName for the pods of a job holding a reservation,
+// plus a FailedScheduling Event. Run adds leader election on a Lease; a
+// new leader rebuilds everything from the API server.
+//
+// # Devices
+//
+// With the NVIDIA device plugin the kubelet, not the scheduler, picks the
+// GPU indices a pod gets, and the API server never says which. berth
+// therefore books counts per node: the engine's GPU indices are its own
+// books, and BindMember checks, before every bind, that the node's
+// allocatable count minus the GPUs of every live pod bound there (binds in
+// flight included) covers the pod. The engine never books more GPUs on a
+// node than it has, the kubelet never hands out a device twice, and the
+// two counts agree, so no GPU is booked twice; what berth cannot promise
+// is which GPUs of a node (NVLink islands inside a node are not used).
+// MIG nodes (mixed strategy) are modelled with the same layout on every GPU
+// (nvidia.com/gpu.count GPUs); berth never reconfigures MIG.
+//
+// # Concurrency
+//
+// Start runs the informers, a sync goroutine that turns their changes into
+// engine events, and the status writers. The Actuator methods are safe for
+// concurrent use; Cluster, Running and Next are for the Runner's goroutine.
+package kube

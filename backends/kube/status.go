@@ -1,0 +1,281 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/engine"
+)
+
+// EventReason is the reason of the Events berth records on pods it cannot
+// place now (the same as kube-scheduler's).
+const EventReason = "FailedScheduling"
+
+// podStatus is what berth says of one pending pod.
+type podStatus struct {
+	uid       types.UID
+	reason    string
+	message   string
+	nominated string
+}
+
+// statusWriter writes PodScheduled=False conditions, nominatedNodeName and
+// Events for pending pods, off the scheduling loop: the latest status of a
+// pod wins, and a status equal to the last one written is not written
+// again.
+type statusWriter struct {
+	cs      kubernetes.Interface
+	rec     record.EventRecorder
+	logf    func(string, ...any)
+	isBound func(types.UID) bool
+
+	mu      sync.Mutex
+	want    map[string]podStatus
+	written map[string]podStatus
+	queue   []string
+	queued  map[string]bool
+	wake    chan struct{}
+}
+
+func newStatusWriter(cs kubernetes.Interface, rec record.EventRecorder, logf func(string, ...any), isBound func(types.UID) bool) *statusWriter {
+	return &statusWriter{cs: cs, rec: rec, logf: logf, isBound: isBound,
+		want: map[string]podStatus{}, written: map[string]podStatus{}, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+func (w *statusWriter) set(key string, st podStatus) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if old, ok := w.written[key]; ok && old == st {
+		delete(w.want, key)
+		return
+	}
+	w.want[key] = st
+	if !w.queued[key] {
+		w.queued[key] = true
+		w.queue = append(w.queue, key)
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// prune forgets the pods for which keep is false (bound or gone).
+func (w *statusWriter) prune(keep func(key string) bool) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.written {
+		if !keep(k) {
+			delete(w.written, k)
+		}
+	}
+	for k := range w.want {
+		if !keep(k) {
+			delete(w.want, k)
+		}
+	}
+}
+
+// waiting sets a status for pods that have not reached the engine.
+func (w *statusWriter) waiting(pods []*corev1.Pod, reason, msg string) {
+	for _, p := range pods {
+		w.set(podKey(p), podStatus{uid: p.UID, reason: reason, message: msg})
+	}
+}
+
+func (w *statusWriter) work(ctx context.Context) {
+	for {
+		w.mu.Lock()
+		var key string
+		var st podStatus
+		found := false
+		for len(w.queue) > 0 && !found {
+			key, w.queue = w.queue[0], w.queue[1:]
+			delete(w.queued, key)
+			st, found = w.want[key]
+			delete(w.want, key)
+		}
+		if !found {
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.wake:
+			}
+			continue
+		}
+		if len(w.queue) > 0 {
+			select { // more to do: wake another worker
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+		w.mu.Unlock()
+		if err := w.write(ctx, key, st); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.logf("kube: status of pod %s: %v", key, err)
+			continue
+		}
+		w.mu.Lock()
+		w.written[key] = st
+		w.mu.Unlock()
+	}
+}
+
+func (w *statusWriter) write(ctx context.Context, key string, st podStatus) error {
+	if w.isBound(st.uid) {
+		return nil // the binding set PodScheduled=True
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	var nominated any
+	if st.nominated != "" {
+		nominated = st.nominated
+	}
+	patch := map[string]any{
+		"status": map[string]any{
+			"conditions": []any{map[string]any{
+				"type": string(corev1.PodScheduled), "status": string(corev1.ConditionFalse),
+				"reason": st.reason, "message": st.message,
+				"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339),
+			}},
+			"nominatedNodeName": nominated,
+		},
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = w.cs.CoreV1().Pods(ns).Patch(rctx, name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.rec != nil {
+		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: st.uid}
+		w.rec.Event(ref, corev1.EventTypeWarning, EventReason, st.message)
+	}
+	return nil
+}
+
+// Written returns the status berth last wrote for pod ns/name: the
+// PodScheduled=False reason, message and nominated node. For tests and
+// observers; ok is false when none was written.
+func (b *Backend) Written(ns, name string) (reason, message, nominated string, ok bool) {
+	w := b.status
+	if w == nil {
+		return "", "", "", false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, ok := w.written[ns+"/"+name]
+	return st.reason, st.message, st.nominated, ok
+}
+
+// Observe is for backends.RunnerConfig.Observe: after every cycle it gives
+// every pending pod of berth's a PodScheduled=False condition with the
+// engine's reason (condition reason: the reason code, e.g. "Capacity",
+// "Reserved") and, where there is one, the estimated start in the message;
+// pods of a job holding a reservation get status.nominatedNodeName; each
+// change is also recorded as an Event (reason FailedScheduling). The
+// writes happen on the backend's own goroutines.
+func (b *Backend) Observe(c backends.Cycle) {
+	nominated := map[string][]string{} // job -> node per pod
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range c.Ready.Reservations {
+		if j := b.jobs[r.Job]; j != nil && b.cluster != nil {
+			nominated[r.Job] = b.nominate(j, r)
+		}
+	}
+	for _, ps := range c.Ready.Pending {
+		j := b.jobs[ps.Job]
+		if j == nil || ps.Reason == engine.ReasonNone {
+			continue
+		}
+		msg := "berth: " + ps.String()
+		if !ps.Start.IsZero() {
+			msg += "; estimated start " + ps.Start.UTC().Format(time.RFC3339)
+		}
+		nodes := nominated[ps.Job]
+		j.nominated = nodes
+		for i, pr := range j.pods {
+			if _, bound := j.bound[i]; bound {
+				continue
+			}
+			st := podStatus{uid: pr.uid, reason: reasonName(ps.Reason), message: msg}
+			if i < len(nodes) {
+				st.nominated = nodes[i]
+			}
+			b.status.set(pr.key(), st)
+		}
+	}
+}
+
+// nominate spreads a job's pods over the nodes of its reservation, in
+// the engine's GPU order. Caller holds mu.
+func (b *Backend) nominate(j *job, r engine.Reservation) []string {
+	free := map[string]int{}
+	var order []string
+	it := r.GPUs.Iterator()
+	for it.HasNext() {
+		id, err := b.cluster.NodeOfGPU(it.Next())
+		if err != nil {
+			continue
+		}
+		name := b.cluster.NodeName(id)
+		if free[name] == 0 {
+			order = append(order, name)
+		}
+		free[name]++
+	}
+	out := make([]string, len(j.pods))
+	for i, pr := range j.pods {
+		for _, n := range order {
+			if need := max(pr.d.gpus, 1); free[n] >= need {
+				out[i] = n
+				free[n] -= need
+				break
+			}
+		}
+	}
+	return out
+}
+
+// reasonName turns a reason code into a condition reason: "reserved-gpus"
+// becomes "ReservedGPUs".
+func reasonName(c engine.ReasonCode) string {
+	var sb strings.Builder
+	for part := range strings.SplitSeq(c.String(), "-") {
+		switch part {
+		case "gpus":
+			sb.WriteString("GPUs")
+		case "":
+		default:
+			sb.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	return sb.String()
+}
