@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/topo"
 )
 
 // Retry configures the retries of transient Actuator errors: Attempts
@@ -93,6 +94,13 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	case cfg.TickInterval < 0:
 		return nil, bad("TickInterval must not be negative, got %v", cfg.TickInterval)
 	}
+	// The engine's config is checked now, not when Run builds the engine;
+	// its Cluster comes from the backend's inventory then (checked there).
+	ecfg := cfg.Engine
+	ecfg.Cluster = topo.Spec{}
+	if err := ecfg.Validate(); err != nil {
+		return nil, bad("Engine: %w", err)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock{}
 	}
@@ -107,6 +115,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.Retry.Max == 0 {
 		cfg.Retry.Max = 5 * time.Second
+	}
+	if cfg.Retry.Initial > cfg.Retry.Max {
+		return nil, bad("Retry.Initial (%v) must not exceed Retry.Max (%v, the default when zero)", cfg.Retry.Initial, cfg.Retry.Max)
 	}
 	return &Runner{cfg: cfg, clock: cfg.Clock}, nil
 }
@@ -155,7 +166,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		if at.Before(eng.Now()) {
 			at = eng.Now()
 		}
-		if err := r.step(eng, engine.Adopted(at, rj.Job, rj.Members)); err != nil {
+		// The job keeps the backend's start time (expected end, minimum
+		// runtime); the event itself happens now.
+		if err := r.step(eng, engine.AdoptedSince(at, rj.Start, rj.Job, rj.Members)); err != nil {
 			return err
 		}
 	}

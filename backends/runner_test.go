@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -359,10 +360,14 @@ func TestRunnerAdoptsRunningJobs(t *testing.T) {
 
 func TestNewRunnerErrors(t *testing.T) {
 	for name, cfg := range map[string]backends.RunnerConfig{
-		"no backend":   {},
-		"parallelism":  {Backend: newFake(1, 1), Parallelism: -1},
-		"retry":        {Backend: newFake(1, 1), Retry: backends.Retry{Initial: -1}},
-		"tickInterval": {Backend: newFake(1, 1), TickInterval: -time.Second},
+		"no backend":                      {},
+		"parallelism":                     {Backend: newFake(1, 1), Parallelism: -1},
+		"retry":                           {Backend: newFake(1, 1), Retry: backends.Retry{Initial: -1}},
+		"tickInterval":                    {Backend: newFake(1, 1), TickInterval: -time.Second},
+		"retry initial above max":         {Backend: newFake(1, 1), Retry: backends.Retry{Initial: time.Second, Max: time.Millisecond}},
+		"retry initial above default max": {Backend: newFake(1, 1), Retry: backends.Retry{Initial: time.Minute}},
+		"engine config":                   {Backend: newFake(1, 1), Engine: engine.Config{Backfill: engine.BackfillConfig{Depth: -1}}},
+		"engine MIG factor":               {Backend: newFake(1, 1), Engine: engine.Config{MIG: engine.MIGConfig{WaitFactor: math.Inf(1)}}},
 	} {
 		_, err := backends.NewRunner(cfg)
 		assert.ErrorIs(t, err, backends.ErrInvalidConfig, name)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/berthsched/berth/gang"
@@ -188,8 +189,8 @@ func (c *Config) Validate() error {
 		return bad("NodeFailure: unknown policy %d", c.NodeFailure)
 	case c.BindRetryBackoff < 0:
 		return bad("BindRetryBackoff must not be negative, got %v", c.BindRetryBackoff)
-	case c.MIG.WaitFactor < 0 || c.MIG.WaitFactor != c.MIG.WaitFactor:
-		return bad("MIG.WaitFactor must not be negative, got %v", c.MIG.WaitFactor)
+	case c.MIG.WaitFactor < 0 || math.IsNaN(c.MIG.WaitFactor) || math.IsInf(c.MIG.WaitFactor, 0):
+		return bad("MIG.WaitFactor must be a finite non-negative number, got %v", c.MIG.WaitFactor)
 	case c.MIG.MaxGPUs < 0:
 		return bad("MIG.MaxGPUs must not be negative, got %d", c.MIG.MaxGPUs)
 	case c.MIG.RetryBackoff < 0:

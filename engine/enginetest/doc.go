@@ -31,6 +31,7 @@
 //	                      profile per member)
 //	adopt
 //	    ID [queue=Q] per=G on=n0:0-3,n1:0-3 [est=D] [limit=D] [prio=P] [preemptible]
+//	       [since=D]   (it started D before now: the backend's start time)
 //	tick D                   the clock moves D forward
 //	finish ID...  cancel ID...  checkpoint ID...
 //	add-node name=N domains=b0,r0 gpus=G [model=M] [labels=k:v,...]
