@@ -23,11 +23,17 @@ type Retry struct {
 	Max      time.Duration // zero: 5 s
 }
 
+// DefaultBindRetryMax is the cap of the engine's bind retry backoff that
+// a Runner sets when RunnerConfig.Engine.BindRetryMax is zero.
+const DefaultBindRetryMax = 10 * time.Minute
+
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
 	// Engine configures the engine the Runner builds. Its Cluster is
 	// replaced by the backend's Inventory; a zero Start becomes
-	// Clock.Now().
+	// Clock.Now(); a zero BindRetryBackoff becomes Retry.Initial and a
+	// zero BindRetryMax DefaultBindRetryMax (a job whose binds keep
+	// failing is tried less and less often).
 	Engine engine.Config
 	// Backend is the cluster driven. Required.
 	Backend Backend
@@ -47,6 +53,15 @@ type RunnerConfig struct {
 	// Observe, if set, is called after every cycle, on Run's goroutine,
 	// with what was decided and what the backend refused.
 	Observe func(c Cycle)
+	// CallTimeout bounds every call to the backend except Events.Next
+	// (which waits for events by design): each Actuator attempt, and the
+	// Inventory calls at start. A call still running then is abandoned
+	// (its context is cancelled and the Runner stops waiting for it; its
+	// goroutine is left to return on its own) and counts as a transient
+	// failure (ErrCallTimeout): retried within Retry.Attempts, then the
+	// decision is reported refused. A bind that timed out is rolled back
+	// with UnbindMember like a failed one. Zero: 30 s.
+	CallTimeout time.Duration
 }
 
 // Cycle is one scheduling cycle as the Runner applied it.
@@ -93,6 +108,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, bad("Retry fields must not be negative, got %+v", cfg.Retry)
 	case cfg.TickInterval < 0:
 		return nil, bad("TickInterval must not be negative, got %v", cfg.TickInterval)
+	case cfg.CallTimeout < 0:
+		return nil, bad("CallTimeout must not be negative, got %v", cfg.CallTimeout)
 	}
 	// The engine's config is checked now, not when Run builds the engine;
 	// its Cluster comes from the backend's inventory then (checked there).
@@ -115,6 +132,18 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.Retry.Max == 0 {
 		cfg.Retry.Max = 5 * time.Second
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	// A bind refused again and again waits longer each time (the engine's
+	// backoff doubles up to BindRetryMax), so that one failing job does
+	// not make a cycle every Retry.Initial forever.
+	if cfg.Engine.BindRetryBackoff == 0 {
+		cfg.Engine.BindRetryBackoff = cfg.Retry.Initial
+	}
+	if cfg.Engine.BindRetryMax == 0 {
+		cfg.Engine.BindRetryMax = max(cfg.Engine.BindRetryBackoff, DefaultBindRetryMax)
 	}
 	if cfg.Retry.Initial > cfg.Retry.Max {
 		return nil, bad("Retry.Initial (%v) must not exceed Retry.Max (%v, the default when zero)", cfg.Retry.Initial, cfg.Retry.Max)
@@ -143,12 +172,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)
 	}
 	be := r.cfg.Backend
-	spec, err := be.Cluster(ctx)
-	if err != nil {
+	var spec topo.Spec
+	if err := r.call(ctx, func(ctx context.Context) (err error) { spec, err = be.Cluster(ctx); return err }); err != nil {
 		return fmt.Errorf("backends: inventory: %w", err)
 	}
-	running, err := be.Running(ctx)
-	if err != nil {
+	var running []RunningJob
+	if err := r.call(ctx, func(ctx context.Context) (err error) { running, err = be.Running(ctx); return err }); err != nil {
 		return fmt.Errorf("backends: inventory: %w", err)
 	}
 	ecfg := r.cfg.Engine
@@ -244,9 +273,14 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 			r.addWake(p.Deadline)
 		}
 	}
-	if len(out.RefusedBinds)+len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
+	if len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
 		// Refusals make the engine dirty; retry them later, not at once.
 		r.addWake(now.Add(max(r.cfg.Engine.BindRetryBackoff, r.cfg.Retry.Initial)))
+	}
+	if t, ok := eng.BindRetryAt(); ok {
+		// The earliest end of a job's bind backoff (it grows with each
+		// refusal): the job is placed again then.
+		r.addWake(t)
 	}
 	if len(out.RefusedMIG) > 0 {
 		// The engine plans no change for its MIG backoff; look again then.
@@ -377,7 +411,7 @@ type gangBind struct {
 // job returned, in input order.
 func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error) []string {
 	if gb, ok := r.cfg.Backend.(GangBinder); ok {
-		return r.bindWhole(ctx, gb, gangs)
+		return r.bindWhole(ctx, gb, gangs, errs)
 	}
 	type task struct{ g, m int }
 	var tasks []task
@@ -407,7 +441,9 @@ func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error)
 	// a half-bound gang must not be left behind.
 	var undo []task
 	for i, t := range tasks {
-		if failed[t.g] && res[i] == nil {
+		// A member that timed out may be bound (or become so): unbind it
+		// too (unbinding a member that is not bound returns nil).
+		if failed[t.g] && (res[i] == nil || errors.Is(res[i], ErrCallTimeout)) {
 			undo = append(undo, t)
 		}
 	}
@@ -436,8 +472,10 @@ func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error)
 
 // bindWhole binds each gang with one BindGang call, in parallel; a gang
 // whose call failed (after retries) is returned, in input order. BindGang
-// leaves nothing bound on failure, so there is nothing to roll back.
-func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind) []string {
+// leaves nothing bound on failure, so there is nothing to roll back,
+// except after a call that timed out (it may still bind): its members are
+// unbound.
+func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind, errs *[]error) []string {
 	res := make([]error, len(gangs))
 	r.each(ctx, len(gangs), func(ctx context.Context, i int) {
 		res[i] = r.retry(ctx, func(ctx context.Context) error {
@@ -448,6 +486,17 @@ func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind)
 	for i, err := range res {
 		if err != nil {
 			refused = append(refused, gangs[i].job)
+		}
+		if errors.Is(err, ErrCallTimeout) {
+			// A timed-out BindGang may have bound the gang after all:
+			// unbind its members (a no-op for those not bound).
+			for _, m := range gangs[i].members {
+				if uerr := r.retry(context.WithoutCancel(ctx), func(ctx context.Context) error {
+					return r.cfg.Backend.UnbindMember(ctx, gangs[i].job, m)
+				}); uerr != nil {
+					*errs = append(*errs, fmt.Errorf("backends: rollback of timed-out %q on %s: %w", gangs[i].job, m.Node, uerr))
+				}
+			}
 		}
 	}
 	return refused
@@ -472,6 +521,33 @@ func (r *Runner) each(ctx context.Context, n int, f func(ctx context.Context, i 
 	_ = g.Wait() // the closures report through their own slots
 }
 
+// call runs f with CallTimeout (a wall-clock bound: backend calls take
+// real time, whatever the Runner's Clock). A call that has not returned by
+// then is abandoned: its context is cancelled and call returns
+// ErrCallTimeout without waiting for it, so a backend that ignores its
+// context cannot hold the Runner. When ctx is cancelled, call still waits
+// for f (which sees the cancellation) up to the same bound, so that what a
+// call did is known.
+func (r *Runner) call(ctx context.Context, f func(ctx context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(cctx) }()
+	t := time.NewTimer(r.cfg.CallTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	select {
+	case err := <-done: // it came as the timer fired
+		return err
+	default:
+	}
+	return fmt.Errorf("%w after %v", ErrCallTimeout, r.cfg.CallTimeout)
+}
+
 // retry calls f until it succeeds, fails with ErrRefused, ctx is done, or
 // the attempts run out, backing off on the clock in between.
 func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) error {
@@ -481,7 +557,7 @@ func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) e
 		if err = ctx.Err(); err != nil {
 			return err
 		}
-		if err = f(ctx); err == nil || errors.Is(err, ErrRefused) || attempt >= r.cfg.Retry.Attempts {
+		if err = r.call(ctx, f); err == nil || errors.Is(err, ErrRefused) || attempt >= r.cfg.Retry.Attempts {
 			return err
 		}
 		if serr := r.clock.Sleep(ctx, wait); serr != nil {

@@ -555,3 +555,23 @@ func runningIDs(v *engine.View) []string {
 	}
 	return ids
 }
+
+// hangingInventory's Cluster never returns (it ignores its context).
+type hangingInventory struct {
+	*fake
+	release chan struct{}
+}
+
+func (h hangingInventory) Cluster(context.Context) (topo.Spec, error) {
+	<-h.release
+	return topo.Spec{}, errors.New("released")
+}
+
+func TestRunnerInventoryCallTimeout(t *testing.T) {
+	h := hangingInventory{fake: newFake(1, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(h.release) })
+	r, err := backends.NewRunner(backends.RunnerConfig{Backend: h, CallTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	err = r.Run(context.Background())
+	require.ErrorIs(t, err, backends.ErrCallTimeout)
+}

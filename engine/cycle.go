@@ -150,6 +150,8 @@ func (e *Engine) cycle() Ready {
 	rd := Ready{Seq: e.seq, At: now, MIG: []MIGReconfiguration{}}
 	e.out = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}, runs: map[string]uint64{}}
 
+	e.retryAt = 0 // noted again by the walk and by Advance
+
 	// 1. Drain.
 	e.drain(&rd)
 	resumed := e.resume(now, &rd)
@@ -477,6 +479,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	waits = true
 	if js.notBefore > cs.nowNs {
 		cs.backoff = true
+		e.noteRetry(js.notBefore)
 		st.Reason = ReasonBindRefused
 		return st, true
 	}

@@ -81,7 +81,11 @@ type Engine struct {
 	migNotBefore time.Time
 	seq          uint64
 	runs         uint64 // runs started (bound or adopted): job.run
-	out          *outstanding
+	// retryAt is the earliest end of a bind retry backoff among the jobs
+	// the last cycle found waiting for one, or Advance refused (Unix ns;
+	// 0: none). See BindRetryAt.
+	retryAt int64
+	out     *outstanding
 
 	// reported with the next Ready
 	requeued []string
@@ -193,6 +197,39 @@ func (e *Engine) Step(ev Event) error {
 	return nil
 }
 
+// BindRetryAt returns the earliest time a job waiting for its bind retry
+// backoff (ReasonBindRefused) may be placed again, as the latest cycle
+// and Advance left it; ok false: no job waits for one. Nothing wakes the
+// engine then by itself: a driver steps a Tick at that time (the Runner
+// does).
+func (e *Engine) BindRetryAt() (t time.Time, ok bool) {
+	if e.retryAt == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, e.retryAt).In(e.now.Location()), true
+}
+
+func (e *Engine) noteRetry(ns int64) {
+	if e.retryAt == 0 || ns < e.retryAt {
+		e.retryAt = ns
+	}
+}
+
+// bindBackoff is the wait after the n-th consecutive refusal of a job's
+// binds (n >= 1): BindRetryBackoff doubled n-1 times, at most
+// BindRetryMax (when that is larger).
+func (e *Engine) bindBackoff(n int) time.Duration {
+	d := e.cfg.BindRetryBackoff
+	limit := e.cfg.BindRetryMax
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	if limit > e.cfg.BindRetryBackoff && d > limit {
+		d = limit
+	}
+	return d
+}
+
 // HasReady reports whether Ready would run a cycle: an event arrived, the
 // intake holds jobs, or a grace period ended.
 func (e *Engine) HasReady() bool {
@@ -231,7 +268,7 @@ func (e *Engine) accept() {
 	}
 	for id := range e.out.binds {
 		if js := e.jobs[id]; js != nil && js.st == stateRunning && e.out.current(js, id) {
-			js.confirmed = true
+			js.confirmed, js.refusals = true, 0
 		}
 	}
 	e.applyMIG(e.out.mig, nil)
@@ -291,7 +328,9 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		created := js.place.created()
 		e.stopRunning(js, e.now)
 		e.destroyCreated(created)
-		js.notBefore = e.now.Add(e.cfg.BindRetryBackoff).UnixNano()
+		js.refusals++
+		js.notBefore = e.now.Add(e.bindBackoff(js.refusals)).UnixNano()
+		e.noteRetry(js.notBefore)
 		e.toPending(js)
 	}
 	for _, id := range refPreempts {
@@ -313,7 +352,7 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	}
 	for id := range o.binds {
 		if js := e.jobs[id]; js != nil && js.st == stateRunning && o.current(js, id) {
-			js.confirmed = true
+			js.confirmed, js.refusals = true, 0
 		}
 	}
 	if e.applyMIG(o.mig, out.RefusedMIG) {

@@ -39,6 +39,7 @@ type job struct {
 	st        state
 	shape     uint64 // shape ID for the failure memo; 0: not memoized
 	notBefore int64  // bind refused: not placed before (Unix ns)
+	refusals  int    // consecutive refused binds (reset when one is applied)
 	members0  int    // members of the first group in req
 	frac      bool   // fractional or MIG members (single group)
 

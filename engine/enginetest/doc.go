@@ -21,7 +21,7 @@
 //	    (GPU quotas in whole GPUs; without "queues", one queue "q" and no quota)
 //	engine [policy=drs|priority|fairtree] [backfill=none|easy|conservative]
 //	       [depth=N] [window=D] [preempt=priority,reclaim] [max-victims=N]
-//	       [on-failure=requeue|fail] [backoff=D] [aging=D]
+//	       [on-failure=requeue|fail] [backoff=D] [backoff-max=D] [aging=D]
 //	       [mig-off] [mig-factor=F] [mig-backoff=D]
 //	submit [via=intake]
 //	    ID [queue=Q] [members=N] [per=G] [prio=P] [est=D] [limit=D]
