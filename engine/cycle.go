@@ -341,6 +341,10 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 func (e *Engine) drain(rd *Ready) {
 	e.drainBuf = e.intake.Drain(e.drainBuf[:0])
 	for i, j := range e.drainBuf {
+		if e.jn != nil {
+			r := &e.jn.recs[len(e.jn.recs)-1]
+			r.Intake = append(r.Intake, j)
+		}
 		if err := e.submit(j); err != nil {
 			e.rejected = append(e.rejected, Rejection{Job: j.ID, Err: err})
 		}

@@ -80,7 +80,9 @@ type Engine struct {
 	// migNotBefore: no MIG plan before this (a plan was refused).
 	migNotBefore time.Time
 	seq          uint64
-	runs         uint64 // runs started (bound or adopted): job.run
+	runs         uint64   // runs started (bound or adopted): job.run
+	jn           *journal // inputs recorded for Save (nil: off)
+	touched      bool     // Step or Ready was called (EnableJournal)
 	// retryAt is the earliest end of a bind retry backoff among the jobs
 	// the last cycle found waiting for one, or Advance refused (Unix ns;
 	// 0: none). See BindRetryAt.
@@ -161,6 +163,7 @@ func (e *Engine) View() *View { return e.view.Load() }
 // ErrUnknownJob, ErrDuplicateJob, ErrUnknownNode, and the validation
 // errors of queue and topo (wrapped). On error nothing changed.
 func (e *Engine) Step(ev Event) error {
+	e.touched = true
 	if ev.Time.Before(e.now) {
 		return fmt.Errorf("%w: event at %v, clock at %v", ErrTimeBackwards, ev.Time, e.now)
 	}
@@ -194,6 +197,9 @@ func (e *Engine) Step(ev Event) error {
 	}
 	e.now = ev.Time
 	e.dirty = true
+	if e.jn != nil {
+		e.recordEvent(ev)
+	}
 	return nil
 }
 
@@ -251,6 +257,10 @@ func (e *Engine) HasReady() bool {
 func (e *Engine) Ready() Ready {
 	if !e.HasReady() {
 		return Ready{Seq: e.seq, At: e.now, MIG: []MIGReconfiguration{}}
+	}
+	e.touched = true
+	if e.jn != nil {
+		e.jn.recs = append(e.jn.recs, Record{Ready: true}) // drain adds its jobs
 	}
 	e.accept()
 	e.seq++
@@ -359,6 +369,9 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		e.dirty = true // the jobs the new instances serve are placed next cycle
 	}
 	e.out = nil
+	if e.jn != nil {
+		e.recordAdvance(out)
+	}
 	if len(refBinds)+len(refPreempts)+len(refResizes) > 0 {
 		e.dirty = true
 		e.republish()
