@@ -62,6 +62,21 @@ type RunnerConfig struct {
 	// decision is reported refused. A bind that timed out is rolled back
 	// with UnbindMember like a failed one. Zero: 30 s.
 	CallTimeout time.Duration
+	// Store, if set, keeps the engine's state for a restart without loss:
+	// Run restores the engine from it (engine.Restore) when it holds a
+	// state, else starts a new engine with its journal on; it saves every
+	// SaveInterval (on Clock) and when Run returns. Use FileStore for a
+	// file written atomically. Either way Run then reconciles the engine
+	// with the backend's inventory (see Reconciled): jobs the engine runs
+	// that the backend no longer runs are finished (or requeued, when the
+	// backend reports them pending: PendingReporter), jobs the backend
+	// runs that the engine does not are adopted, and, with a
+	// PendingReporter, pending jobs are submitted or dropped to match.
+	// The engine config must be the same as when the state was saved.
+	Store StateStore
+	// SaveInterval: how often the state is saved while Run runs. Zero:
+	// one minute.
+	SaveInterval time.Duration
 }
 
 // Cycle is one scheduling cycle as the Runner applied it.
@@ -92,6 +107,10 @@ type Runner struct {
 	eng   atomic.Pointer[engine.Engine]
 	wakes []time.Time // sorted
 	ran   atomic.Bool
+
+	rec      Reconciled
+	lastSave time.Time
+	saveErrs []error // interval saves that failed, for the next Cycle
 }
 
 // NewRunner checks cfg and returns a Runner. Errors wrap ErrInvalidConfig.
@@ -110,6 +129,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, bad("TickInterval must not be negative, got %v", cfg.TickInterval)
 	case cfg.CallTimeout < 0:
 		return nil, bad("CallTimeout must not be negative, got %v", cfg.CallTimeout)
+	case cfg.SaveInterval < 0:
+		return nil, bad("SaveInterval must not be negative, got %v", cfg.SaveInterval)
+	}
+	if cfg.SaveInterval == 0 {
+		cfg.SaveInterval = time.Minute
 	}
 	// The engine's config is checked now, not when Run builds the engine;
 	// its Cluster comes from the backend's inventory then (checked there).
@@ -160,14 +184,16 @@ func (r *Runner) View() *engine.View {
 	return nil
 }
 
-// Run reads the backend's inventory, builds the engine, adopts the running
-// jobs, then loops: wait for events (or a wake-up), step them, run a cycle
+// Run reads the backend's inventory, builds the engine (restored from
+// RunnerConfig.Store when it holds a state), reconciles it with the
+// backend (adopting the running jobs; see RunnerConfig.Store), then loops: wait for events (or a wake-up), step them, run a cycle
 // if anything changed, apply it, advance. It returns nil when the event
 // stream ends (ErrClosed), ctx.Err() when ctx is cancelled (a cycle being
 // applied is finished or rolled back first, and advanced), and otherwise
 // the first error that stops it: inventory, engine (ErrEngine) or events.
-// Run may be called once.
-func (r *Runner) Run(ctx context.Context) error {
+// With a Store, the state is saved when Run returns (a failed save is
+// joined to the error returned). Run may be called once.
+func (r *Runner) Run(ctx context.Context) (err error) {
 	if r.ran.Swap(true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)
 	}
@@ -181,26 +207,20 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("backends: inventory: %w", err)
 	}
 	ecfg := r.cfg.Engine
-	ecfg.Cluster = spec
 	if ecfg.Start.IsZero() {
 		ecfg.Start = r.clock.Now()
 	}
-	eng, err := engine.New(ecfg)
+	eng, err := r.build(ctx, ecfg, spec, running)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrEngine, err)
+		return err
 	}
-	r.eng.Store(eng)
-	for _, rj := range running {
-		at := rj.Start
-		if at.Before(eng.Now()) {
-			at = eng.Now()
+	r.lastSave = r.clock.Now()
+	defer func() {
+		// Save at shutdown, whatever stopped the loop.
+		if serr := r.save(context.WithoutCancel(ctx), eng); serr != nil {
+			err = errors.Join(err, fmt.Errorf("backends: saving state: %w", serr))
 		}
-		// The job keeps the backend's start time (expected end, minimum
-		// runtime); the event itself happens now.
-		if err := r.step(eng, engine.AdoptedSince(at, rj.Start, rj.Job, rj.Members)); err != nil {
-			return err
-		}
-	}
+	}()
 	lastTick := eng.Now()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -244,6 +264,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		if err := r.cycle(ctx, eng); err != nil {
 			return err
 		}
+		r.maybeSave(ctx, eng)
 	}
 }
 
@@ -264,6 +285,7 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	rd := eng.Ready()
 	out, errs := r.apply(ctx, &rd)
+	errs, r.saveErrs = append(errs, r.saveErrs...), nil
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
 	}
