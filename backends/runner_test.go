@@ -367,6 +367,8 @@ func TestNewRunnerErrors(t *testing.T) {
 		"retry initial above max":         {Backend: newFake(1, 1), Retry: backends.Retry{Initial: time.Second, Max: time.Millisecond}},
 		"retry initial above default max": {Backend: newFake(1, 1), Retry: backends.Retry{Initial: time.Minute}},
 		"engine config":                   {Backend: newFake(1, 1), Engine: engine.Config{Backfill: engine.BackfillConfig{Depth: -1}}},
+		"save interval":                   {Backend: newFake(1, 1), SaveInterval: -time.Second},
+		"call timeout":                    {Backend: newFake(1, 1), CallTimeout: -time.Second},
 		"engine MIG factor":               {Backend: newFake(1, 1), Engine: engine.Config{MIG: engine.MIGConfig{WaitFactor: math.Inf(1)}}},
 	} {
 		_, err := backends.NewRunner(cfg)
