@@ -128,7 +128,8 @@ type Reconciled struct {
 func (r *Runner) build(ctx context.Context, ecfg engine.Config, spec topo.Spec, running []RunningJob) (*engine.Engine, error) {
 	var st *engine.State
 	if r.cfg.Store != nil {
-		if err := r.call(ctx, func(ctx context.Context) (err error) { st, err = r.cfg.Store.Load(ctx); return err }); err != nil {
+		var err error
+		if st, err = r.cfg.Store.Load(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -294,7 +295,9 @@ func (r *Runner) save(ctx context.Context, eng *engine.Engine) error {
 		return err
 	}
 	r.lastSave = r.clock.Now()
-	return r.call(ctx, func(ctx context.Context) error { return r.cfg.Store.Save(ctx, st) })
+	// Not bounded by CallTimeout: the store is local (a file), and a save
+	// of a long history takes longer than a backend call.
+	return r.cfg.Store.Save(ctx, st)
 }
 
 // maybeSave saves when SaveInterval has passed on the Runner's clock since

@@ -55,7 +55,7 @@ type RunnerConfig struct {
 	Observe func(c Cycle)
 	// CallTimeout bounds every call to the backend except Events.Next
 	// (which waits for events by design): each Actuator attempt, and the
-	// Inventory calls at start. A call still running then is abandoned
+	// Inventory calls at start (not the Store's, which are local). A call still running then is abandoned
 	// (its context is cancelled and the Runner stops waiting for it; its
 	// goroutine is left to return on its own) and counts as a transient
 	// failure (ErrCallTimeout): retried within Retry.Attempts, then the
