@@ -44,6 +44,16 @@ for pkg in $(go list ./...); do
   done
 done
 
+# --- reliability (issue 18): the engine targets longer, by execution count ---
+# ENGINE_FUZZTIME (default 10000x, a few minutes each) on top of the short
+# run above; an hour-long run is documented in docs/reliability.md.
+ENGINE_FUZZTIME=${ENGINE_FUZZTIME:-10000x}
+for target in FuzzEngine FuzzEngineShared; do
+  echo "-- engine $target for $ENGINE_FUZZTIME"
+  go test -run '^$' -fuzz "^${target}\$" -fuzztime "$ENGINE_FUZZTIME" ./engine/
+done
+# --- end reliability ---
+
 echo "== benchmarks once"
 go test -run '^$' -bench . -benchtime 1x ./...
 
