@@ -28,7 +28,8 @@ var (
 	// error is the engine's.
 	ErrEngine = errors.New("backends: engine error")
 	// ErrCallTimeout: a backend call did not return within
-	// RunnerConfig.CallTimeout. It is transient (retried).
+	// RunnerConfig.CallTimeout. The decision fails at once (no more
+	// attempts in that cycle) and is reported refused.
 	ErrCallTimeout = errors.New("backends: backend call timed out")
 )
 

@@ -57,9 +57,10 @@ type RunnerConfig struct {
 	// (which waits for events by design): each Actuator attempt, and the
 	// Inventory calls at start (not the Store's, which are local). A call still running then is abandoned
 	// (its context is cancelled and the Runner stops waiting for it; its
-	// goroutine is left to return on its own) and counts as a transient
-	// failure (ErrCallTimeout): retried within Retry.Attempts, then the
-	// decision is reported refused. A bind that timed out is rolled back
+	// goroutine is left to return on its own) and fails the decision
+	// (ErrCallTimeout) without more attempts in that cycle: it is
+	// reported refused, so one hanging call holds a cycle for at most
+	// CallTimeout, and the engine's bind backoff says when to try again. A bind that timed out is rolled back
 	// with UnbindMember like a failed one. Zero: 30 s.
 	CallTimeout time.Duration
 	// Store, if set, keeps the engine's state for a restart without loss:
@@ -579,7 +580,11 @@ func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) e
 		if err = ctx.Err(); err != nil {
 			return err
 		}
-		if err = r.call(ctx, f); err == nil || errors.Is(err, ErrRefused) || attempt >= r.cfg.Retry.Attempts {
+		// A call that timed out is not retried in this cycle: a backend
+		// that hangs once likely hangs again, and each try would hold the
+		// cycle another CallTimeout. The decision is reported refused; the
+		// engine's growing bind backoff decides when to try again.
+		if err = r.call(ctx, f); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrCallTimeout) || attempt >= r.cfg.Retry.Attempts {
 			return err
 		}
 		if serr := r.clock.Sleep(ctx, wait); serr != nil {
