@@ -27,6 +27,10 @@ var (
 	// ErrEngine: the engine rejected an event or an Advance; the wrapped
 	// error is the engine's.
 	ErrEngine = errors.New("backends: engine error")
+	// ErrCallTimeout: a backend call did not return within
+	// RunnerConfig.CallTimeout. The decision fails at once (no more
+	// attempts in that cycle) and is reported refused.
+	ErrCallTimeout = errors.New("backends: backend call timed out")
 )
 
 // RunningJob is a job the backend already runs when the Runner starts: it

@@ -16,8 +16,11 @@
 //
 // # Runner
 //
-// Runner.Run builds the engine from the inventory, adopts the running
-// jobs, and loops:
+// Runner.Run builds the engine from the inventory (or restores it from
+// RunnerConfig.Store, a FileStore by default, which it saves on an
+// interval and at shutdown), reconciles it with the backend (adopting the
+// running jobs; with a PendingReporter, submitting its pending ones), and
+// loops:
 //
 //	evs := backend.Next(ctx, wake)   // events, or a wake-up (tick)
 //	engine.Step(ev) for each
@@ -35,7 +38,10 @@
 // Wake-ups come from preemption deadlines, bind retries after refusals,
 // the engine's MIG backoff after a refused MIG change, an immediate cycle
 // after applied MIG changes (it places the jobs they serve), and an
-// optional periodic tick. Run returns nil when the event stream ends
+// optional periodic tick. Every backend call but Next is bounded by
+// RunnerConfig.CallTimeout; a job whose binds keep failing is retried
+// with a growing backoff (engine.Config.BindRetryMax). See
+// docs/reliability.md. Run returns nil when the event stream ends
 // (ErrClosed) and ctx.Err() when ctx is cancelled, after the cycle being
 // applied was finished or rolled back and advanced.
 //

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/topo"
 )
 
 // Retry configures the retries of transient Actuator errors: Attempts
@@ -22,11 +23,17 @@ type Retry struct {
 	Max      time.Duration // zero: 5 s
 }
 
+// DefaultBindRetryMax is the cap of the engine's bind retry backoff that
+// a Runner sets when RunnerConfig.Engine.BindRetryMax is zero.
+const DefaultBindRetryMax = 10 * time.Minute
+
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
 	// Engine configures the engine the Runner builds. Its Cluster is
 	// replaced by the backend's Inventory; a zero Start becomes
-	// Clock.Now().
+	// Clock.Now(); a zero BindRetryBackoff becomes Retry.Initial and a
+	// zero BindRetryMax DefaultBindRetryMax (a job whose binds keep
+	// failing is tried less and less often).
 	Engine engine.Config
 	// Backend is the cluster driven. Required.
 	Backend Backend
@@ -46,6 +53,31 @@ type RunnerConfig struct {
 	// Observe, if set, is called after every cycle, on Run's goroutine,
 	// with what was decided and what the backend refused.
 	Observe func(c Cycle)
+	// CallTimeout bounds every call to the backend except Events.Next
+	// (which waits for events by design): each Actuator attempt, and the
+	// Inventory calls at start (not the Store's, which are local). A call still running then is abandoned
+	// (its context is cancelled and the Runner stops waiting for it; its
+	// goroutine is left to return on its own) and fails the decision
+	// (ErrCallTimeout) without more attempts in that cycle: it is
+	// reported refused, so one hanging call holds a cycle for at most
+	// CallTimeout, and the engine's bind backoff says when to try again. A bind that timed out is rolled back
+	// with UnbindMember like a failed one. Zero: 30 s.
+	CallTimeout time.Duration
+	// Store, if set, keeps the engine's state for a restart without loss:
+	// Run restores the engine from it (engine.Restore) when it holds a
+	// state, else starts a new engine with its journal on; it saves every
+	// SaveInterval (on Clock) and when Run returns. Use FileStore for a
+	// file written atomically. Either way Run then reconciles the engine
+	// with the backend's inventory (see Reconciled): jobs the engine runs
+	// that the backend no longer runs are finished (or requeued, when the
+	// backend reports them pending: PendingReporter), jobs the backend
+	// runs that the engine does not are adopted, and, with a
+	// PendingReporter, pending jobs are submitted or dropped to match.
+	// The engine config must be the same as when the state was saved.
+	Store StateStore
+	// SaveInterval: how often the state is saved while Run runs. Zero:
+	// one minute.
+	SaveInterval time.Duration
 }
 
 // Cycle is one scheduling cycle as the Runner applied it.
@@ -76,6 +108,10 @@ type Runner struct {
 	eng   atomic.Pointer[engine.Engine]
 	wakes []time.Time // sorted
 	ran   atomic.Bool
+
+	rec      Reconciled
+	lastSave time.Time
+	saveErrs []error // interval saves that failed, for the next Cycle
 }
 
 // NewRunner checks cfg and returns a Runner. Errors wrap ErrInvalidConfig.
@@ -92,6 +128,20 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, bad("Retry fields must not be negative, got %+v", cfg.Retry)
 	case cfg.TickInterval < 0:
 		return nil, bad("TickInterval must not be negative, got %v", cfg.TickInterval)
+	case cfg.CallTimeout < 0:
+		return nil, bad("CallTimeout must not be negative, got %v", cfg.CallTimeout)
+	case cfg.SaveInterval < 0:
+		return nil, bad("SaveInterval must not be negative, got %v", cfg.SaveInterval)
+	}
+	if cfg.SaveInterval == 0 {
+		cfg.SaveInterval = time.Minute
+	}
+	// The engine's config is checked now, not when Run builds the engine;
+	// its Cluster comes from the backend's inventory then (checked there).
+	ecfg := cfg.Engine
+	ecfg.Cluster = topo.Spec{}
+	if err := ecfg.Validate(); err != nil {
+		return nil, bad("Engine: %w", err)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock{}
@@ -108,6 +158,21 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.Retry.Max == 0 {
 		cfg.Retry.Max = 5 * time.Second
 	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	// A bind refused again and again waits longer each time (the engine's
+	// backoff doubles up to BindRetryMax), so that one failing job does
+	// not make a cycle every Retry.Initial forever.
+	if cfg.Engine.BindRetryBackoff == 0 {
+		cfg.Engine.BindRetryBackoff = cfg.Retry.Initial
+	}
+	if cfg.Engine.BindRetryMax == 0 {
+		cfg.Engine.BindRetryMax = max(cfg.Engine.BindRetryBackoff, DefaultBindRetryMax)
+	}
+	if cfg.Retry.Initial > cfg.Retry.Max {
+		return nil, bad("Retry.Initial (%v) must not exceed Retry.Max (%v, the default when zero)", cfg.Retry.Initial, cfg.Retry.Max)
+	}
 	return &Runner{cfg: cfg, clock: cfg.Clock}, nil
 }
 
@@ -120,45 +185,43 @@ func (r *Runner) View() *engine.View {
 	return nil
 }
 
-// Run reads the backend's inventory, builds the engine, adopts the running
-// jobs, then loops: wait for events (or a wake-up), step them, run a cycle
+// Run reads the backend's inventory, builds the engine (restored from
+// RunnerConfig.Store when it holds a state), reconciles it with the
+// backend (adopting the running jobs; see RunnerConfig.Store), then loops: wait for events (or a wake-up), step them, run a cycle
 // if anything changed, apply it, advance. It returns nil when the event
 // stream ends (ErrClosed), ctx.Err() when ctx is cancelled (a cycle being
 // applied is finished or rolled back first, and advanced), and otherwise
 // the first error that stops it: inventory, engine (ErrEngine) or events.
-// Run may be called once.
-func (r *Runner) Run(ctx context.Context) error {
+// With a Store, the state is saved when Run returns (a failed save is
+// joined to the error returned). Run may be called once.
+func (r *Runner) Run(ctx context.Context) (err error) {
 	if r.ran.Swap(true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)
 	}
 	be := r.cfg.Backend
-	spec, err := be.Cluster(ctx)
-	if err != nil {
+	var spec topo.Spec
+	if err := r.call(ctx, func(ctx context.Context) (err error) { spec, err = be.Cluster(ctx); return err }); err != nil {
 		return fmt.Errorf("backends: inventory: %w", err)
 	}
-	running, err := be.Running(ctx)
-	if err != nil {
+	var running []RunningJob
+	if err := r.call(ctx, func(ctx context.Context) (err error) { running, err = be.Running(ctx); return err }); err != nil {
 		return fmt.Errorf("backends: inventory: %w", err)
 	}
 	ecfg := r.cfg.Engine
-	ecfg.Cluster = spec
 	if ecfg.Start.IsZero() {
 		ecfg.Start = r.clock.Now()
 	}
-	eng, err := engine.New(ecfg)
+	eng, err := r.build(ctx, ecfg, spec, running)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrEngine, err)
+		return err
 	}
-	r.eng.Store(eng)
-	for _, rj := range running {
-		at := rj.Start
-		if at.Before(eng.Now()) {
-			at = eng.Now()
+	r.lastSave = r.clock.Now()
+	defer func() {
+		// Save at shutdown, whatever stopped the loop.
+		if serr := r.save(context.WithoutCancel(ctx), eng); serr != nil {
+			err = errors.Join(err, fmt.Errorf("backends: saving state: %w", serr))
 		}
-		if err := r.step(eng, engine.Adopted(at, rj.Job, rj.Members)); err != nil {
-			return err
-		}
-	}
+	}()
 	lastTick := eng.Now()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -202,6 +265,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		if err := r.cycle(ctx, eng); err != nil {
 			return err
 		}
+		r.maybeSave(ctx, eng)
 	}
 }
 
@@ -222,6 +286,7 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	rd := eng.Ready()
 	out, errs := r.apply(ctx, &rd)
+	errs, r.saveErrs = append(errs, r.saveErrs...), nil
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
 	}
@@ -231,9 +296,14 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 			r.addWake(p.Deadline)
 		}
 	}
-	if len(out.RefusedBinds)+len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
+	if len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
 		// Refusals make the engine dirty; retry them later, not at once.
 		r.addWake(now.Add(max(r.cfg.Engine.BindRetryBackoff, r.cfg.Retry.Initial)))
+	}
+	if t, ok := eng.BindRetryAt(); ok {
+		// The earliest end of a job's bind backoff (it grows with each
+		// refusal): the job is placed again then.
+		r.addWake(t)
 	}
 	if len(out.RefusedMIG) > 0 {
 		// The engine plans no change for its MIG backoff; look again then.
@@ -364,7 +434,7 @@ type gangBind struct {
 // job returned, in input order.
 func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error) []string {
 	if gb, ok := r.cfg.Backend.(GangBinder); ok {
-		return r.bindWhole(ctx, gb, gangs)
+		return r.bindWhole(ctx, gb, gangs, errs)
 	}
 	type task struct{ g, m int }
 	var tasks []task
@@ -394,7 +464,9 @@ func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error)
 	// a half-bound gang must not be left behind.
 	var undo []task
 	for i, t := range tasks {
-		if failed[t.g] && res[i] == nil {
+		// A member that timed out may be bound (or become so): unbind it
+		// too (unbinding a member that is not bound returns nil).
+		if failed[t.g] && (res[i] == nil || errors.Is(res[i], ErrCallTimeout)) {
 			undo = append(undo, t)
 		}
 	}
@@ -423,8 +495,10 @@ func (r *Runner) bindGangs(ctx context.Context, gangs []gangBind, errs *[]error)
 
 // bindWhole binds each gang with one BindGang call, in parallel; a gang
 // whose call failed (after retries) is returned, in input order. BindGang
-// leaves nothing bound on failure, so there is nothing to roll back.
-func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind) []string {
+// leaves nothing bound on failure, so there is nothing to roll back,
+// except after a call that timed out (it may still bind): its members are
+// unbound.
+func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind, errs *[]error) []string {
 	res := make([]error, len(gangs))
 	r.each(ctx, len(gangs), func(ctx context.Context, i int) {
 		res[i] = r.retry(ctx, func(ctx context.Context) error {
@@ -435,6 +509,17 @@ func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind)
 	for i, err := range res {
 		if err != nil {
 			refused = append(refused, gangs[i].job)
+		}
+		if errors.Is(err, ErrCallTimeout) {
+			// A timed-out BindGang may have bound the gang after all:
+			// unbind its members (a no-op for those not bound).
+			for _, m := range gangs[i].members {
+				if uerr := r.retry(context.WithoutCancel(ctx), func(ctx context.Context) error {
+					return r.cfg.Backend.UnbindMember(ctx, gangs[i].job, m)
+				}); uerr != nil {
+					*errs = append(*errs, fmt.Errorf("backends: rollback of timed-out %q on %s: %w", gangs[i].job, m.Node, uerr))
+				}
+			}
 		}
 	}
 	return refused
@@ -459,6 +544,33 @@ func (r *Runner) each(ctx context.Context, n int, f func(ctx context.Context, i 
 	_ = g.Wait() // the closures report through their own slots
 }
 
+// call runs f with CallTimeout (a wall-clock bound: backend calls take
+// real time, whatever the Runner's Clock). A call that has not returned by
+// then is abandoned: its context is cancelled and call returns
+// ErrCallTimeout without waiting for it, so a backend that ignores its
+// context cannot hold the Runner. When ctx is cancelled, call still waits
+// for f (which sees the cancellation) up to the same bound, so that what a
+// call did is known.
+func (r *Runner) call(ctx context.Context, f func(ctx context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(cctx) }()
+	t := time.NewTimer(r.cfg.CallTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	select {
+	case err := <-done: // it came as the timer fired
+		return err
+	default:
+	}
+	return fmt.Errorf("%w after %v", ErrCallTimeout, r.cfg.CallTimeout)
+}
+
 // retry calls f until it succeeds, fails with ErrRefused, ctx is done, or
 // the attempts run out, backing off on the clock in between.
 func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) error {
@@ -468,7 +580,11 @@ func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) e
 		if err = ctx.Err(); err != nil {
 			return err
 		}
-		if err = f(ctx); err == nil || errors.Is(err, ErrRefused) || attempt >= r.cfg.Retry.Attempts {
+		// A call that timed out is not retried in this cycle: a backend
+		// that hangs once likely hangs again, and each try would hold the
+		// cycle another CallTimeout. The decision is reported refused; the
+		// engine's growing bind backoff decides when to try again.
+		if err = r.call(ctx, f); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrCallTimeout) || attempt >= r.cfg.Retry.Attempts {
 			return err
 		}
 		if serr := r.clock.Sleep(ctx, wait); serr != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -359,10 +360,16 @@ func TestRunnerAdoptsRunningJobs(t *testing.T) {
 
 func TestNewRunnerErrors(t *testing.T) {
 	for name, cfg := range map[string]backends.RunnerConfig{
-		"no backend":   {},
-		"parallelism":  {Backend: newFake(1, 1), Parallelism: -1},
-		"retry":        {Backend: newFake(1, 1), Retry: backends.Retry{Initial: -1}},
-		"tickInterval": {Backend: newFake(1, 1), TickInterval: -time.Second},
+		"no backend":                      {},
+		"parallelism":                     {Backend: newFake(1, 1), Parallelism: -1},
+		"retry":                           {Backend: newFake(1, 1), Retry: backends.Retry{Initial: -1}},
+		"tickInterval":                    {Backend: newFake(1, 1), TickInterval: -time.Second},
+		"retry initial above max":         {Backend: newFake(1, 1), Retry: backends.Retry{Initial: time.Second, Max: time.Millisecond}},
+		"retry initial above default max": {Backend: newFake(1, 1), Retry: backends.Retry{Initial: time.Minute}},
+		"engine config":                   {Backend: newFake(1, 1), Engine: engine.Config{Backfill: engine.BackfillConfig{Depth: -1}}},
+		"save interval":                   {Backend: newFake(1, 1), SaveInterval: -time.Second},
+		"call timeout":                    {Backend: newFake(1, 1), CallTimeout: -time.Second},
+		"engine MIG factor":               {Backend: newFake(1, 1), Engine: engine.Config{MIG: engine.MIGConfig{WaitFactor: math.Inf(1)}}},
 	} {
 		_, err := backends.NewRunner(cfg)
 		assert.ErrorIs(t, err, backends.ErrInvalidConfig, name)
@@ -549,4 +556,24 @@ func runningIDs(v *engine.View) []string {
 		ids = append(ids, rj.Job)
 	}
 	return ids
+}
+
+// hangingInventory's Cluster never returns (it ignores its context).
+type hangingInventory struct {
+	*fake
+	release chan struct{}
+}
+
+func (h hangingInventory) Cluster(context.Context) (topo.Spec, error) {
+	<-h.release
+	return topo.Spec{}, errors.New("released")
+}
+
+func TestRunnerInventoryCallTimeout(t *testing.T) {
+	h := hangingInventory{fake: newFake(1, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(h.release) })
+	r, err := backends.NewRunner(backends.RunnerConfig{Backend: h, CallTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	err = r.Run(context.Background())
+	require.ErrorIs(t, err, backends.ErrCallTimeout)
 }

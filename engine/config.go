@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/berthsched/berth/gang"
@@ -132,6 +133,11 @@ type Config struct {
 	// BindRetryBackoff is how long a job whose bind the backend refused
 	// waits before it is placed again. Zero: it is tried again next cycle.
 	BindRetryBackoff time.Duration
+	// BindRetryMax, when larger than BindRetryBackoff, makes the wait
+	// grow: it doubles with each consecutive refusal of the job's binds,
+	// up to BindRetryMax, and starts again from BindRetryBackoff once a
+	// bind of the job is applied. Zero: no growth.
+	BindRetryMax time.Duration
 	// MIG configures MIG reconfiguration planning.
 	MIG MIGConfig
 	// Scorer selects how placement chooses nodes inside the chosen
@@ -188,8 +194,10 @@ func (c *Config) Validate() error {
 		return bad("NodeFailure: unknown policy %d", c.NodeFailure)
 	case c.BindRetryBackoff < 0:
 		return bad("BindRetryBackoff must not be negative, got %v", c.BindRetryBackoff)
-	case c.MIG.WaitFactor < 0 || c.MIG.WaitFactor != c.MIG.WaitFactor:
-		return bad("MIG.WaitFactor must not be negative, got %v", c.MIG.WaitFactor)
+	case c.BindRetryMax < 0:
+		return bad("BindRetryMax must not be negative, got %v", c.BindRetryMax)
+	case c.MIG.WaitFactor < 0 || math.IsNaN(c.MIG.WaitFactor) || math.IsInf(c.MIG.WaitFactor, 0):
+		return bad("MIG.WaitFactor must be a finite non-negative number, got %v", c.MIG.WaitFactor)
 	case c.MIG.MaxGPUs < 0:
 		return bad("MIG.MaxGPUs must not be negative, got %d", c.MIG.MaxGPUs)
 	case c.MIG.RetryBackoff < 0:

@@ -148,7 +148,9 @@ func (e *Engine) cycle() Ready {
 	now := e.now
 	cs := &e.cyc
 	rd := Ready{Seq: e.seq, At: now, MIG: []MIGReconfiguration{}}
-	e.out = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}}
+	e.out = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}, runs: map[string]uint64{}}
+
+	e.retryAt = 0 // noted again by the walk and by Advance
 
 	// 1. Drain.
 	e.drain(&rd)
@@ -339,6 +341,10 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 func (e *Engine) drain(rd *Ready) {
 	e.drainBuf = e.intake.Drain(e.drainBuf[:0])
 	for i, j := range e.drainBuf {
+		if e.jn != nil {
+			r := &e.jn.recs[len(e.jn.recs)-1]
+			r.Intake = append(r.Intake, j)
+		}
 		if err := e.submit(j); err != nil {
 			e.rejected = append(e.rejected, Rejection{Job: j.ID, Err: err})
 		}
@@ -443,6 +449,8 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	}
 	e.pending.Remove(js.j.ID)
 	js.st, js.place, js.start = stateRunning, p, cs.now
+	e.runs++
+	js.run = e.runs
 	js.confirmed, js.backfilled = false, backfill
 	js.members = countGroup(p, 0)
 	js.checkpoint = time.Time{}
@@ -451,6 +459,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	e.activate(js)
 	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill})
 	e.out.binds[js.j.ID] = true
+	e.out.runs[js.j.ID] = js.run
 	for i := range cs.held {
 		cs.held[i] = nil
 	}
@@ -474,6 +483,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	waits = true
 	if js.notBefore > cs.nowNs {
 		cs.backoff = true
+		e.noteRetry(js.notBefore)
 		st.Reason = ReasonBindRefused
 		return st, true
 	}
@@ -830,8 +840,12 @@ func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 	if cacheable {
 		members = js.members0
 		if rec, ok := cs.fail[key]; ok && members >= rec.members {
+			// The memo's reason is that of a job of the same shape;
+			// only a count of group 0's members depends on this job.
 			r := rec.reason
-			r.Need = members
+			if r.Group == 0 && r.Code == gang.NoCapacity {
+				r.Need = members
+			}
 			return gang.Result{}, r, false
 		}
 	}

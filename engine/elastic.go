@@ -52,6 +52,7 @@ func (e *Engine) grow(rd *Ready) {
 		}
 		rd.Resizes = append(rd.Resizes, Resize{Job: id, Members: js.members, Add: toMembers(e.cluster, add)})
 		e.out.grows[id] = append(e.out.grows[id], add...)
+		e.out.runs[id] = js.run
 	}
 	for i := range cs.held {
 		cs.held[i] = nil

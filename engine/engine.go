@@ -26,6 +26,15 @@ type outstanding struct {
 	preempts map[string]bool
 	grows    map[string][]pmember
 	mig      []MIGReconfiguration
+	// runs is the run (job.run) of each job a decision is about: a refusal
+	// applies to that run only, not to a later run of the same job ID
+	// (cancelled and adopted, or requeued and bound again, meanwhile).
+	runs map[string]uint64
+}
+
+// current reports whether js still is in the run a decision was about.
+func (o *outstanding) current(js *job, id string) bool {
+	return js != nil && o.runs[id] == js.run
 }
 
 // Engine is berth's deterministic scheduler: events go in through Step,
@@ -71,7 +80,14 @@ type Engine struct {
 	// migNotBefore: no MIG plan before this (a plan was refused).
 	migNotBefore time.Time
 	seq          uint64
-	out          *outstanding
+	runs         uint64   // runs started (bound or adopted): job.run
+	jn           *journal // inputs recorded for Save (nil: off)
+	touched      bool     // Step or Ready was called (EnableJournal)
+	// retryAt is the earliest end of a bind retry backoff among the jobs
+	// the last cycle found waiting for one, or Advance refused (Unix ns;
+	// 0: none). See BindRetryAt.
+	retryAt int64
+	out     *outstanding
 
 	// reported with the next Ready
 	requeued []string
@@ -147,6 +163,7 @@ func (e *Engine) View() *View { return e.view.Load() }
 // ErrUnknownJob, ErrDuplicateJob, ErrUnknownNode, and the validation
 // errors of queue and topo (wrapped). On error nothing changed.
 func (e *Engine) Step(ev Event) error {
+	e.touched = true
 	if ev.Time.Before(e.now) {
 		return fmt.Errorf("%w: event at %v, clock at %v", ErrTimeBackwards, ev.Time, e.now)
 	}
@@ -163,7 +180,7 @@ func (e *Engine) Step(ev Event) error {
 	case EventJobCheckpointed:
 		err = e.checkpointed(ev.JobID, ev.Time)
 	case EventJobAdopted:
-		err = e.adopt(ev.Job, ev.Members, ev.Time)
+		err = e.adopt(ev.Job, ev.Members, ev.Time, ev.Started)
 	case EventNodeAdded:
 		err = e.addNode(ev.Node)
 	case EventNodeChanged:
@@ -180,7 +197,43 @@ func (e *Engine) Step(ev Event) error {
 	}
 	e.now = ev.Time
 	e.dirty = true
+	if e.jn != nil {
+		e.recordEvent(ev)
+	}
 	return nil
+}
+
+// BindRetryAt returns the earliest time a job waiting for its bind retry
+// backoff (ReasonBindRefused) may be placed again, as the latest cycle
+// and Advance left it; ok false: no job waits for one. Nothing wakes the
+// engine then by itself: a driver steps a Tick at that time (the Runner
+// does).
+func (e *Engine) BindRetryAt() (t time.Time, ok bool) {
+	if e.retryAt == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, e.retryAt).In(e.now.Location()), true
+}
+
+func (e *Engine) noteRetry(ns int64) {
+	if e.retryAt == 0 || ns < e.retryAt {
+		e.retryAt = ns
+	}
+}
+
+// bindBackoff is the wait after the n-th consecutive refusal of a job's
+// binds (n >= 1): BindRetryBackoff doubled n-1 times, at most
+// BindRetryMax (when that is larger).
+func (e *Engine) bindBackoff(n int) time.Duration {
+	d := e.cfg.BindRetryBackoff
+	limit := e.cfg.BindRetryMax
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	if limit > e.cfg.BindRetryBackoff && d > limit {
+		d = limit
+	}
+	return d
 }
 
 // HasReady reports whether Ready would run a cycle: an event arrived, the
@@ -205,6 +258,10 @@ func (e *Engine) Ready() Ready {
 	if !e.HasReady() {
 		return Ready{Seq: e.seq, At: e.now, MIG: []MIGReconfiguration{}}
 	}
+	e.touched = true
+	if e.jn != nil {
+		e.jn.recs = append(e.jn.recs, Record{Ready: true}) // drain adds its jobs
+	}
 	e.accept()
 	e.seq++
 	rd := e.cycle()
@@ -220,8 +277,8 @@ func (e *Engine) accept() {
 		return
 	}
 	for id := range e.out.binds {
-		if js := e.jobs[id]; js != nil && js.st == stateRunning {
-			js.confirmed = true
+		if js := e.jobs[id]; js != nil && js.st == stateRunning && e.out.current(js, id) {
+			js.confirmed, js.refusals = true, 0
 		}
 	}
 	e.applyMIG(e.out.mig, nil)
@@ -231,7 +288,10 @@ func (e *Engine) accept() {
 // Advance tells the engine which decisions of rd the backend refused (see
 // Outcome); the rest count as applied. rd must be the latest Ready
 // (ErrStaleReady otherwise). Refusals of decisions rd did not make are
-// ErrInvalidEvent.
+// ErrInvalidEvent. A refusal applies only to the run of the job that rd's
+// decision was about: when that run has ended since (the job finished,
+// was cancelled or requeued, and may run again, e.g. adopted, under the
+// same ID), the refusal refuses nothing and is ignored.
 func (e *Engine) Advance(rd Ready, out Outcome) error {
 	if rd.Seq != e.seq {
 		return fmt.Errorf("%w: Ready %d, latest %d", ErrStaleReady, rd.Seq, e.seq)
@@ -241,34 +301,49 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		o = &outstanding{}
 	}
 	for _, id := range out.RefusedBinds {
-		if !o.binds[id] || e.jobs[id] == nil || e.jobs[id].st != stateRunning {
+		if !o.binds[id] {
 			return fmt.Errorf("%w: refused bind of %q, which Ready %d did not bind", ErrInvalidEvent, id, rd.Seq)
 		}
 	}
 	for _, id := range out.RefusedPreemptions {
-		if !o.preempts[id] || e.jobs[id] == nil || e.jobs[id].st != stateStopping {
+		if !o.preempts[id] {
 			return fmt.Errorf("%w: refused preemption of %q, which Ready %d did not preempt", ErrInvalidEvent, id, rd.Seq)
 		}
 	}
 	for _, id := range out.RefusedResizes {
-		if _, ok := o.grows[id]; !ok || e.jobs[id] == nil || e.jobs[id].st != stateRunning {
+		if _, ok := o.grows[id]; !ok {
 			return fmt.Errorf("%w: refused resize of %q, which Ready %d did not grow", ErrInvalidEvent, id, rd.Seq)
 		}
 	}
+	// Only refusals of the runs the decisions were about (see above).
+	live := func(ids []string, st state) []string {
+		var keep []string
+		for _, id := range sortedUnique(ids) {
+			if js := e.jobs[id]; js != nil && js.st == st && o.current(js, id) {
+				keep = append(keep, id)
+			}
+		}
+		return keep
+	}
+	refBinds := live(out.RefusedBinds, stateRunning)
+	refPreempts := live(out.RefusedPreemptions, stateStopping)
+	refResizes := live(out.RefusedResizes, stateRunning)
 	for _, r := range out.RefusedMIG {
 		if !slices.ContainsFunc(o.mig, func(x MIGReconfiguration) bool { return x.Node == r.Node && x.GPU == r.GPU }) {
 			return fmt.Errorf("%w: refused MIG change of %s GPU %d, which Ready %d did not make", ErrInvalidEvent, r.Node, r.GPU, rd.Seq)
 		}
 	}
-	for _, id := range sortedUnique(out.RefusedBinds) {
+	for _, id := range refBinds {
 		js := e.jobs[id]
 		created := js.place.created()
 		e.stopRunning(js, e.now)
 		e.destroyCreated(created)
-		js.notBefore = e.now.Add(e.cfg.BindRetryBackoff).UnixNano()
+		js.refusals++
+		js.notBefore = e.now.Add(e.bindBackoff(js.refusals)).UnixNano()
+		e.noteRetry(js.notBefore)
 		e.toPending(js)
 	}
-	for _, id := range sortedUnique(out.RefusedPreemptions) {
+	for _, id := range refPreempts {
 		js := e.jobs[id]
 		js.st = stateRunning
 		js.deadline, js.victimFor = time.Time{}, ""
@@ -282,19 +357,22 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 			}
 		}
 	}
-	for _, id := range sortedUnique(out.RefusedResizes) {
+	for _, id := range refResizes {
 		e.undoGrow(e.jobs[id], o.grows[id])
 	}
 	for id := range o.binds {
-		if js := e.jobs[id]; js != nil && js.st == stateRunning {
-			js.confirmed = true
+		if js := e.jobs[id]; js != nil && js.st == stateRunning && o.current(js, id) {
+			js.confirmed, js.refusals = true, 0
 		}
 	}
 	if e.applyMIG(o.mig, out.RefusedMIG) {
 		e.dirty = true // the jobs the new instances serve are placed next cycle
 	}
 	e.out = nil
-	if len(out.RefusedBinds)+len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
+	if e.jn != nil {
+		e.recordAdvance(out)
+	}
+	if len(refBinds)+len(refPreempts)+len(refResizes) > 0 {
 		e.dirty = true
 		e.republish()
 	}

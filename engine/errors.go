@@ -19,6 +19,10 @@ var (
 	ErrDuplicateJob = errors.New("engine: duplicate job ID")
 	// ErrUnknownNode: an event names a node the cluster does not have.
 	ErrUnknownNode = errors.New("engine: unknown node")
+	// ErrInvalidRequest: a submitted or adopted job's request can never be
+	// placed on this engine's cluster (a Required or Preferred level the
+	// cluster does not have). It wraps the gang or topo error.
+	ErrInvalidRequest = errors.New("engine: invalid request")
 	// ErrStaleReady: Advance was given a Ready other than the latest one.
 	ErrStaleReady = errors.New("engine: stale Ready")
 )

@@ -30,7 +30,9 @@ const (
 	EventJobCheckpointed
 	// EventJobAdopted: Job is found already running on Members (at
 	// start-up, from a backend's inventory). It is booked without a quota
-	// check, starting at Time.
+	// check, also on a cordoned or draining node (not on a down one). It
+	// started at Started (the backend's start time, for its expected end
+	// and minimum runtime); a zero Started, or one after Time, is Time.
 	EventJobAdopted
 	// EventNodeAdded: Node joins the cluster.
 	EventNodeAdded
@@ -85,6 +87,9 @@ type Event struct {
 	JobID string
 	// Members: EventJobAdopted, EventDevicesReported: where the job runs.
 	Members []Member
+	// Started: EventJobAdopted: when the job really started (may be before
+	// the engine's clock). Zero: Time.
+	Started time.Time
 	// Node: EventNodeAdded (the whole spec), EventNodeChanged (Name, State,
 	// Labels).
 	Node topo.NodeSpec
@@ -118,6 +123,13 @@ func Checkpointed(at time.Time, id string) Event {
 // Adopted returns an event for a job already running on members.
 func Adopted(at time.Time, j *queue.Job, members []Member) Event {
 	return Event{Kind: EventJobAdopted, Time: at, Job: j, Members: members}
+}
+
+// AdoptedSince is Adopted for a job that started at started (the
+// backend's start time, before at): its expected end and minimum runtime
+// count from then.
+func AdoptedSince(at, started time.Time, j *queue.Job, members []Member) Event {
+	return Event{Kind: EventJobAdopted, Time: at, Job: j, Members: members, Started: started}
 }
 
 // NodeAdded returns a node-added event.

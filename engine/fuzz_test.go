@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -140,7 +141,8 @@ func fuzzJob(rng *rand.Rand, id string, now time.Time, shared bool) *queue.Job {
 // borrowing limits); every job in exactly one state; no backfilled job
 // overlapping a reservation it would delay; no job preempted within its
 // minimum runtime; and, at the end, the same sequence replayed on a fresh
-// engine gives the same decisions.
+// engine gives the same decisions, and the engine saved (Save), encoded as
+// JSON and restored (Restore) decides as the original for one more cycle.
 func FuzzEngine(f *testing.F) {
 	f.Add(uint64(1), []byte{0, 0, 0, 9, 9, 1, 9, 2, 9, 3, 0, 0, 9, 4, 9})
 	f.Add(uint64(2), []byte{0, 0, 0, 0, 0, 0, 9, 5, 9, 0, 0, 9, 6, 9, 7, 9, 8, 9})
@@ -175,6 +177,9 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		e, err := New(cfg)
 		if err != nil {
 			t.Fatalf("New: %v", err)
+		}
+		if err := e.EnableJournal(); err != nil {
+			t.Fatal(err)
 		}
 		var steps []fuzzStep
 		var digests []string
@@ -266,6 +271,9 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			digests = append(digests, d)
 			check(t, e, m)
 		}
+		// Restore: the saved state, through JSON, gives an engine that
+		// decides as this one does from here (a tick, then a cycle).
+		checkRestore(t, e, seed, shared)
 		// Replay: the same inputs give the same decisions, also with every
 		// cycle a full one (no resumed walk).
 		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
@@ -671,4 +679,45 @@ func fuzzDevices(rng *rand.Rand, e *Engine, now time.Time) (Event, bool) {
 		m.GPUs = m.GPUs[1:]
 	}
 	return DevicesReported(now, id, ms), true
+}
+
+// checkRestore saves e, restores it through JSON and checks that both
+// engines give the same decisions for a tick and a cycle.
+func checkRestore(t *testing.T, e *Engine, seed uint64, shared bool) {
+	t.Helper()
+	st, err := e.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	cfg := fuzzConfig(rng, shared)
+	cfg.Policy = fuzzPolicy(seed)
+	e2, err := Restore(cfg, &back)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	tick := Tick(e.now.Add(10 * time.Minute))
+	for _, x := range []*Engine{e, e2} {
+		if err := x.Step(tick); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m1 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
+	m2 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
+	for id := range e.jobs {
+		m1.known[id], m2.known[id] = true, true
+	}
+	m1.lastSeq, m2.lastSeq = e.seq, e2.seq
+	st1 := fuzzStep{ready: true, refuse: []uint8{0}}
+	if d1, d2 := apply(t, e, st1, m1), apply(t, e2, st1, m2); d1 != d2 {
+		t.Fatalf("restored engine differs:\noriginal: %s\nrestored: %s", d1, d2)
+	}
 }

@@ -39,6 +39,7 @@ type job struct {
 	st        state
 	shape     uint64 // shape ID for the failure memo; 0: not memoized
 	notBefore int64  // bind refused: not placed before (Unix ns)
+	refusals  int    // consecutive refused binds (reset when one is applied)
 	members0  int    // members of the first group in req
 	frac      bool   // fractional or MIG members (single group)
 
@@ -49,7 +50,8 @@ type job struct {
 	// running and stopping
 	place      *placement
 	start      time.Time
-	confirmed  bool // Advance accepted the bind
+	run        uint64 // which run this is (Engine.runs when it started)
+	confirmed  bool   // Advance accepted the bind
 	backfilled bool
 	members    int // members of group 0 now (elastic)
 	checkpoint time.Time
@@ -136,6 +138,9 @@ func (e *Engine) submit(j *queue.Job) error {
 	if _, dup := e.jobs[j.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
+	if err := e.checkLevels(j); err != nil {
+		return err
+	}
 	if err := e.pending.Add(j); err != nil {
 		return err
 	}
@@ -143,6 +148,21 @@ func (e *Engine) submit(j *queue.Job) error {
 	e.jobs[j.ID] = js
 	if js.frac || !j.Elastic.IsZero() {
 		e.since.shaped = true
+	}
+	return nil
+}
+
+// checkLevels rejects a request whose Required or Preferred level the
+// cluster does not have: the levels never change (nodes added later have
+// the same ones), so such a job could only wait forever.
+func (e *Engine) checkLevels(j *queue.Job) error {
+	for _, f := range []struct{ field, name string }{{"Required", j.Request.Required}, {"Preferred", j.Request.Preferred}} {
+		if f.name == "" || f.name == topo.LevelNode {
+			continue
+		}
+		if _, err := e.cluster.Level(f.name); err != nil {
+			return fmt.Errorf("%w: job %q: %s: %w: %w", ErrInvalidRequest, j.ID, f.field, gang.ErrUnknownLevel, err)
+		}
 	}
 	return nil
 }
@@ -240,7 +260,7 @@ func (e *Engine) checkpointed(id string, at time.Time) error {
 	return nil
 }
 
-func (e *Engine) adopt(j *queue.Job, ms []Member, at time.Time) error {
+func (e *Engine) adopt(j *queue.Job, ms []Member, at, started time.Time) error {
 	if j == nil {
 		return fmt.Errorf("%w: adoption without a job", ErrInvalidEvent)
 	}
@@ -252,6 +272,9 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at time.Time) error {
 	}
 	if _, dup := e.jobs[j.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
+	}
+	if err := e.checkLevels(j); err != nil {
+		return err
 	}
 	var sreq mig.Request
 	if len(j.Request.Groups) > 0 {
@@ -270,7 +293,7 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at time.Time) error {
 		delete(e.byPtr, j)
 		return err
 	}
-	if err := p.rebook(e.snap); err != nil {
+	if err := e.rebookAnyState(p); err != nil {
 		delete(e.byPtr, j)
 		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, err)
 	}
@@ -279,11 +302,48 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at time.Time) error {
 		delete(e.byPtr, j)
 		return err
 	}
-	js.st, js.place, js.start, js.confirmed = stateRunning, p, at, true
+	if started.IsZero() || started.After(at) {
+		started = at
+	}
+	js.st, js.place, js.start, js.confirmed = stateRunning, p, started, true
+	e.runs++
+	js.run = e.runs
 	js.members = countGroup(p, 0)
 	e.jobs[j.ID] = js
 	e.activate(js)
 	return nil
+}
+
+// rebookAnyState books an adopted job's placement on the live snapshot
+// even where its nodes are cordoned or draining (they keep their jobs, and
+// the GPUs must be booked so that nothing else takes them when the node is
+// back): such nodes are made ready for the booking and set back. On a down
+// node the booking fails.
+func (e *Engine) rebookAnyState(p *placement) error {
+	type was struct {
+		id topo.NodeID
+		st topo.NodeState
+	}
+	var set []was
+	for _, m := range p.members {
+		if st := e.snap.NodeState(m.node); st == topo.Cordoned || st == topo.Draining {
+			if !slices.ContainsFunc(set, func(w was) bool { return w.id == m.node }) {
+				set = append(set, was{m.node, st})
+			}
+		}
+	}
+	for _, w := range set {
+		if err := e.snap.SetNodeState(w.id, topo.Ready); err != nil {
+			return err
+		}
+	}
+	err := p.rebook(e.snap)
+	for _, w := range set {
+		if serr := e.snap.SetNodeState(w.id, w.st); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return err
 }
 
 // checkWhole checks that a placement has every member of the request (an

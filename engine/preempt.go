@@ -257,6 +257,7 @@ func (e *Engine) stopVictims(p *job, vs []victim, pl *placement, rd *Ready) {
 		e.runUpsert(js)
 		rd.Preemptions = append(rd.Preemptions, Preemption{Victim: js.j.ID, For: p.j.ID, Cause: v.cause, Deadline: js.deadline, CostGPUSeconds: v.cost})
 		e.out.preempts[js.j.ID] = true
+		e.out.runs[js.j.ID] = js.run
 	}
 	e.claims[p.j.ID] = cl
 	cs.victims += len(vs)

@@ -139,7 +139,8 @@ const (
 	// grace periods to end.
 	ReasonPreempting
 	// ReasonBindRefused: the backend refused its last bind; it waits for
-	// Config.BindRetryBackoff.
+	// Config.BindRetryBackoff (growing up to Config.BindRetryMax with each
+	// consecutive refusal; Engine.BindRetryAt says until when).
 	ReasonBindRefused
 	// ReasonUnsupported: the request uses a feature placement does not
 	// support yet (fractional or MIG members in multi-group gangs or in

@@ -136,7 +136,7 @@ func (dp *drsPolicy) Order(p *Pending, _ time.Time) Cursor {
 	c := &dp.c
 	t := p.tree
 	N := len(t.nodes)
-	if len(c.ws) != N {
+	if len(c.heaps) != N+1 { // heaps: one per node plus the roots' (an empty tree has only that)
 		c.ws = make([]walker, N)
 		c.cand = make([]*entry, N)
 		c.key = make([]float64, N)

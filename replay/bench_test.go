@@ -44,6 +44,7 @@ func BenchmarkReplay(b *testing.B) {
 		{"openb", func(b *testing.B) []workload.Job { j, _ := replayOpenb(b); return j }, Cluster{},
 			[]string{"easy"}, func(b *testing.B) topo.Spec { _, sp := replayOpenb(b); return sp }},
 	}
+	benchmarkOverload(b)
 	for _, w := range wls {
 		for _, p := range w.policies {
 			b.Run("trace="+w.name+"/policy="+p, func(b *testing.B) {

@@ -218,6 +218,11 @@ func (s *Snapshot) HostFits(id NodeID, cpuMilli, memMiB int64) int {
 }
 
 // DomainFree returns the allocatable free GPUs of domain d of a level.
+//
+// Like the other Domain accessors it is on the placement's hot path and
+// does not check its arguments: level must be in 0..len(Cluster.Levels())-1
+// and d in 0..Cluster.NumDomains(level)-1. Out of range is a programming error
+// and panics, like indexing a slice out of range.
 func (s *Snapshot) DomainFree(level, d int) int { return int(s.cntR(level, d)[0]) }
 
 // DomainWholeNodes returns the number of ready nodes of a domain with all

@@ -216,6 +216,9 @@ func (s *Spec) Validate() error {
 		if n.State >= numStates {
 			return bad("State", ErrBadState, "%d", n.State)
 		}
+		if _, empty := n.Labels[""]; empty {
+			return bad("Labels", ErrEmptyName, "a label with an empty key")
+		}
 		if _, err := n.gpuConfig(); err != nil {
 			return bad("MIG", ErrBadSharing, "%v", err)
 		}

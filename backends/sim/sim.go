@@ -135,6 +135,9 @@ type job struct {
 	out     Outcome
 	prev    Outcome // before the current run began (restored on rollback)
 	seq     uint64
+	// submitted: its submission was delivered (Next); until it ends it is
+	// running or pending.
+	submitted bool
 }
 
 type injKey struct{ job, node string }
@@ -363,14 +366,41 @@ func (s *Sim) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err
 
 // ---------------------------------------------------------------- inventory
 
-// Cluster returns the simulated cluster's spec.
+// Cluster returns the simulated cluster's spec, with the nodes that are
+// down (FailNode) in state Down.
 func (s *Sim) Cluster(ctx context.Context) (topo.Spec, error) {
 	if err := ctx.Err(); err != nil {
 		return topo.Spec{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return cloneSpec(s.spec), nil
+	sp := cloneSpec(s.spec)
+	for i := range s.nodes {
+		if s.nodes[i].down {
+			sp.Nodes[i].State = topo.Down
+		} else if sp.Nodes[i].State == topo.Down {
+			sp.Nodes[i].State = topo.Ready // recovered
+		}
+	}
+	return sp, nil
+}
+
+// Pending returns the jobs whose submission was delivered and that are
+// neither running nor finished (preempted and interrupted jobs waiting to
+// run again included), in submission order (backends.PendingReporter).
+func (s *Sim) Pending(ctx context.Context) ([]*queue.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*queue.Job
+	for _, js := range s.order {
+		if js.submitted && len(js.members) == 0 && !js.out.Finished {
+			out = append(out, js.j)
+		}
+	}
+	return out, nil
 }
 
 // Running returns the jobs with bound members, by ID.
@@ -452,6 +482,7 @@ func (s *Sim) advanceTo(t time.Time) {
 func (s *Sim) fire(e event) (engine.Event, bool) {
 	switch e.kind {
 	case evSubmit:
+		e.job.submitted = true
 		return engine.Submitted(s.now, e.job.j), true
 	case evFinish:
 		js := e.job

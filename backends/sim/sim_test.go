@@ -93,7 +93,7 @@ func TestRefusedBindIsRetriedElsewhereOrLater(t *testing.T) {
 	out := s.Outcomes()
 	assert.Equal(t, 2, refusals)
 	assert.True(t, out[0].Finished)
-	assert.Equal(t, t0.Add(2*time.Minute), out[0].Start, "two backoffs of a minute")
+	assert.Equal(t, t0.Add(3*time.Minute), out[0].Start, "backoffs of a minute, then two (it doubles with each refusal)")
 	assert.Empty(t, s.Violations())
 }
 

@@ -196,6 +196,12 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	case o.parallel < 1:
 		return nil, usagef("--parallel must be at least 1, got %d", o.parallel)
 	}
+	if o.out != "" {
+		// Fail now, not after the whole replay ran.
+		if err := checkOutDir(o.out); err != nil {
+			return nil, usagef("--out %s: %v", o.out, err)
+		}
+	}
 	switch o.experiment {
 	case "":
 		if o.policies, err = parsePolicies(*policy, replay.Policies()); err != nil {
@@ -244,4 +250,22 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, com
 		return runFGD(ctx, o, stdout, stderr)
 	}
 	return runReplays(ctx, o, stdout, stderr)
+}
+
+// checkOutDir makes dir if needed and checks that a file can be written
+// there.
+func checkOutDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".berth-out-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	cerr := f.Close()
+	if rerr := os.Remove(name); cerr == nil {
+		cerr = rerr
+	}
+	return cerr
 }

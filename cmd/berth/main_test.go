@@ -336,3 +336,13 @@ func raceEnabled() bool {
 	}
 	return false
 }
+
+// An --out that cannot be written fails at once, before any replay runs.
+func TestReplayOutUnwritableFailsEarly(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	code, stdout, stderr := runCLI(t, "replay", "--trace", "synthetic:80", "--nodes", "4", "--out", filepath.Join(file, "plots"))
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "--out")
+	assert.Empty(t, stdout, "no replay ran")
+}

@@ -21,7 +21,7 @@
 //	    (GPU quotas in whole GPUs; without "queues", one queue "q" and no quota)
 //	engine [policy=drs|priority|fairtree] [backfill=none|easy|conservative]
 //	       [depth=N] [window=D] [preempt=priority,reclaim] [max-victims=N]
-//	       [on-failure=requeue|fail] [backoff=D] [aging=D]
+//	       [on-failure=requeue|fail] [backoff=D] [backoff-max=D] [aging=D]
 //	       [mig-off] [mig-factor=F] [mig-backoff=D]
 //	submit [via=intake]
 //	    ID [queue=Q] [members=N] [per=G] [prio=P] [est=D] [limit=D]
@@ -31,6 +31,7 @@
 //	                      profile per member)
 //	adopt
 //	    ID [queue=Q] per=G on=n0:0-3,n1:0-3 [est=D] [limit=D] [prio=P] [preemptible]
+//	       [since=D]   (it started D before now: the backend's start time)
 //	tick D                   the clock moves D forward
 //	finish ID...  cancel ID...  checkpoint ID...
 //	add-node name=N domains=b0,r0 gpus=G [model=M] [labels=k:v,...]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -28,7 +29,15 @@ func (h *Harness) adopt(input string) (string, error) {
 			return "", err
 		}
 		j.Request.Groups[0].Members = len(ms)
-		if err := h.E.Step(engine.Adopted(h.now, j, ms)); err != nil {
+		started := h.now
+		if v, ok := kvs(strings.Fields(line)[1:])["since"]; ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return "", fmt.Errorf("since: %v", err)
+			}
+			started = h.now.Add(-d)
+		}
+		if err := h.E.Step(engine.AdoptedSince(h.now, started, j, ms)); err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
 	}

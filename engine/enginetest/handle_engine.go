@@ -86,6 +86,9 @@ func (h *Harness) engine(d *datadriven.TestData) error {
 	if cfg.BindRetryBackoff, err = dur("backoff"); err != nil {
 		return err
 	}
+	if cfg.BindRetryMax, err = dur("backoff-max"); err != nil {
+		return err
+	}
 	if cfg.Pending.AgingPeriod, err = dur("aging"); err != nil {
 		return err
 	}

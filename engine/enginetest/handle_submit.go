@@ -97,7 +97,7 @@ func (h *Harness) Job(line string) (*queue.Job, error) {
 			if err == nil {
 				j.Elastic.MaxMembers, err = strconv.Atoi(hi)
 			}
-		case "on":
+		case "on", "since": // adopt's
 		default:
 			return nil, fmt.Errorf("job %s: unknown key %q", j.ID, k)
 		}
