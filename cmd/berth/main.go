@@ -46,6 +46,7 @@ const topUsage = `berth compares GPU scheduling policies by replaying job traces
 Usage:
   berth replay  [flags]   replay one workload under one or more policies
   berth compare [flags]   replay several workloads under several policies
+  berth config check FILE check a configuration file, print the effective settings
 
 Run 'berth replay -h' or 'berth compare -h' for the flags.
 `
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout, stderr, false)
 	case "compare":
 		err = cmdReplay(ctx, args[1:], stdout, stderr, true)
+	case "config":
+		err = cmdConfig(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, topUsage)
 		return 0
