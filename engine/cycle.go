@@ -449,7 +449,8 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	js.notBefore = 0
 	js.quotaWait = false
 	e.activate(js)
-	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill})
+	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill,
+		Queue: js.j.Queue, Submit: js.j.Submit})
 	e.out.binds[js.j.ID] = true
 	for i := range cs.held {
 		cs.held[i] = nil

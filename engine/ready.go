@@ -39,6 +39,10 @@ type Bind struct {
 	// reservation (it ends before the reservation starts, or stays off its
 	// GPUs).
 	Backfill bool
+	// Queue and Submit are the job's (for observers: its wait is the
+	// Ready's At minus Submit).
+	Queue  string
+	Submit time.Time
 }
 
 // PreemptCause says why a job is preempted.
