@@ -136,6 +136,9 @@ func (e *Engine) submit(j *queue.Job) error {
 	if _, dup := e.jobs[j.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
+	if err := e.checkFits(j); err != nil {
+		return err
+	}
 	if err := e.pending.Add(j); err != nil {
 		return err
 	}
