@@ -63,3 +63,29 @@ func TestConfigCheckRejects(t *testing.T) {
 		t.Fatalf("absent file: exit %d, want 1", code)
 	}
 }
+
+// Every help text fits 99 columns and has examples; `berth version` and
+// `berth --version` print the version.
+func TestHelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"replay", "-h"}, {"compare", "-h"}, {"help"}, {"config", "--help"}} {
+		code, out, errOut := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d", args, code)
+		}
+		text := out + errOut
+		for line := range strings.Lines(text) {
+			if n := len(strings.TrimRight(strings.ReplaceAll(line, "\t", "        "), "\n")); n >= 100 {
+				t.Errorf("%v: line of %d columns: %q", args, n, line)
+			}
+		}
+		if args[0] != "help" && !strings.Contains(text, "Examples:") {
+			t.Errorf("%v: no examples", args)
+		}
+	}
+	for _, a := range []string{"version", "--version"} {
+		code, out, _ := runCLI(t, a)
+		if code != 0 || !strings.HasPrefix(out, "berth ") {
+			t.Fatalf("%s: exit %d, %q", a, code, out)
+		}
+	}
+}

@@ -154,7 +154,8 @@ func TestHelp(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stderr, "-gpus-per-node")
 	assert.Contains(t, stderr, "synthetic-mig[:N]")
-	assert.Contains(t, stderr, "openb[:DIR] (the openb pods as a time trace")
+	// Help is wrapped to 99 columns: compare with the line breaks removed.
+	assert.Contains(t, strings.Join(strings.Fields(stderr), " "), "openb[:DIR] (the openb pods as a time trace")
 }
 
 func TestMissingTraceFile(t *testing.T) {
