@@ -211,7 +211,8 @@ func (s PendingStatus) String() string {
 	var why string
 	switch s.Reason {
 	case ReasonQuota:
-		why = fmt.Sprintf("quota: %s needs %d, available %d", s.Quota.Resource, s.Quota.Need, s.Quota.Available)
+		why = fmt.Sprintf("quota: %s needs %s, available %s", s.Quota.Resource,
+			quotaAmount(s.Quota.Resource, s.Quota.Need), quotaAmount(s.Quota.Resource, s.Quota.Available))
 	case ReasonCapacity:
 		why = fmt.Sprintf("%v: %v", s.Reason, s.Place)
 	case ReasonReservedGPUs:
