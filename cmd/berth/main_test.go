@@ -201,7 +201,7 @@ func TestReplayTableAndCSV(t *testing.T) {
 	recs, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
-	assert.Equal(t, append([]string{"workload"}, metrics.CSVHeader()...), recs[0])
+	assert.Equal(t, append(append([]string{"workload"}, metrics.CSVHeader()...), "dropped", "dropped_reasons"), recs[0])
 	assert.Equal(t, []string{"synthetic40", "easy"}, recs[1][:2])
 	assert.Equal(t, []string{"synthetic50", "easy"}, recs[2][:2])
 }
@@ -299,7 +299,7 @@ func TestReplayOpenbTrace(t *testing.T) {
 		code, stdout, stderr := runCLI(t, "replay", "--trace", "openb", "--policy", "easy")
 		require.Equal(t, 0, code, stderr)
 		assert.Contains(t, stdout, "openb: 6203 jobs on 1213 nodes (6212 GPUs, shared on demand)")
-		assert.Contains(t, stdout, "openb: 1949 jobs left out (897 never ran (no runtime)")
+		assert.Contains(t, stdout, "openb: 1949 jobs left out: 1052 no GPUs, 897 no runtime")
 		assert.Contains(t, stdout, "easy: 2573 fractional jobs; 0 on MIG instances, 2573 on shares")
 		assert.Contains(t, stdout, "6203/6203")
 	}
@@ -318,7 +318,21 @@ func TestReplayOpenbTrace(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "replay", "--trace", "openb:"+dir, "--policy", "fifo")
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `fifo: \d+ fractional jobs; 0 on MIG instances, \d+ on shares`, stdout)
-	assert.Contains(t, stdout, "jobs left out (")
+	assert.Regexp(t, `jobs left out: \d+ no runtime, \d+ no GPUs`, stdout)
+	code, stdout, stderr = runCLI(t, "replay", "--trace", "openb:"+dir, "--policy", "fifo", "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	var rows []struct {
+		Dropped int            `json:"dropped"`
+		Reasons map[string]int `json:"dropped_reasons"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 1)
+	sum := 0
+	for _, n := range rows[0].Reasons {
+		sum += n
+	}
+	assert.Positive(t, rows[0].Dropped)
+	assert.Equal(t, rows[0].Dropped, sum, "every dropped job has its reason")
 	code, _, stderr = runCLI(t, "replay", "--trace", "openb:"+filepath.Join(dir, "none"), "--policy", "fifo")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "none")

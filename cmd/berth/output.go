@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +44,12 @@ func writeJSON(w io.Writer, compare bool, rows []row) error {
 			}
 			b = append(append([]byte(`{"workload":`), name...), append([]byte{','}, b[1:]...)...)
 		}
+		// The workload's jobs left out, and why.
+		by, err := json.Marshal(r.reasons())
+		if err != nil {
+			return err
+		}
+		b = append(b[:len(b)-1], fmt.Sprintf(`,"dropped":%d,"dropped_reasons":%s}`, r.dropped, by)...)
 		buf.WriteString("  ")
 		buf.Write(b)
 		if i < len(rows)-1 {
@@ -56,7 +64,7 @@ func writeJSON(w io.Writer, compare bool, rows []row) error {
 
 func writeCSV(w io.Writer, compare bool, rows []row) error {
 	cw := csv.NewWriter(w)
-	header := metrics.CSVHeader()
+	header := append(metrics.CSVHeader(), "dropped", "dropped_reasons")
 	if compare {
 		header = append([]string{"workload"}, header...)
 	}
@@ -64,7 +72,7 @@ func writeCSV(w io.Writer, compare bool, rows []row) error {
 		return err
 	}
 	for _, r := range rows {
-		rec := r.res.CSVRecord()
+		rec := append(r.res.CSVRecord(), strconv.Itoa(r.dropped), r.reasonText(";"))
 		if compare {
 			rec = append([]string{r.workload}, rec...)
 		}
@@ -122,11 +130,7 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	fractional := false
 	for _, r := range rows {
 		if r.dropped > 0 && (len(rows) == 0 || r.res.Policy == rows[0].res.Policy) {
-			why := "no GPUs, larger than the cluster, or unreadable in the trace"
-			if n := r.first.NoRuntime; n > 0 {
-				why = fmt.Sprintf("%d never ran (no runtime); the rest no GPUs, a fraction of several GPUs, or larger than the cluster", n)
-			}
-			fmt.Fprintf(&b, "\n%s: %d jobs left out (%s)\n", r.workload, r.dropped, why)
+			fmt.Fprintf(&b, "\n%s: %d jobs left out: %s\n", r.workload, r.dropped, r.reasonText(", "))
 		}
 	}
 	for _, r := range rows {
@@ -211,4 +215,27 @@ func describeTopo(l *loaded) string {
 		s += ", shared on demand"
 	}
 	return s + ")"
+}
+
+// reasons is the row's dropped jobs by reason (never nil).
+func (r *row) reasons() map[string]int {
+	if r.droppedBy == nil {
+		return map[string]int{}
+	}
+	return r.droppedBy
+}
+
+// reasonText writes the reasons as "N reason" joined by sep, most first.
+func (r *row) reasonText(sep string) string {
+	by := r.reasons()
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(by[b], by[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", by[k], k)
+	}
+	return strings.Join(parts, sep)
 }

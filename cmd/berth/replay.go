@@ -17,11 +17,12 @@ import (
 // loaded is one workload: its jobs per seed (one entry when the jobs do
 // not depend on the seed) and its cluster.
 type loaded struct {
-	spec    traceSpec
-	name    string
-	cluster replay.Cluster
-	trace   []workload.Job // a trace read once
-	dropped int            // dropped by the loader
+	spec      traceSpec
+	name      string
+	cluster   replay.Cluster
+	trace     []workload.Job // a trace read once
+	dropped   int            // dropped by the loader
+	droppedBy map[string]int // the loader's drops by reason
 	// topo is the cluster of workloads that bring their own (openb's node
 	// list, synthetic-mig's MIG nodes); empty: cluster's uniform shape.
 	topo topo.Spec
@@ -90,6 +91,12 @@ func load(o *options, t traceSpec) (*loaded, error) {
 			return nil, err
 		}
 		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
+		for _, d := range tr.Dropped {
+			if l.droppedBy == nil {
+				l.droppedBy = map[string]int{}
+			}
+			l.droppedBy["trace: "+d.Reason]++
+		}
 		if t.kind == workload.KindOpenb {
 			if l.topo, err = replay.OpenbSpec(tr.Nodes); err != nil {
 				return nil, err
@@ -127,7 +134,9 @@ type row struct {
 	workload string
 	res      metrics.Result
 	dropped  int
-	first    replay.Result // the first seed's run, for plots
+	// droppedBy counts dropped by reason (loader's, then the replay's).
+	droppedBy map[string]int
+	first     replay.Result // the first seed's run, for plots
 }
 
 func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error {
@@ -196,7 +205,14 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 					}
 				}
 			}
-			rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped, first: *first})
+			by := map[string]int{}
+			for k, v := range l.droppedBy {
+				by[k] += v
+			}
+			for k, v := range first.DroppedBy {
+				by[k] += v
+			}
+			rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped, droppedBy: by, first: *first})
 		}
 	}
 	if err := writeRows(stdout, o, ws, rows, elapsed); err != nil {
