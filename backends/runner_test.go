@@ -585,3 +585,37 @@ func runningIDs(v *engine.View) []string {
 	}
 	return ids
 }
+
+// The Runner waits for Engine.NextWake: a running job's expected end (its
+// estimate) is a wake-up though no TickInterval is set.
+func TestRunnerWakesAtEngineNextWake(t *testing.T) {
+	f := newFake(1, 8)
+	a := job("a", 1, 8)
+	a.RuntimeEstimate = time.Hour
+	f.script = [][]engine.Event{{engine.Submitted(t0, a)}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.Equal(t, []string{"a"}, f.boundJobs())
+	assert.Contains(t, f.wakes, t0.Add(time.Hour), "a wake-up at a's expected end: %v", f.wakes)
+}
+
+// A job larger than the cluster is rejected at submission: the Runner
+// logs it with its job ID and the limit, and runs the other jobs.
+func TestRunnerSkipsJobThatNeverFits(t *testing.T) {
+	f := newFake(1, 8)
+	f.script = [][]engine.Event{{engine.Submitted(t0, job("huge", 2, 8)), engine.Submitted(t0, job("a", 1, 8))}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	var logs bytes.Buffer
+	cfg := config(f, &clock{}, &cycles)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	assert.Equal(t, []string{"a"}, f.boundJobs())
+	assert.Contains(t, logs.String(), `job=huge`)
+	assert.Contains(t, logs.String(), `can never fit the cluster`)
+}

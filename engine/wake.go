@@ -39,12 +39,12 @@ func (e *Engine) NextWake() (time.Time, bool) {
 	}
 	for _, js := range e.jobs {
 		if js.st == statePending && js.notBefore != 0 {
-			take(time.Unix(0, js.notBefore))
+			take(time.Unix(0, js.notBefore).In(now.Location()))
 		}
 	}
 	n := now.UnixNano()
 	if i := sort.Search(len(e.tl), func(i int) bool { return e.tl[i].at > n }); i < len(e.tl) {
-		take(time.Unix(0, e.tl[i].at))
+		take(time.Unix(0, e.tl[i].at).In(now.Location()))
 	}
 	for _, r := range e.lastRes {
 		take(r.start)
