@@ -36,9 +36,10 @@ type RunnerConfig struct {
 	// Parallelism bounds the Actuator calls in flight. Zero: 16.
 	Parallelism int
 	Retry       Retry
-	// TickInterval, when positive, wakes the engine at least this often
-	// (estimates overrun, aging). Zero: the Runner wakes only for events,
-	// grace periods and bind retries.
+	// TickInterval, when positive, wakes the engine at least this often.
+	// Zero: the Runner wakes only for events and when the engine asks
+	// (Engine.NextWake: grace periods, bind retries, overruns,
+	// reservations, the MIG back-off).
 	TickInterval time.Duration
 	// OnStepError decides what an event the engine rejects does: a nil
 	// return skips the event, an error stops Run with it. Nil: the event
