@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -39,6 +40,7 @@ func Read(data []byte) (*File, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, &FieldError{Path: "(file)", Line: extra.Line, Msg: "more than one document"}
 	}
+	normalize(reflect.ValueOf(f))
 	f.lines = indexLines(&root)
 	if err := f.Validate(); err != nil {
 		return f, err
@@ -142,4 +144,41 @@ func (l *lineIndex) line(path string) int {
 		p = p[:i]
 	}
 	return 0
+}
+
+// normalize sets every empty slice and map of v (a pointer) to nil, so
+// that "nodes: []" and an absent "nodes" read as the same File.
+func normalize(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			normalize(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if f := v.Field(i); f.CanSet() {
+				normalize(f)
+			}
+		}
+	case reflect.Slice:
+		if v.Len() == 0 {
+			v.SetZero()
+			return
+		}
+		for i := range v.Len() {
+			normalize(v.Index(i))
+		}
+	case reflect.Map:
+		if v.Len() == 0 {
+			v.SetZero()
+			return
+		}
+		// Map values are not addressable: normalise copies and store them.
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			normalize(e)
+			v.SetMapIndex(k, e)
+		}
+	}
 }
