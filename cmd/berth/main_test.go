@@ -259,7 +259,10 @@ func TestProgress(t *testing.T) {
 	assert.True(t, progressOn("on", &buf))
 	assert.False(t, progressOn("off", os.Stderr))
 	drawBar(&buf, "jobs", 50, 200, 3*time.Second)
-	assert.Equal(t, "\r[=======                       ]  25% 50/200 jobs 3s", buf.String())
+	assert.Equal(t, "\r[=======                       ]  25% 50/200 jobs 3s, ETA 9s ", buf.String())
+	buf.Reset()
+	drawBar(&buf, "runs", 0, 4, time.Second)
+	assert.Equal(t, "\r[                              ]   0% 0/4 runs 1s, ETA ? ", buf.String())
 	buf.Reset()
 	p := startProgress(&buf, true, "jobs", 10, func() int64 { return 5 })
 	p.stop() // before the first second: nothing drawn
