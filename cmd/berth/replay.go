@@ -23,6 +23,7 @@ type loaded struct {
 	trace     []workload.Job // a trace read once
 	dropped   int            // dropped by the loader
 	droppedBy map[string]int // the loader's drops by reason
+	warnings  []string       // the loader's warnings (a truncated last line)
 	// topo is the cluster of workloads that bring their own (openb's node
 	// list, synthetic-mig's MIG nodes); empty: cluster's uniform shape.
 	topo topo.Spec
@@ -90,7 +91,7 @@ func load(o *options, t traceSpec) (*loaded, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
+		l.trace, l.dropped, l.warnings = tr.Jobs, len(tr.Dropped), tr.Warnings
 		for _, d := range tr.Dropped {
 			if l.droppedBy == nil {
 				l.droppedBy = map[string]int{}
@@ -145,6 +146,9 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		l, err := load(o, t)
 		if err != nil {
 			return err
+		}
+		for _, w := range l.warnings {
+			fmt.Fprintf(stderr, "berth: warning: %s\n", w)
 		}
 		ws = append(ws, l)
 	}
