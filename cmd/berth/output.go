@@ -109,7 +109,9 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	}
 	b.WriteByte('\n')
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	head := "policy\tutil\tavg wait\tp95 wait\tavg JCT\tavg bsld\tmakespan\tpreempt\tfrag GPUs\tlargest gang\tfinished"
+	// Short headers keep the table within 120 columns (the footer explains
+	// them).
+	head := "policy\tutil\tavg wait\tp95 wait\tavg JCT\tbsld\tmakespan\tpreempt\tfrag\tmax gang\tfinished"
 	if o.compare {
 		head = "workload\t" + head
 	}
@@ -146,19 +148,19 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 		if o.compare {
 			name = r.workload + " " + name
 		}
-		fmt.Fprintf(&b, "  %s: %d fractional jobs; %d on MIG instances, %d on shares (at most %d on one GPU); "+
-			"MIG re-layouts decided %d, applied %d, refused %d (instances created %d, destroyed %d)\n",
+		b.WriteString(wrap(fmt.Sprintf("%s: %d fractional jobs; %d on MIG instances, %d on shares (at most %d on one GPU); "+
+			"MIG re-layouts decided %d, applied %d, refused %d (instances created %d, destroyed %d)",
 			name, f.Fractional, f.Sim.InstanceBinds, f.Sim.ShareBinds, f.Sim.MaxSharesPerGPU,
-			f.MIGDecided, f.Sim.MIGApplied, f.Sim.MIGRefused, f.Sim.InstancesCreated, f.Sim.InstancesDestroyed)
+			f.MIGDecided, f.Sim.MIGApplied, f.Sim.MIGRefused, f.Sim.InstancesCreated, f.Sim.InstancesDestroyed), "  ", helpWidth))
 	}
 	utilDef := "util: GPU-seconds busy / available"
 	if fractional {
 		utilDef = "util: GPU-milli-seconds held / available (a share by its milli, a MIG instance by its compute fraction)"
 	}
-	fmt.Fprintf(&b, "\n%s from first submit to last end (it ties when the last\n"+
-		"arrivals set the makespan); bsld: bounded slowdown (10 s);\n"+
-		"frag GPUs: mean free GPUs no pending job could use; largest gang: mean largest placeable gang (GPUs).\n"+
-		"%d replays in %s.\n", utilDef, len(rows), elapsed.Round(10*time.Millisecond))
+	b.WriteString("\n" + wrap(utilDef+" from first submit to last end (it ties when the last arrivals set the makespan);"+
+		" bsld: mean bounded slowdown (10 s); frag: mean free GPUs no pending job could use;"+
+		" max gang: mean largest placeable gang (GPUs).", "", helpWidth))
+	fmt.Fprintf(&b, "%d replays in %s.\n", len(rows), elapsed.Round(10*time.Millisecond))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
