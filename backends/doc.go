@@ -35,15 +35,23 @@
 // A backend whose gangs are one unit (a SLURM job) implements GangBinder:
 // the Runner then binds each gang with one BindGang call, all or nothing.
 //
-// Wake-ups come from preemption deadlines, bind retries after refusals,
-// the engine's MIG backoff after a refused MIG change, an immediate cycle
-// after applied MIG changes (it places the jobs they serve), and an
+// Wake-ups come from Engine.NextWake (grace periods, bind back-offs,
+// overruns of estimates, reservations coming due, the MIG back-off),
+// from preemption deadlines and retries after refusals, an immediate
+// cycle after applied MIG changes (it places the jobs they serve), and an
 // optional periodic tick. Every backend call but Next is bounded by
 // RunnerConfig.CallTimeout; a job whose binds keep failing is retried
 // with a growing backoff (engine.Config.BindRetryMax). See
 // docs/reliability.md. Run returns nil when the event stream ends
 // (ErrClosed) and ctx.Err() when ctx is cancelled, after the cycle being
 // applied was finished or rolled back and advanced.
+//
+// One bad event never stops Run: an event the engine rejects (a
+// submission naming an unknown queue, a job that can never fit, a finish
+// for an unknown job) is logged and skipped unless OnStepError says
+// otherwise. RunnerConfig.Logger receives decisions, refusals and retries
+// with job IDs as attributes; backends/promcollector turns the Observe
+// hook into Prometheus metrics (docs/backends/observability.md).
 //
 // # Concurrency
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -42,14 +43,22 @@ type RunnerConfig struct {
 	// Parallelism bounds the Actuator calls in flight. Zero: 16.
 	Parallelism int
 	Retry       Retry
-	// TickInterval, when positive, wakes the engine at least this often
-	// (estimates overrun, aging). Zero: the Runner wakes only for events,
-	// grace periods and bind retries.
+	// TickInterval, when positive, wakes the engine at least this often.
+	// Zero: the Runner wakes only for events and when the engine asks
+	// (Engine.NextWake: grace periods, bind retries, overruns,
+	// reservations, the MIG back-off).
 	TickInterval time.Duration
 	// OnStepError decides what an event the engine rejects does: a nil
-	// return skips the event, an error stops Run with it. Nil: every such
-	// error stops Run (wrapped in ErrEngine).
+	// return skips the event, an error stops Run with it. Nil: the event
+	// is logged (Logger, level Warn) and skipped, so one bad event (a
+	// submission naming an unknown queue, a finish for an unknown job)
+	// never stops Run.
 	OnStepError func(ev engine.Event, err error) error
+	// Logger, if set, receives what the Runner does, with the job ID as
+	// the attribute "job": rejected events and submissions, refusals and
+	// retries at Warn; failures no refusal reports at Error; preemptions
+	// and MIG changes at Info; binds and resizes at Debug. Nil: no logs.
+	Logger *slog.Logger
 	// Observe, if set, is called after every cycle, on Run's goroutine,
 	// with what was decided and what the backend refused.
 	Observe func(c Cycle)
@@ -93,6 +102,9 @@ type Cycle struct {
 	Errors []error
 	// View is the engine's view after the cycle.
 	View *engine.View
+	// Duration is the time the cycle took on the Runner's Clock: the
+	// engine's Ready, the Actuator calls and Advance.
+	Duration time.Duration
 }
 
 // Runner drives an engine against a backend. It is the only part of berth
@@ -105,6 +117,7 @@ type Cycle struct {
 type Runner struct {
 	cfg   RunnerConfig
 	clock Clock
+	log   *slog.Logger
 	eng   atomic.Pointer[engine.Engine]
 	wakes []time.Time // sorted
 	ran   atomic.Bool
@@ -173,7 +186,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.Retry.Initial > cfg.Retry.Max {
 		return nil, bad("Retry.Initial (%v) must not exceed Retry.Max (%v, the default when zero)", cfg.Retry.Initial, cfg.Retry.Max)
 	}
-	return &Runner{cfg: cfg, clock: cfg.Clock}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{cfg: cfg, clock: cfg.Clock, log: log}, nil
 }
 
 // View returns the engine's latest published view, or nil before Run has
@@ -228,6 +245,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			return err
 		}
 		wake := r.nextWake(eng.Now(), lastTick)
+		if w, ok := eng.NextWake(); ok && (wake.IsZero() || w.Before(wake)) {
+			wake = w
+		}
 		evs, err := be.Next(ctx, wake)
 		switch {
 		case errors.Is(err, ErrClosed):
@@ -277,19 +297,27 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	if r.cfg.OnStepError != nil {
 		return r.cfg.OnStepError(ev, err)
 	}
-	return fmt.Errorf("%w: step %v: %w", ErrEngine, ev.Kind, err)
+	id := ev.JobID
+	if ev.Job != nil {
+		id = ev.Job.ID
+	}
+	r.log.Warn("event rejected, skipped", "event", ev.Kind.String(), "job", id, "node", ev.NodeName+ev.Node.Name, "err", err)
+	return nil
 }
 
 // cycle runs one cycle, applies it and advances the engine. A cancelled
 // ctx stops new Actuator calls; what was applied is kept or rolled back,
 // and the engine advanced, before ctx.Err() comes back.
 func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
+	began := r.clock.Now()
 	rd := eng.Ready()
 	out, errs := r.apply(ctx, &rd)
 	errs, r.saveErrs = append(errs, r.saveErrs...), nil
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
 	}
+	took := r.clock.Now().Sub(began)
+	r.logCycle(ctx, &rd, &out, errs)
 	now := eng.Now()
 	for _, p := range rd.Preemptions {
 		if !slices.Contains(out.RefusedPreemptions, p.Victim) {
@@ -315,7 +343,7 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 		r.addWake(now)
 	}
 	if r.cfg.Observe != nil {
-		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Errors: errs, View: eng.View()})
+		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Errors: errs, View: eng.View(), Duration: took})
 	}
 	return ctx.Err()
 }
@@ -587,6 +615,7 @@ func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) e
 		if err = r.call(ctx, f); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrCallTimeout) || attempt >= r.cfg.Retry.Attempts {
 			return err
 		}
+		r.log.Warn("actuator call failed, retrying", "attempt", attempt, "wait", wait, "err", err)
 		if serr := r.clock.Sleep(ctx, wait); serr != nil {
 			return fmt.Errorf("%w (gave up: %w)", err, serr)
 		}

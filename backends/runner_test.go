@@ -1,11 +1,15 @@
 package backends_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,20 +320,51 @@ func TestRunnerRefusedPreemption(t *testing.T) {
 }
 
 func TestRunnerStepErrors(t *testing.T) {
+	// By default a bad event is logged and skipped: an unknown job, a
+	// submission naming an unknown queue; the run goes on and finishes.
 	f := newFake(1, 1)
-	f.script = [][]engine.Event{{engine.Finished(t0, "ghost")}, {engine.Submitted(t0, job("a", 1, 1))}}
+	stray := job("stray", 1, 1)
+	stray.Queue = "no-such-queue"
+	f.script = [][]engine.Event{{engine.Finished(t0, "ghost")}, {engine.Submitted(t0, stray)}, {engine.Submitted(t0, job("a", 1, 1))}}
 	f.closeAtEnd = true
 	var cycles []backends.Cycle
-	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	var logs bytes.Buffer
+	cfg := config(f, &clock{}, &cycles)
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	assert.Equal(t, []string{"a"}, f.boundJobs())
+	var rejected, binds []string
+	for line := range strings.Lines(logs.String()) {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		switch rec["msg"] {
+		case "event rejected, skipped":
+			rejected = append(rejected, rec["job"].(string))
+			assert.NotEmpty(t, rec["err"])
+		case "bind":
+			binds = append(binds, rec["job"].(string))
+		}
+	}
+	assert.Equal(t, []string{"ghost", "stray"}, rejected, "each bad event is logged with its job ID:\n%s", logs.String())
+	assert.Equal(t, []string{"a"}, binds)
+
+	// OnStepError can still stop the run.
+	f = newFake(1, 1)
+	f.script = [][]engine.Event{{engine.Finished(t0, "ghost")}, {engine.Submitted(t0, job("a", 1, 1))}}
+	f.closeAtEnd = true
+	cfg = config(f, &clock{}, &cycles)
+	cfg.OnStepError = func(ev engine.Event, err error) error { return fmt.Errorf("stop: %w", err) }
+	r, err = backends.NewRunner(cfg)
 	require.NoError(t, err)
 	err = r.Run(context.Background())
-	require.ErrorIs(t, err, backends.ErrEngine)
 	require.ErrorIs(t, err, engine.ErrUnknownJob)
 
 	f = newFake(1, 1)
 	f.script = [][]engine.Event{{engine.Finished(t0, "ghost")}, {engine.Submitted(t0, job("a", 1, 1))}}
 	f.closeAtEnd = true
-	cfg := config(f, &clock{}, &cycles)
+	cfg = config(f, &clock{}, &cycles)
 	var skipped []string
 	cfg.OnStepError = func(ev engine.Event, err error) error {
 		skipped = append(skipped, ev.JobID)
@@ -576,4 +611,38 @@ func TestRunnerInventoryCallTimeout(t *testing.T) {
 	require.NoError(t, err)
 	err = r.Run(context.Background())
 	require.ErrorIs(t, err, backends.ErrCallTimeout)
+}
+
+// The Runner waits for Engine.NextWake: a running job's expected end (its
+// estimate) is a wake-up though no TickInterval is set.
+func TestRunnerWakesAtEngineNextWake(t *testing.T) {
+	f := newFake(1, 8)
+	a := job("a", 1, 8)
+	a.RuntimeEstimate = time.Hour
+	f.script = [][]engine.Event{{engine.Submitted(t0, a)}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	r, err := backends.NewRunner(config(f, &clock{}, &cycles))
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.Equal(t, []string{"a"}, f.boundJobs())
+	assert.Contains(t, f.wakes, t0.Add(time.Hour), "a wake-up at a's expected end: %v", f.wakes)
+}
+
+// A job larger than the cluster is rejected at submission: the Runner
+// logs it with its job ID and the limit, and runs the other jobs.
+func TestRunnerSkipsJobThatNeverFits(t *testing.T) {
+	f := newFake(1, 8)
+	f.script = [][]engine.Event{{engine.Submitted(t0, job("huge", 2, 8)), engine.Submitted(t0, job("a", 1, 8))}}
+	f.closeAtEnd = true
+	var cycles []backends.Cycle
+	var logs bytes.Buffer
+	cfg := config(f, &clock{}, &cycles)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	assert.Equal(t, []string{"a"}, f.boundJobs())
+	assert.Contains(t, logs.String(), `job=huge`)
+	assert.Contains(t, logs.String(), `can never fit the cluster`)
 }

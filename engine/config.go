@@ -110,6 +110,18 @@ type MIGConfig struct {
 }
 
 // Config configures an Engine. Validate checks it; New calls Validate.
+//
+// The zero value (with a Cluster and Queues) is valid and runs: the DRS
+// policy across queues, priority then FIFO within a queue, no aging; no
+// backfill (BackfillNone: the first pending job that does not fit blocks
+// every later one, and gets no reservation and no estimate); no
+// preemption; jobs of a failed node requeued; a refused bind retried next
+// cycle; MIG planning on (wait factor 1, default costs, 8 GPUs per plan,
+// one minute back-off); placement packing (no Scorer). A job that can
+// never fit the cluster is rejected at submission (ErrNeverFits), so it
+// cannot block the queue under BackfillNone. Most sites want
+// Backfill.Mode set (EASY or conservative): see TestZeroConfig and
+// docs/config.md.
 type Config struct {
 	// Cluster is the initial inventory. It may be empty: nodes can be
 	// added later with NodeAdded events.

@@ -141,6 +141,9 @@ func (e *Engine) submit(j *queue.Job) error {
 	if err := e.checkLevels(j); err != nil {
 		return err
 	}
+	if err := e.checkFits(j); err != nil {
+		return err
+	}
 	if err := e.pending.Add(j); err != nil {
 		return err
 	}

@@ -39,6 +39,10 @@ type Bind struct {
 	// reservation (it ends before the reservation starts, or stays off its
 	// GPUs).
 	Backfill bool
+	// Queue and Submit are the job's (for observers: its wait is the
+	// Ready's At minus Submit).
+	Queue  string
+	Submit time.Time
 }
 
 // PreemptCause says why a job is preempted.
@@ -208,7 +212,8 @@ func (s PendingStatus) String() string {
 	var why string
 	switch s.Reason {
 	case ReasonQuota:
-		why = fmt.Sprintf("quota: %s needs %d, available %d", s.Quota.Resource, s.Quota.Need, s.Quota.Available)
+		why = fmt.Sprintf("quota: %s needs %s, available %s", s.Quota.Resource,
+			quotaAmount(s.Quota.Resource, s.Quota.Need), quotaAmount(s.Quota.Resource, s.Quota.Available))
 	case ReasonCapacity:
 		why = fmt.Sprintf("%v: %v", s.Reason, s.Place)
 	case ReasonReservedGPUs:

@@ -47,6 +47,19 @@ else
 fi
 # ---- end SLURM backend ----------------------------------------------------
 
+# --- operable (issue 15): the core stays free of YAML and Prometheus; every
+# example config passes `berth config check`.
+echo "== core imports neither YAML nor Prometheus"
+heavy=$(go list -deps ./topo/ ./gang/ ./queue/ ./mig/ ./engine/ ./backends/ | grep -E 'yaml|prometheus' || true)
+if [ -n "$heavy" ]; then
+  echo "core packages import:"; echo "$heavy"; exit 1
+fi
+echo "== berth config check examples/config/*.yaml"
+for f in examples/config/*.yaml; do
+  go run ./cmd/berth config check "$f" >/dev/null
+done
+# --- end operable
+
 echo "== go test -race"
 go test -race -count=1 ./...
 

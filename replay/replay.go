@@ -188,6 +188,10 @@ type Result struct {
 	// (openb pods that never ran).
 	Dropped   int
 	NoRuntime int
+	// DroppedBy counts Dropped by reason: "no runtime", "no GPUs",
+	// "fraction the cluster cannot share" (a fraction of several GPUs, or
+	// a cluster without shared GPUs), "larger than the cluster".
+	DroppedBy map[string]int
 	// ClusterGPUs is the cluster's GPU count; utilization is GPU milli
 	// held (whole GPUs, shares, MIG instances by compute fraction) over
 	// ClusterGPUs x 1000.
@@ -246,7 +250,7 @@ func replayRequest(g, per int) gang.Request {
 // order follow the trace), queue by user, else queue, else "default".
 // Share pods (a fraction of one GPU) become one fractional member where
 // the cluster takes them.
-func replayJobs(cfg *Config) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
+func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	if f := cfg.EstimateFactor; f != 0 {
 		if math.IsNaN(f) || f < 1 {
@@ -273,10 +277,19 @@ func replayJobs(cfg *Config) (jobs []replayJob, queues []string, dropped, noRunt
 		if w.Runtime <= 0 {
 			dropped++
 			noRuntime++
+			by["no runtime"]++
 			continue
 		}
 		if (g <= 0 && !share) || g > total {
 			dropped++
+			switch {
+			case g > total:
+				by["larger than the cluster"]++
+			case w.Shared():
+				by["fraction the cluster cannot share"]++
+			default:
+				by["no GPUs"]++
+			}
 			continue
 		}
 		qn := cmp.Or(w.User, w.Queue, "default")
@@ -353,7 +366,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	jobs, queues, dropped, noRuntime, err := replayJobs(&cfg)
+	res.DroppedBy = map[string]int{}
+	jobs, queues, dropped, noRuntime, err := replayJobs(&cfg, res.DroppedBy)
 	if err != nil {
 		return res, err
 	}

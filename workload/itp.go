@@ -38,7 +38,7 @@ func ReadITP(r io.Reader, name string) (*Trace, error) {
 			return nil, err
 		}
 		if !ok {
-			t.Jobs = buf.jobs()
+			t.Jobs, t.Warnings = buf.jobs(), c.lr.warnings()
 			return t, nil
 		}
 		submit, err := c.seconds(itpSubmit)

@@ -80,6 +80,10 @@ type Trace struct {
 	// Nodes is the node list of traces that bring their cluster (openb
 	// through Open); nil otherwise.
 	Nodes []Node
+	// Warnings report what may be wrong with the file as a whole: a last
+	// line without a newline (the file may have been cut mid-number, so
+	// its last job may be wrong).
+	Warnings []string
 }
 
 // HeaderInt returns an integer SWF header field such as "MaxProcs".

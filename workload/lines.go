@@ -29,12 +29,31 @@ type lineReader struct {
 	name string
 	line int   // number of the line last returned
 	read int64 // bytes returned so far, counting one per line end
+	// unterminated: the last line had no newline (the file may have been
+	// cut, e.g. "...,16" to "...,1").
+	unterminated bool
 }
 
 func newLineReader(r io.Reader, name string) *lineReader {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
-	return &lineReader{sc: sc, name: name}
+	lr := &lineReader{sc: sc, name: name}
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		if atEOF && tok != nil && adv == len(data) && len(data) > 0 && data[len(data)-1] != '\n' {
+			lr.unterminated = true
+		}
+		return adv, tok, err
+	})
+	return lr
+}
+
+// warnings are what a loader reports about the file as a whole.
+func (lr *lineReader) warnings() []string {
+	if !lr.unterminated {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: line %d, the last, has no newline: the file may be truncated (the line is read as it is)", lr.name, lr.line)}
 }
 
 // next returns the next line; ok is false at the end of input or on error

@@ -62,7 +62,7 @@ func ReadOpenbPods(r io.Reader, name string) (*Trace, error) {
 			return nil, err
 		}
 		if !ok {
-			t.Jobs = buf.jobs()
+			t.Jobs, t.Warnings = buf.jobs(), c.lr.warnings()
 			return t, nil
 		}
 		j := Job{Line: c.line()}

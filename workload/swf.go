@@ -98,7 +98,7 @@ func readSWF(r io.Reader, name string, size int64) (*Trace, error) {
 			if err := lr.err(); err != nil {
 				return nil, err
 			}
-			t.Jobs = buf.jobs()
+			t.Jobs, t.Warnings = buf.jobs(), lr.warnings()
 			return t, nil
 		}
 		if len(line) > 0 && line[0] == ';' {

@@ -46,6 +46,8 @@ const topUsage = `berth compares GPU scheduling policies by replaying job traces
 Usage:
   berth replay  [flags]   replay one workload under one or more policies
   berth compare [flags]   replay several workloads under several policies
+  berth config check FILE check a configuration file, print the effective settings
+  berth version           print the version
 
 Run 'berth replay -h' or 'berth compare -h' for the flags.
 `
@@ -63,6 +65,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout, stderr, false)
 	case "compare":
 		err = cmdReplay(ctx, args[1:], stdout, stderr, true)
+	case "config":
+		err = cmdConfig(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version())
+		return 0
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, topUsage)
 		return 0
@@ -140,6 +147,11 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
+	if compare {
+		fs.Usage = usageFunc(fs, stderr, "berth compare [flags]", compareExamples)
+	} else {
+		fs.Usage = usageFunc(fs, stderr, "berth replay [flags]", replayExamples)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err

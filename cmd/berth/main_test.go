@@ -154,7 +154,8 @@ func TestHelp(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stderr, "-gpus-per-node")
 	assert.Contains(t, stderr, "synthetic-mig[:N]")
-	assert.Contains(t, stderr, "openb[:DIR] (the openb pods as a time trace")
+	// Help is wrapped to 99 columns: compare with the line breaks removed.
+	assert.Contains(t, strings.Join(strings.Fields(stderr), " "), "openb[:DIR] (the openb pods as a time trace")
 }
 
 func TestMissingTraceFile(t *testing.T) {
@@ -194,13 +195,16 @@ func TestReplayTableAndCSV(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"fifo", "easy"}, policies)
+	for _, l := range lines {
+		assert.LessOrEqual(t, len(l), 120, "the table fits 120 columns: %q", l)
+	}
 
 	code, stdout, stderr = runCLI(t, "compare", "--trace", "synthetic:40", "--trace", "synthetic:50", "--nodes", "4", "--policy", "easy", "--format", "csv")
 	require.Equal(t, 0, code, stderr)
 	recs, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
-	assert.Equal(t, append([]string{"workload"}, metrics.CSVHeader()...), recs[0])
+	assert.Equal(t, append(append([]string{"workload"}, metrics.CSVHeader()...), "dropped", "dropped_reasons"), recs[0])
 	assert.Equal(t, []string{"synthetic40", "easy"}, recs[1][:2])
 	assert.Equal(t, []string{"synthetic50", "easy"}, recs[2][:2])
 }
@@ -258,7 +262,10 @@ func TestProgress(t *testing.T) {
 	assert.True(t, progressOn("on", &buf))
 	assert.False(t, progressOn("off", os.Stderr))
 	drawBar(&buf, "jobs", 50, 200, 3*time.Second)
-	assert.Equal(t, "\r[=======                       ]  25% 50/200 jobs 3s", buf.String())
+	assert.Equal(t, "\r[=======                       ]  25% 50/200 jobs 3s, ETA 9s ", buf.String())
+	buf.Reset()
+	drawBar(&buf, "runs", 0, 4, time.Second)
+	assert.Equal(t, "\r[                              ]   0% 0/4 runs 1s, ETA ? ", buf.String())
 	buf.Reset()
 	p := startProgress(&buf, true, "jobs", 10, func() int64 { return 5 })
 	p.stop() // before the first second: nothing drawn
@@ -274,7 +281,12 @@ func TestReplaySyntheticMIG(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "synthetic-mig120: 157 jobs on 2 nodes (16 GPUs, 8 in MIG mode), estimates exact, seeds 42")
 	assert.Contains(t, stdout, "fractional jobs (first seed's run):")
-	assert.Regexp(t, `easy: 120 fractional jobs; 120 on MIG instances, 0 on shares \(at most 0 on one GPU\); MIG re-layouts decided ([1-9]\d*), applied ([1-9]\d*), refused 0`, stdout)
+	// Long lines are wrapped: match with the line breaks removed.
+	assert.Regexp(t, `easy: 120 fractional jobs; 120 on MIG instances, 0 on shares \(at most 0 on one GPU\); MIG re-layouts decided ([1-9]\d*), applied ([1-9]\d*), refused 0`,
+		strings.Join(strings.Fields(stdout), " "))
+	for _, l := range strings.Split(stdout, "\n") {
+		assert.LessOrEqual(t, len(l), 120, "the replay output fits 120 columns: %q", l)
+	}
 	assert.Contains(t, stdout, "util: GPU-milli-seconds held / available")
 	for _, l := range strings.Split(stdout, "\n") {
 		if f := strings.Fields(l); len(f) > 0 && (f[0] == "fifo" || f[0] == "easy") {
@@ -298,7 +310,7 @@ func TestReplayOpenbTrace(t *testing.T) {
 		code, stdout, stderr := runCLI(t, "replay", "--trace", "openb", "--policy", "easy")
 		require.Equal(t, 0, code, stderr)
 		assert.Contains(t, stdout, "openb: 6203 jobs on 1213 nodes (6212 GPUs, shared on demand)")
-		assert.Contains(t, stdout, "openb: 1949 jobs left out (897 never ran (no runtime)")
+		assert.Contains(t, stdout, "openb: 1949 jobs left out: 1052 no GPUs, 897 no runtime")
 		assert.Contains(t, stdout, "easy: 2573 fractional jobs; 0 on MIG instances, 2573 on shares")
 		assert.Contains(t, stdout, "6203/6203")
 	}
@@ -317,7 +329,21 @@ func TestReplayOpenbTrace(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "replay", "--trace", "openb:"+dir, "--policy", "fifo")
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `fifo: \d+ fractional jobs; 0 on MIG instances, \d+ on shares`, stdout)
-	assert.Contains(t, stdout, "jobs left out (")
+	assert.Regexp(t, `jobs left out: \d+ no runtime, \d+ no GPUs`, stdout)
+	code, stdout, stderr = runCLI(t, "replay", "--trace", "openb:"+dir, "--policy", "fifo", "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	var rows []struct {
+		Dropped int            `json:"dropped"`
+		Reasons map[string]int `json:"dropped_reasons"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 1)
+	sum := 0
+	for _, n := range rows[0].Reasons {
+		sum += n
+	}
+	assert.Positive(t, rows[0].Dropped)
+	assert.Equal(t, rows[0].Dropped, sum, "every dropped job has its reason")
 	code, _, stderr = runCLI(t, "replay", "--trace", "openb:"+filepath.Join(dir, "none"), "--policy", "fifo")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "none")

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +44,12 @@ func writeJSON(w io.Writer, compare bool, rows []row) error {
 			}
 			b = append(append([]byte(`{"workload":`), name...), append([]byte{','}, b[1:]...)...)
 		}
+		// The workload's jobs left out, and why.
+		by, err := json.Marshal(r.reasons())
+		if err != nil {
+			return err
+		}
+		b = append(b[:len(b)-1], fmt.Sprintf(`,"dropped":%d,"dropped_reasons":%s}`, r.dropped, by)...)
 		buf.WriteString("  ")
 		buf.Write(b)
 		if i < len(rows)-1 {
@@ -56,7 +64,7 @@ func writeJSON(w io.Writer, compare bool, rows []row) error {
 
 func writeCSV(w io.Writer, compare bool, rows []row) error {
 	cw := csv.NewWriter(w)
-	header := metrics.CSVHeader()
+	header := append(metrics.CSVHeader(), "dropped", "dropped_reasons")
 	if compare {
 		header = append([]string{"workload"}, header...)
 	}
@@ -64,7 +72,7 @@ func writeCSV(w io.Writer, compare bool, rows []row) error {
 		return err
 	}
 	for _, r := range rows {
-		rec := r.res.CSVRecord()
+		rec := append(r.res.CSVRecord(), strconv.Itoa(r.dropped), r.reasonText(";"))
 		if compare {
 			rec = append([]string{r.workload}, rec...)
 		}
@@ -101,7 +109,9 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	}
 	b.WriteByte('\n')
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	head := "policy\tutil\tavg wait\tp95 wait\tavg JCT\tavg bsld\tmakespan\tpreempt\tfrag GPUs\tlargest gang\tfinished"
+	// Short headers keep the table within 120 columns (the footer explains
+	// them).
+	head := "policy\tutil\tavg wait\tp95 wait\tavg JCT\tbsld\tmakespan\tpreempt\tfrag\tmax gang\tfinished"
 	if o.compare {
 		head = "workload\t" + head
 	}
@@ -122,11 +132,7 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	fractional := false
 	for _, r := range rows {
 		if r.dropped > 0 && (len(rows) == 0 || r.res.Policy == rows[0].res.Policy) {
-			why := "no GPUs, larger than the cluster, or unreadable in the trace"
-			if n := r.first.NoRuntime; n > 0 {
-				why = fmt.Sprintf("%d never ran (no runtime); the rest no GPUs, a fraction of several GPUs, or larger than the cluster", n)
-			}
-			fmt.Fprintf(&b, "\n%s: %d jobs left out (%s)\n", r.workload, r.dropped, why)
+			fmt.Fprintf(&b, "\n%s: %d jobs left out: %s\n", r.workload, r.dropped, r.reasonText(", "))
 		}
 	}
 	for _, r := range rows {
@@ -142,19 +148,19 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 		if o.compare {
 			name = r.workload + " " + name
 		}
-		fmt.Fprintf(&b, "  %s: %d fractional jobs; %d on MIG instances, %d on shares (at most %d on one GPU); "+
-			"MIG re-layouts decided %d, applied %d, refused %d (instances created %d, destroyed %d)\n",
+		b.WriteString(wrap(fmt.Sprintf("%s: %d fractional jobs; %d on MIG instances, %d on shares (at most %d on one GPU); "+
+			"MIG re-layouts decided %d, applied %d, refused %d (instances created %d, destroyed %d)",
 			name, f.Fractional, f.Sim.InstanceBinds, f.Sim.ShareBinds, f.Sim.MaxSharesPerGPU,
-			f.MIGDecided, f.Sim.MIGApplied, f.Sim.MIGRefused, f.Sim.InstancesCreated, f.Sim.InstancesDestroyed)
+			f.MIGDecided, f.Sim.MIGApplied, f.Sim.MIGRefused, f.Sim.InstancesCreated, f.Sim.InstancesDestroyed), "  ", helpWidth))
 	}
 	utilDef := "util: GPU-seconds busy / available"
 	if fractional {
 		utilDef = "util: GPU-milli-seconds held / available (a share by its milli, a MIG instance by its compute fraction)"
 	}
-	fmt.Fprintf(&b, "\n%s from first submit to last end (it ties when the last\n"+
-		"arrivals set the makespan); bsld: bounded slowdown (10 s);\n"+
-		"frag GPUs: mean free GPUs no pending job could use; largest gang: mean largest placeable gang (GPUs).\n"+
-		"%d replays in %s.\n", utilDef, len(rows), elapsed.Round(10*time.Millisecond))
+	b.WriteString("\n" + wrap(utilDef+" from first submit to last end (it ties when the last arrivals set the makespan);"+
+		" bsld: mean bounded slowdown (10 s); frag: mean free GPUs no pending job could use;"+
+		" max gang: mean largest placeable gang (GPUs).", "", helpWidth))
+	fmt.Fprintf(&b, "%d replays in %s.\n", len(rows), elapsed.Round(10*time.Millisecond))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -211,4 +217,27 @@ func describeTopo(l *loaded) string {
 		s += ", shared on demand"
 	}
 	return s + ")"
+}
+
+// reasons is the row's dropped jobs by reason (never nil).
+func (r *row) reasons() map[string]int {
+	if r.droppedBy == nil {
+		return map[string]int{}
+	}
+	return r.droppedBy
+}
+
+// reasonText writes the reasons as "N reason" joined by sep, most first.
+func (r *row) reasonText(sep string) string {
+	by := r.reasons()
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(by[b], by[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", by[k], k)
+	}
+	return strings.Join(parts, sep)
 }

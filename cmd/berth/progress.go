@@ -57,7 +57,7 @@ func startProgress(w io.Writer, on bool, unit string, total int64, count func() 
 			drawBar(w, unit, count(), total, time.Since(start))
 			select {
 			case <-p.quit:
-				fmt.Fprintf(w, "\r%s\r", strings.Repeat(" ", 72))
+				fmt.Fprintf(w, "\r%s\r", strings.Repeat(" ", 99))
 				return
 			case <-tick.C:
 			}
@@ -70,8 +70,13 @@ func drawBar(w io.Writer, unit string, n, total int64, elapsed time.Duration) {
 	const width = 30
 	n = min(max(n, 0), total)
 	fill := int(width * n / total)
-	fmt.Fprintf(w, "\r[%s%s] %3d%% %d/%d %s %s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
-		100*n/total, n, total, unit, elapsed.Round(time.Second))
+	eta := "ETA ?"
+	if n > 0 {
+		// The rate so far, applied to what is left.
+		eta = "ETA " + (time.Duration(float64(elapsed) * float64(total-n) / float64(n))).Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "\r[%s%s] %3d%% %d/%d %s %s, %s ", strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
+		100*n/total, n, total, unit, elapsed.Round(time.Second), eta)
 }
 
 // stop clears the bar and waits for its goroutine.

@@ -17,11 +17,13 @@ import (
 // loaded is one workload: its jobs per seed (one entry when the jobs do
 // not depend on the seed) and its cluster.
 type loaded struct {
-	spec    traceSpec
-	name    string
-	cluster replay.Cluster
-	trace   []workload.Job // a trace read once
-	dropped int            // dropped by the loader
+	spec      traceSpec
+	name      string
+	cluster   replay.Cluster
+	trace     []workload.Job // a trace read once
+	dropped   int            // dropped by the loader
+	droppedBy map[string]int // the loader's drops by reason
+	warnings  []string       // the loader's warnings (a truncated last line)
 	// topo is the cluster of workloads that bring their own (openb's node
 	// list, synthetic-mig's MIG nodes); empty: cluster's uniform shape.
 	topo topo.Spec
@@ -89,7 +91,13 @@ func load(o *options, t traceSpec) (*loaded, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.trace, l.dropped = tr.Jobs, len(tr.Dropped)
+		l.trace, l.dropped, l.warnings = tr.Jobs, len(tr.Dropped), tr.Warnings
+		for _, d := range tr.Dropped {
+			if l.droppedBy == nil {
+				l.droppedBy = map[string]int{}
+			}
+			l.droppedBy["trace: "+d.Reason]++
+		}
 		if t.kind == workload.KindOpenb {
 			if l.topo, err = replay.OpenbSpec(tr.Nodes); err != nil {
 				return nil, err
@@ -127,7 +135,9 @@ type row struct {
 	workload string
 	res      metrics.Result
 	dropped  int
-	first    replay.Result // the first seed's run, for plots
+	// droppedBy counts dropped by reason (loader's, then the replay's).
+	droppedBy map[string]int
+	first     replay.Result // the first seed's run, for plots
 }
 
 func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error {
@@ -136,6 +146,9 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		l, err := load(o, t)
 		if err != nil {
 			return err
+		}
+		for _, w := range l.warnings {
+			fmt.Fprintf(stderr, "berth: warning: %s\n", w)
 		}
 		ws = append(ws, l)
 	}
@@ -196,7 +209,14 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 					}
 				}
 			}
-			rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped, first: *first})
+			by := map[string]int{}
+			for k, v := range l.droppedBy {
+				by[k] += v
+			}
+			for k, v := range first.DroppedBy {
+				by[k] += v
+			}
+			rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped, droppedBy: by, first: *first})
 		}
 	}
 	if err := writeRows(stdout, o, ws, rows, elapsed); err != nil {

@@ -1,0 +1,220 @@
+// Package promcollector exposes a backends.Runner's scheduling as
+// Prometheus metrics. It lives apart from the core so that neither the
+// engine nor the Runner imports client_golang.
+//
+// Plug a Collector into the Runner's Observe hook and register it:
+//
+//	c := promcollector.New(promcollector.Options{})
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(c)
+//	r, _ := backends.NewRunner(backends.RunnerConfig{..., Observe: c.Observe})
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// Metrics (names follow Prometheus' conventions: base units, _total for
+// counters, _seconds for durations):
+//
+//	berth_queue_pending_jobs{queue}           gauge   jobs waiting in the queue
+//	berth_queue_running_jobs{queue}           gauge   jobs running or stopping
+//	berth_queue_gpus_in_use{queue}            gauge   whole GPUs held by the queue's jobs
+//	berth_queue_gpus_borrowed{queue}          gauge   GPUs the queue uses beyond its nominal quota
+//	berth_cluster_gpus                        gauge   GPUs of the cluster
+//	berth_cluster_free_gpus                   gauge   allocatable free GPUs
+//	berth_cycles_total                        counter scheduling cycles applied
+//	berth_cycle_duration_seconds              histogram one cycle: Ready, Actuator calls, Advance
+//	berth_decisions_total{kind}               counter decisions made: bind, backfill, preemption, resize, mig
+//	berth_refusals_total{kind}                counter decisions the backend refused: bind, preemption, resize, mig
+//	berth_preemptions_total{cause}            counter preemptions applied, by cause (priority, reclaim)
+//	berth_job_wait_seconds{queue}             histogram submission to bind, for each bind applied
+//	                                                  (a requeued job bound again counts again, from its submission)
+//	berth_rejected_submissions_total          counter submissions the engine could not accept
+//	berth_apply_errors_total                  counter failures no refusal reports (the backend may disagree)
+//
+// The cycle duration is measured on the Runner's Clock: under the
+// simulator's virtual clock it is zero.
+//
+// The queue gauges are computed from the latest cycle's engine.View when
+// scraped, so their cost is paid per scrape, not per cycle.
+package promcollector
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/engine"
+)
+
+// Options configures a Collector. The zero value is usable.
+type Options struct {
+	// Namespace prefixes every name. Empty: "berth".
+	Namespace string
+	// CycleBuckets and WaitBuckets are the histograms' upper bounds, in
+	// seconds. Nil: 100 µs .. ~100 s for cycles; 1 s .. ~1 week for waits.
+	CycleBuckets, WaitBuckets []float64
+	// ConstLabels are added to every metric (e.g. the cluster's name).
+	ConstLabels prometheus.Labels
+}
+
+// Collector is a prometheus.Collector fed by backends.Cycle values.
+// Observe and Collect may run concurrently.
+type Collector struct {
+	mu   sync.Mutex
+	view *engine.View
+
+	cycles      prometheus.Counter
+	cycleDur    prometheus.Histogram
+	decisions   *prometheus.CounterVec
+	refusals    *prometheus.CounterVec
+	preemptions *prometheus.CounterVec
+	wait        *prometheus.HistogramVec
+	rejected    prometheus.Counter
+	applyErrors prometheus.Counter
+
+	pendingDesc, runningDesc, inUseDesc, borrowedDesc, gpusDesc, freeDesc *prometheus.Desc
+}
+
+// New returns a Collector with no observations.
+func New(o Options) *Collector {
+	ns := o.Namespace
+	if ns == "" {
+		ns = "berth"
+	}
+	if o.CycleBuckets == nil {
+		o.CycleBuckets = prometheus.ExponentialBuckets(1e-4, 4, 10)
+	}
+	if o.WaitBuckets == nil {
+		o.WaitBuckets = prometheus.ExponentialBuckets(1, 4, 11)
+	}
+	cl := o.ConstLabels
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, cl)
+	}
+	c := &Collector{
+		cycles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "cycles_total",
+			Help: "Scheduling cycles applied.", ConstLabels: cl}),
+		cycleDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "cycle_duration_seconds",
+			Help: "Duration of one cycle: the engine's Ready, the Actuator calls and Advance.", Buckets: o.CycleBuckets, ConstLabels: cl}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "decisions_total",
+			Help: "Decisions made by the engine, by kind (bind, backfill, preemption, resize, mig).", ConstLabels: cl}, []string{"kind"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "refusals_total",
+			Help: "Decisions the backend refused, by kind (bind, preemption, resize, mig).", ConstLabels: cl}, []string{"kind"}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preemptions_total",
+			Help: "Preemptions applied, by cause (priority, reclaim).", ConstLabels: cl}, []string{"cause"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "job_wait_seconds",
+			Help: "Time from submission to bind, for each bind applied.", Buckets: o.WaitBuckets, ConstLabels: cl}, []string{"queue"}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "rejected_submissions_total",
+			Help: "Submissions the engine could not accept.", ConstLabels: cl}),
+		applyErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "apply_errors_total",
+			Help: "Failures no refusal reports (a rollback or a shrink that failed): the backend may disagree with the engine.", ConstLabels: cl}),
+		pendingDesc:  desc("queue_pending_jobs", "Jobs pending in the queue.", "queue"),
+		runningDesc:  desc("queue_running_jobs", "Jobs of the queue running or stopping.", "queue"),
+		inUseDesc:    desc("queue_gpus_in_use", "Whole GPUs held by the queue's jobs.", "queue"),
+		borrowedDesc: desc("queue_gpus_borrowed", "GPUs the queue uses beyond its nominal quota (borrowed from its cohort).", "queue"),
+		gpusDesc:     desc("cluster_gpus", "GPUs of the cluster."),
+		freeDesc:     desc("cluster_free_gpus", "Allocatable free GPUs."),
+	}
+	for _, k := range []string{"bind", "backfill", "preemption", "resize", "mig"} {
+		c.decisions.WithLabelValues(k)
+	}
+	for _, k := range []string{"bind", "preemption", "resize", "mig"} {
+		c.refusals.WithLabelValues(k)
+	}
+	for _, k := range []string{engine.PreemptPriority.String(), engine.PreemptReclaim.String()} {
+		c.preemptions.WithLabelValues(k)
+	}
+	return c
+}
+
+// Observe records one cycle; give it to backends.RunnerConfig.Observe
+// (call it from your own Observe to chain).
+func (c *Collector) Observe(cy backends.Cycle) {
+	rd, out := &cy.Ready, &cy.Outcome
+	c.cycles.Inc()
+	c.cycleDur.Observe(cy.Duration.Seconds())
+	for _, b := range rd.Binds {
+		kind := "bind"
+		if b.Backfill {
+			kind = "backfill"
+		}
+		c.decisions.WithLabelValues(kind).Inc()
+		if slices.Contains(out.RefusedBinds, b.Job) {
+			continue
+		}
+		if !b.Submit.IsZero() && !rd.At.Before(b.Submit) {
+			c.wait.WithLabelValues(b.Queue).Observe(rd.At.Sub(b.Submit).Seconds())
+		}
+	}
+	c.decisions.WithLabelValues("preemption").Add(float64(len(rd.Preemptions)))
+	for _, p := range rd.Preemptions {
+		if !slices.Contains(out.RefusedPreemptions, p.Victim) {
+			c.preemptions.WithLabelValues(p.Cause.String()).Inc()
+		}
+	}
+	c.decisions.WithLabelValues("resize").Add(float64(len(rd.Resizes)))
+	c.decisions.WithLabelValues("mig").Add(float64(len(rd.MIG)))
+	c.refusals.WithLabelValues("bind").Add(float64(len(out.RefusedBinds)))
+	c.refusals.WithLabelValues("preemption").Add(float64(len(out.RefusedPreemptions)))
+	c.refusals.WithLabelValues("resize").Add(float64(len(out.RefusedResizes)))
+	c.refusals.WithLabelValues("mig").Add(float64(len(out.RefusedMIG)))
+	c.rejected.Add(float64(len(rd.Rejected)))
+	c.applyErrors.Add(float64(len(cy.Errors)))
+	if cy.View != nil {
+		c.mu.Lock()
+		c.view = cy.View
+		c.mu.Unlock()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.static() {
+		m.Describe(ch)
+	}
+	for _, d := range []*prometheus.Desc{c.pendingDesc, c.runningDesc, c.inUseDesc, c.borrowedDesc, c.gpusDesc, c.freeDesc} {
+		ch <- d
+	}
+}
+
+func (c *Collector) static() []prometheus.Collector {
+	return []prometheus.Collector{c.cycles, c.cycleDur, c.decisions, c.refusals, c.preemptions, c.wait, c.rejected, c.applyErrors}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.static() {
+		m.Collect(ch)
+	}
+	c.mu.Lock()
+	v := c.view
+	c.mu.Unlock()
+	if v == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, x float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, labels...)
+	}
+	gauge(c.gpusDesc, float64(v.TotalGPUs))
+	gauge(c.freeDesc, float64(v.FreeGPUs))
+	running := map[string]int{}
+	inUse := map[string]int{}
+	for _, rj := range v.Running() {
+		running[rj.Queue]++
+		inUse[rj.Queue] += rj.GPUs
+	}
+	for _, q := range v.Queues() {
+		var borrowed int64
+		for _, u := range q.Usage {
+			if u.Name.IsGPU() {
+				if b := int64(u.Amount) - int64(q.Nominal.Get(u.Name)); b > 0 {
+					borrowed += b
+				}
+			}
+		}
+		gauge(c.pendingDesc, float64(q.Pending), q.Name)
+		gauge(c.runningDesc, float64(running[q.Name]), q.Name)
+		gauge(c.inUseDesc, float64(inUse[q.Name]), q.Name)
+		gauge(c.borrowedDesc, float64(borrowed)/1000, q.Name)
+	}
+}

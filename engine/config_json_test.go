@@ -1,0 +1,56 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/mig"
+	"github.com/berthsched/berth/queue"
+	"github.com/berthsched/berth/topo"
+)
+
+// engine.Config without its Policy (an interface: name it in a config
+// file, package config) round-trips through JSON: limits as amounts or
+// "unlimited", enums by name.
+func TestConfigJSONRoundTrip(t *testing.T) {
+	cfg := engine.Config{
+		Cluster: topo.Spec{Nodes: []topo.NodeSpec{
+			{Name: "n0", GPUs: 8, State: topo.Draining},
+			{Name: "n1", GPUs: 4, Sharing: mig.Sharing{Mode: mig.MPS, Replicas: 4}},
+		}},
+		Queues: queue.TreeSpec{
+			Cohorts: []queue.CohortSpec{{Name: "c"}},
+			Queues: []queue.QueueSpec{{Name: "q", Cohort: "c", Quota: map[queue.ResourceName]queue.Quota{
+				queue.GPUMilli: {Nominal: queue.WholeGPUs(8), BorrowingLimit: queue.Cap(queue.WholeGPUs(2)), LendingLimit: queue.NoLimit()},
+			}}},
+			HalfLife: time.Hour,
+		},
+		Backfill:    engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: 4},
+		NodeFailure: engine.FailOnFailure,
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"BorrowingLimit":2000`, `"LendingLimit":"unlimited"`, `"Mode":"conservative"`,
+		`"NodeFailure":"fail"`, `"State":"draining"`, `"Mode":"mps"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, b)
+		}
+	}
+	var back engine.Config
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, back) {
+		t.Fatalf("round trip differs:\n%+v\n%+v", cfg, back)
+	}
+	var l queue.Limit
+	if err := json.Unmarshal([]byte(`{}`), &l); err == nil {
+		t.Fatal(`{} read as a limit; want an error, not a silent "unlimited"`)
+	}
+}
