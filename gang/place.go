@@ -42,7 +42,10 @@ type Placer struct {
 	pick   []int32 // positions in caps
 	chosen []int32
 	best   []int32
-	takes  []take
+	// levels of the domains in chosen and best
+	chosenL, bestL int
+	cmp            compactScratch
+	takes          []take
 	// trial packing scratch
 	tnodes []topo.NodeID
 	tavail []int32
@@ -339,14 +342,26 @@ func (p *Placer) span(from, d, to int) (int, int) {
 	return p.c.Descendants(from, d, to)
 }
 
-// key orders candidate domains: fewer preferred domains, then fewer free
-// GPUs in the required domain, then fewer free GPUs in the chosen preferred
-// domains, then lower index.
-type key struct{ spread, freeD, freeChosen, d int }
+// key orders candidate domains: fewer preferred domains, then fewer
+// domains at the other levels (compactKey order, see compact.go), then
+// fewer free GPUs in the required domain, then fewer free GPUs in the
+// chosen preferred domains, then lower index.
+type key struct {
+	spread               int
+	levels               [maxKeyLevels]int32
+	freeD, freeChosen, d int
+}
 
 func (a key) less(b key) bool {
 	if a.spread != b.spread {
 		return a.spread < b.spread
+	}
+	if a.levels != b.levels {
+		for i := range a.levels {
+			if a.levels[i] != b.levels[i] {
+				return a.levels[i] < b.levels[i]
+			}
+		}
 	}
 	if a.freeD != b.freeD {
 		return a.freeD < b.freeD
@@ -364,6 +379,7 @@ func (p *Placer) placeOne() Result {
 	found := false
 	var best key
 	p.best = p.best[:0]
+	p.bestL = p.lp
 	if p.Scorer != nil && p.lp < 0 && p.numDomains(p.lr) == 1 {
 		// One domain to choose from: its nodes are scanned once, for the
 		// capacity and the scored choice together.
@@ -381,11 +397,12 @@ func (p *Placer) placeOne() Result {
 		}
 		k := key{freeD: p.free(p.lr, d), d: d}
 		if p.lp >= 0 {
-			k.spread, k.freeChosen = p.choose(d, gi, need)
+			p.compact(d, gi, need, &k)
 		}
 		if !found || k.less(best) {
 			found, best = true, k
 			p.best = append(p.best[:0], p.chosen...)
+			p.bestL = p.chosenL
 		}
 	}
 	if !found {
@@ -400,22 +417,24 @@ func (p *Placer) placeOne() Result {
 	return Result{Found: true, Domain: best.d}
 }
 
-// choose picks the fewest preferred domains inside required domain d whose
-// capacity reaches need (largest first, lower index on ties), then, from
-// the smallest pick up, swaps a pick for the smallest unpicked domain
-// (lower index on ties) that keeps the sum >= need (tightest fit). It
-// leaves the picks, ascending, in p.chosen and returns their count and
-// free GPUs. Capacities are counted into buckets, so the cost is linear in
-// the domains read, with no sort of them.
-func (p *Placer) choose(d int, gi *groupInfo, need int) (spread, freeChosen int) {
-	lo, hi := p.span(p.lr, d, p.lp)
+// choose picks the fewest domains of level il inside the containers cont
+// (domains of level cl, ascending, none inside another) whose capacity
+// reaches need (largest first, lower index on ties), then, from the
+// smallest pick up, swaps a pick for the smallest unpicked domain (lower
+// index on ties) that keeps the sum >= need (tightest fit). It leaves the
+// picks, ascending, in p.chosen (p.chosenL = il) and returns their count
+// and free GPUs. Capacities are counted into buckets, so the cost is linear
+// in the domains read, with no sort of them. cont must not alias p.chosen.
+func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
 	p.caps = p.caps[:0]
 	maxCap := 0
-	for i := lo; i < hi; i++ {
-		if c := p.capacity(p.lp, i, gi); c > 0 {
-			c = min(c, 1<<30)
-			p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
-			maxCap = max(maxCap, c)
+	for _, cd := range cont {
+		lo, hi := p.span(cl, int(cd), il)
+		for i := lo; i < hi; i++ {
+			if c := p.capOf(il, i, gi); c > 0 {
+				p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
+				maxCap = max(maxCap, c)
+			}
 		}
 	}
 	if maxCap > 1<<20 {
@@ -483,10 +502,11 @@ func (p *Placer) choose(d int, gi *groupInfo, need int) (spread, freeChosen int)
 		}
 	}
 	p.chosen = p.chosen[:0]
+	p.chosenL = il
 	for _, i := range p.pick {
 		idx := p.caps[i].idx
 		p.chosen = append(p.chosen, idx)
-		freeChosen += p.free(p.lp, int(idx))
+		freeChosen += p.free(il, int(idx))
 	}
 	slices.Sort(p.chosen)
 	return m, freeChosen
@@ -502,7 +522,8 @@ func (p *Placer) bucket(n int) []int32 {
 	return p.cnt
 }
 
-// nodeRanges calls f for every node of the chosen preferred domains (or of
+// nodeRanges calls f for every node of the chosen domains (of level
+// p.bestL: the preferred level or a finer one, see compact), or of
 // required domain d when there is no preferred level), in ascending order.
 func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
 	if p.lp < 0 {
@@ -513,7 +534,7 @@ func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
 		return
 	}
 	for _, c := range p.best {
-		lo, hi := p.span(p.lp, int(c), p.nl)
+		lo, hi := p.span(p.bestL, int(c), p.nl)
 		for n := lo; n < hi; n++ {
 			f(topo.NodeID(n))
 		}
