@@ -675,7 +675,8 @@ func (p *Placer) usedBy(res *Result, n topo.NodeID) uint64 {
 // pickGPUs chooses per GPUs among free: inside the tightest domain that
 // holds them all at the finest GPU level that has one (a PCIe switch, else
 // an NVLink island, else a NUMA node, as the node's GPU levels say), else
-// the lowest.
+// over the fewest domains of the coarsest GPU level (fewestDomains), else
+// (no GPU levels) the lowest.
 func (p *Placer) pickGPUs(n topo.NodeID, free uint64, per int) uint64 {
 	for l := len(p.c.GPULevels()) - 1; l >= 0 && per > 0; l-- {
 		bestMask, bestFree := uint64(0), 65
@@ -688,7 +689,43 @@ func (p *Placer) pickGPUs(n topo.NodeID, free uint64, per int) uint64 {
 			return lowest(free&bestMask, per)
 		}
 	}
+	if len(p.c.GPULevels()) > 0 {
+		return fewestDomains(free, per, p.c.GPUDomainMasks(n, 0))
+	}
 	return lowest(free, per)
+}
+
+// fewestDomains chooses per GPUs among free spread over the fewest of the
+// domains masks (a member larger than any NVLink island, say): the domains
+// with the most free GPUs first, until one holds what is left, which then
+// comes from the tightest such domain. Ties: the lower domain.
+func fewestDomains(free uint64, per int, masks []uint64) uint64 {
+	var out, taken uint64
+	for left := per; left > 0; {
+		fit, fitFree, most, mostFree := -1, 65, -1, 0
+		for i, m := range masks {
+			if i >= 64 || taken&(1<<i) != 0 {
+				continue
+			}
+			f := bits.OnesCount64(free & m)
+			if f >= left && f < fitFree {
+				fit, fitFree = i, f
+			}
+			if f > mostFree {
+				most, mostFree = i, f
+			}
+		}
+		switch {
+		case fit >= 0:
+			return out | lowest(free&masks[fit], left)
+		case most < 0:
+			return out | lowest(free&^out, left) // GPUs outside every domain
+		}
+		taken |= 1 << most
+		out |= free & masks[most]
+		left -= mostFree
+	}
+	return out
 }
 
 func lowest(m uint64, n int) uint64 {
