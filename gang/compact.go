@@ -54,6 +54,12 @@ type compactScratch struct {
 	goff   []int32 // group g's items are gcap[goff[g]:goff[g+1]]
 	gid    []int32 // group g's domain index
 	dp     []int64
+	top    []int32 // group positions, by the sum of their m largest items
+	merged []int32
+	best   []int32 // per group, the sum of its m largest items
+	pre    []int64 // knapsack prefix sums
+	mark   []bool
+	cand   []int32 // knapsack candidate groups
 	dpT    []int16
 	sel    []int32
 }
@@ -121,10 +127,23 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 // picks at the preferred level are p.chosen, m of them) the fewest domains
 // of level l, finer than cl and coarser than the preferred level, inside
 // them that hold need members in m preferred domains, and returns their
-// count. One domain: the tightest (least free GPUs, lower index). More:
-// the fewest, by minGroups, else those of the current picks.
+// count. One domain: the one of the current picks if they lie in one, else
+// the tightest (least free GPUs, lower index). More: the fewest, by
+// greedyGroups and minGroups, else those of the current picks.
 func (p *Placer) narrow(cl, l int, gi *groupInfo, need, m int) int {
 	c := &p.cmp
+	// The domains of level l the current picks span: when one, nothing
+	// is fewer, and the picks keep their tightest fit.
+	c.sel = c.sel[:0]
+	for _, x := range p.chosen {
+		if e := p.domainAbove(p.lp, int(x), l); !slices.Contains(c.sel, int32(e)) {
+			c.sel = append(c.sel, int32(e))
+		}
+	}
+	if len(c.sel) == 1 {
+		c.cont = append(c.cont[:0], c.sel[0])
+		return 1
+	}
 	p.groupItems(cl, l, p.lp, gi, need)
 	best, bestFree := -1, 0
 	for g := range len(c.gid) {
@@ -138,20 +157,21 @@ func (p *Placer) narrow(cl, l int, gi *groupInfo, need, m int) int {
 		c.cont = append(c.cont[:0], c.gid[best])
 		return 1
 	}
-	// The current picks span kc domains of level l: the fewest if 2, else
-	// look for fewer.
-	c.sel = c.sel[:0]
-	for _, x := range p.chosen {
-		if e := p.domainAbove(p.lp, int(x), l); !slices.Contains(c.sel, int32(e)) {
-			c.sel = append(c.sel, int32(e))
-		}
-	}
+	// kc domains: the fewest if 2, else look for fewer.
 	if kc := len(c.sel); kc > 2 {
-		if j := p.minGroups(kc-1, m, need); j > 0 {
-			c.cont = append(c.cont[:0], c.sel...)
-			slices.Sort(c.cont)
-			return j
+		lb, j := p.greedyGroups(kc-1, m, need)
+		upper := kc
+		if j > 0 {
+			upper = j // c.sel holds the greedy groups now
 		}
+		if lb > 0 && upper-1 >= lb {
+			if j := p.minGroups(upper-1, m, need); j > 0 {
+				upper = j
+			}
+		}
+		c.cont = append(c.cont[:0], c.sel...)
+		slices.Sort(c.cont)
+		return upper
 	}
 	c.cont = append(c.cont[:0], c.sel...)
 	slices.Sort(c.cont)
@@ -231,7 +251,7 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need int) {
 			if len(c.gcap) == start {
 				continue
 			}
-			slices.SortFunc(c.gcap[start:], func(a, b int32) int { return int(b - a) })
+			sortDesc(c.gcap[start:])
 			c.goff = append(c.goff, int32(len(c.gcap)))
 			c.gid = append(c.gid, int32(g))
 		}
@@ -260,33 +280,77 @@ func minPrefix(items []int32, need int) int {
 
 // knapsack fills p.cmp.dp with the most capacity that at most j groups and
 // at most r of their items hold (j <= jm, r <= rm), each group giving its
-// largest items, and p.cmp.dpT with the items group g gives in the best
-// answer for (j, r) over groups 0..g. It reports false, doing nothing, when
-// the table would exceed dpBudget cells.
+// largest items, and p.cmp.dpT with the items candidate group i gives in
+// the best answer for (j, r) over candidates 0..i. Only candidates enter:
+// for each t <= rm, the jm groups whose t largest items hold the most (an
+// answer that uses another group for t items can swap it for one of
+// those, not in the answer, without losing capacity). It reports false,
+// doing nothing, when the table would exceed dpBudget cells.
 func (p *Placer) knapsack(jm, rm int) bool {
 	c := &p.cmp
 	ng := len(c.gid)
 	w := rm + 1
+	// prefix sums, pre[g*w+t]
+	c.pre = slices.Grow(c.pre[:0], ng*w)[:ng*w]
+	for g := range ng {
+		items := c.gcap[c.goff[g]:c.goff[g+1]]
+		row := c.pre[g*w : (g+1)*w]
+		row[0] = 0
+		for t := 1; t <= rm; t++ {
+			row[t] = row[t-1]
+			if t <= len(items) {
+				row[t] += int64(items[t-1])
+			}
+		}
+	}
+	c.mark = slices.Grow(c.mark[:0], ng)[:ng]
+	clear(c.mark)
+	for t := 1; t <= rm; t++ {
+		c.top = c.top[:0] // the jm best for t, best first
+		for g := range int32(ng) {
+			v := c.pre[int(g)*w+t]
+			if len(c.top) == jm && v <= c.pre[int(c.top[jm-1])*w+t] {
+				continue
+			}
+			i := len(c.top)
+			if i < jm {
+				c.top = append(c.top, g)
+			} else {
+				i--
+			}
+			for ; i > 0 && c.pre[int(c.top[i-1])*w+t] < v; i-- {
+				c.top[i] = c.top[i-1]
+			}
+			c.top[i] = g
+		}
+		for _, g := range c.top {
+			c.mark[g] = true
+		}
+	}
+	c.cand = c.cand[:0]
+	for g := range int32(ng) {
+		if c.mark[g] {
+			c.cand = append(c.cand, g)
+		}
+	}
 	cells := (jm + 1) * w
-	if cells*ng > dpBudget {
+	if cells*len(c.cand) > dpBudget {
 		return false
 	}
 	c.dp = slices.Grow(c.dp[:0], cells)[:cells]
 	clear(c.dp)
-	c.dpT = slices.Grow(c.dpT[:0], cells*ng)[:cells*ng]
+	c.dpT = slices.Grow(c.dpT[:0], cells*len(c.cand))[:cells*len(c.cand)]
 	clear(c.dpT)
-	for g := range ng {
-		items := c.gcap[c.goff[g]:c.goff[g+1]]
-		n := min(len(items), rm)
-		t0 := c.dpT[g*cells : (g+1)*cells]
+	for ci, g := range c.cand {
+		n := min(int(c.goff[g+1]-c.goff[g]), rm)
+		pre := c.pre[int(g)*w : (int(g)+1)*w]
+		t0 := c.dpT[ci*cells : (ci+1)*cells]
 		for j := jm; j >= 1; j-- {
 			row, prev := c.dp[j*w:(j+1)*w], c.dp[(j-1)*w:j*w]
 			for r := rm; r >= 1; r-- {
 				best, bt := row[r], 0
-				var sum int64
 				for t := 1; t <= min(n, r); t++ {
-					sum += int64(items[t-1])
-					if v := prev[r-t] + sum; v > best {
+					if v := prev[r-t] + pre[t]; v > best {
 						best, bt = v, t
 					}
 				}
@@ -305,9 +369,9 @@ func (p *Placer) pickGroups(j, r, rm int) {
 	w := rm + 1
 	cells := (len(c.dp) / w) * w
 	c.sel = c.sel[:0]
-	for g := len(c.gid) - 1; g >= 0 && j > 0 && r > 0; g-- {
-		if t := int(c.dpT[g*cells+j*w+r]); t > 0 {
-			c.sel = append(c.sel, c.gid[g])
+	for ci := len(c.cand) - 1; ci >= 0 && j > 0 && r > 0; ci-- {
+		if t := int(c.dpT[ci*cells+j*w+r]); t > 0 {
+			c.sel = append(c.sel, c.gid[c.cand[ci]])
 			j--
 			r -= t
 		}
@@ -345,4 +409,71 @@ func (p *Placer) minItems(jm, rm, need int) int {
 		}
 	}
 	return 0
+}
+
+// greedyGroups bounds minGroups cheaply. No j groups hold need in m items
+// while the sum of the j largest per-group bests (the sums of their m
+// largest items) is short of need: the first j where it is not is the lower
+// bound lb. From lb on, it adds groups by their bests, largest first, until
+// their m largest items together hold need, and returns that count j (<=
+// jm, leaving the groups in p.cmp.sel), else 0. j == lb is the least.
+func (p *Placer) greedyGroups(jm, m, need int) (lb, j int) {
+	c := &p.cmp
+	ng := len(c.gid)
+	c.top = c.top[:0]
+	for g := range int32(ng) {
+		c.top = append(c.top, g)
+	}
+	c.best = slices.Grow(c.best[:0], ng)[:ng]
+	for g := range ng {
+		c.best[g] = int32(min(prefix(c.gcap[c.goff[g]:c.goff[g+1]], m), 1<<30))
+	}
+	best := func(g int32) int { return int(c.best[g]) }
+	slices.SortFunc(c.top, func(a, b int32) int {
+		if d := c.best[b] - c.best[a]; d != 0 {
+			return int(d)
+		}
+		return int(a - b)
+	})
+	sum := 0
+	for lb < ng && sum < need {
+		sum += best(c.top[lb])
+		lb++
+	}
+	if sum < need {
+		return 0, 0
+	}
+	c.merged = c.merged[:0]
+	for i, g := range c.top[:min(jm, ng)] {
+		items := c.gcap[c.goff[g]:c.goff[g+1]]
+		c.merged = append(c.merged, items[:min(m, len(items))]...)
+		if i+1 < lb {
+			continue
+		}
+		sortDesc(c.merged)
+		if prefix(c.merged, m) >= need {
+			c.sel = c.sel[:0]
+			for _, g := range c.top[:i+1] {
+				c.sel = append(c.sel, c.gid[g])
+			}
+			return lb, i + 1
+		}
+	}
+	return lb, 0
+}
+
+// sortDesc sorts a short slice (the racks of a block) in descending order.
+func sortDesc(a []int32) {
+	if len(a) > 32 {
+		slices.Sort(a)
+		slices.Reverse(a)
+		return
+	}
+	for i := 1; i < len(a); i++ {
+		v, j := a[i], i
+		for ; j > 0 && a[j-1] < v; j-- {
+			a[j] = a[j-1]
+		}
+		a[j] = v
+	}
 }
