@@ -79,6 +79,14 @@ func (p *Placer) capOf(l, i int, gi *groupInfo) int {
 func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 	c := &p.cmp
 	c.lpOK = false
+	if p.lr+1 == p.lp && p.lp+1 >= p.nl {
+		// No level between the required and the preferred one, none
+		// between the preferred one and the node: choose alone decides.
+		c.cont = append(c.cont[:0], int32(d))
+		k.spread, k.freeChosen = p.choose(p.lr, c.cont, p.lp, gi, need)
+		return
+	}
+	// The preferred domains' capacities are read several times: cache them.
 	lo, hi := p.span(p.lr, d, p.lp)
 	c.lpBase = lo
 	c.lpCap = slices.Grow(c.lpCap[:0], hi-lo)[:hi-lo]
@@ -86,7 +94,6 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 		c.lpCap[i-lo] = int32(min(p.capacity(p.lp, i, gi), 1<<30))
 	}
 	c.lpOK = true
-	defer func() { c.lpOK = false }()
 
 	c.cont = append(c.cont[:0], int32(d))
 	cl := p.lr
@@ -121,6 +128,7 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 		n, _ := p.choose(l-1, c.cont, l, gi, need)
 		set(n)
 	}
+	c.lpOK = false
 }
 
 // narrow makes the containers (domains of level cl in p.cmp.cont, whose
