@@ -89,13 +89,17 @@ var placers = sync.Pool{New: func() any { return new(Placer) }}
 // Policy, in order: every member inside one domain of the required level;
 // the fewest domains of the preferred level (for single-group gangs this is
 // exactly the best possible; for multi-group gangs it is a greedy bound);
-// among equal spreads the tightest fit (the domain with the least free
+// for single-group gangs, then the fewest domains at every level between the
+// required and the preferred one, coarsest first, then at every level
+// between the preferred one and the node (see compact.go for where this is
+// exact); among equal spreads the tightest fit (the domain with the least free
 // GPUs, then the chosen preferred domains with the least free GPUs), so that
 // big free domains stay whole; within the chosen domains members pack onto
 // the nodes with the fewest free GPUs that still hold them, so members that
 // want a whole node take whole free nodes and smaller members fill partly
 // used nodes first. GPUs within a node are the lowest free ones, inside one
-// GPU-level domain (NVLink island) when one holds the member. Ties break on
+// GPU-level domain (NVLink island) when one holds the member, else spread
+// over the fewest such domains. Ties break on
 // the lower index: same snapshot and request, same answer.
 //
 // A gang that does not fit is a Result with Found false and a Reason, not
