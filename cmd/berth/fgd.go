@@ -34,6 +34,9 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.gpuModels == "third" {
+		tr = fgd.ConstrainModels(tr)
+	}
 	// One run per call, so the bar can count runs.
 	type run struct {
 		policy string
@@ -98,6 +101,9 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		via := ""
 		if o.via == "engine" {
 			via = ", through the engine"
+		}
+		if o.gpuModels == "third" {
+			via += ", GPU models asked by a third of the pods"
 		}
 		fmt.Fprintf(stdout, "FGD experiment (openb%s): %d nodes, %d pods, seeds %s\n\n", via, len(tr.Nodes), len(tr.Pods), seedsString(o.seeds, true))
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
