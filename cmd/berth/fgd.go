@@ -114,6 +114,26 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if o.curve {
+			fmt.Fprintf(stdout, "\nmean alloc %% by arrived demand %%:\n")
+			fmt.Fprint(tw, "policy")
+			for k := 50; k <= 130; k += 5 {
+				fmt.Fprintf(tw, "\t%d", k)
+			}
+			fmt.Fprintln(tw)
+			for _, r := range rows {
+				fmt.Fprint(tw, r.Policy)
+				for k := 50; k <= 130; k += 5 {
+					if k < len(r.Curve) {
+						fmt.Fprintf(tw, "\t%.2f", r.Curve[k])
+					}
+				}
+				fmt.Fprintln(tw)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(stdout, "\npublished means at 130%%: random 87.47, bestfit 93.08, fgd 95.39. %d runs in %s.\n", len(runs), time.Since(start).Round(10*time.Millisecond))
 	}
 	if o.out == "" {

@@ -100,6 +100,7 @@ type options struct {
 	experiment string
 	via        string
 	gpuModels  string
+	curve      bool
 	parallel   int
 	progress   string
 }
@@ -140,6 +141,7 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 			"deterministic policies, random draws from its own stream, clustering is not available)")
 		fs.StringVar(&o.gpuModels, "gpu-models", "", "with --experiment fgd, GPU-model constraints: empty (the trace's own gpu_spec) or third\n"+
 			"(a third of the GPU pods ask for one model, drawn by a seeded rule: fgd.ConstrainModels)")
+		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
