@@ -472,3 +472,39 @@ func TestDifferentialBruteForceWide(t *testing.T) {
 	t.Logf("placements whose second level needed more than one domain: %d", split)
 	require.Positive(t, split, "the test must reach placements split at a second level")
 }
+
+// TestCompactLargeGang: a gang over hundreds of racks, where the block
+// knapsack would exceed its budget, still gets a valid placement on the
+// fewest racks, in no more blocks than the tightest-fit picks span.
+func TestCompactLargeGang(t *testing.T) {
+	c, err := topo.New(topo.Uniform([]string{"block", "rack"}, []int{64, 12}, 4, 8, "H100"))
+	require.NoError(t, err)
+	s := c.NewSnapshot()
+	randomFill(rand.New(rand.NewPCG(7, 7)), s)
+	for _, members := range []int{500, 3000, 12000} {
+		r := gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: 1}}, Preferred: "rack"}
+		res, err := gang.Place(s, &r)
+		require.NoError(t, err)
+		require.True(t, res.Found, res.Reason)
+		checkPlacement(t, s, &r, res)
+		// fewest racks: the largest racks' capacities until they hold it
+		var caps []int
+		for rk := range c.NumDomains(2) {
+			n := 0
+			for id := c.Domain(2, rk).FirstNode; id < c.Domain(2, rk).EndNode; id++ {
+				if s.NodeState(id) == topo.Ready {
+					n += s.NodeAvailable(id)
+				}
+			}
+			caps = append(caps, n)
+		}
+		slices.SortFunc(caps, func(a, b int) int { return b - a })
+		m, sum := 0, 0
+		for sum < members {
+			sum += caps[m]
+			m++
+		}
+		require.Equal(t, m, res.Spread[2], "%d members: racks", members)
+		t.Logf("%d members: %d racks in %d blocks", members, res.Spread[2], res.Spread[1])
+	}
+}
