@@ -34,12 +34,14 @@ func BenchmarkPlace(b *testing.B) {
 			}
 			rl, _ := s.Cluster().Level(sc.shape.PreferredName)
 			res := timePlacements(b, s, &req)
-			racks := 0
+			racks, blocks := 0, 0
 			if res.Found {
-				racks = res.Spread[rl]
+				racks, blocks = res.Spread[rl], res.Spread[1]
 			}
 			b.ReportMetric(float64(racks), "racks")
 			b.ReportMetric(float64(Bound(s, req)), "bound-racks")
+			b.ReportMetric(float64(blocks), "blocks")
+			b.ReportMetric(float64(BoundBlocks(s, req)), "bound-blocks")
 			b.ReportMetric(b2f(res.Found), "found")
 		})
 	}

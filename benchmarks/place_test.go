@@ -74,6 +74,7 @@ func TestStandardGangs(t *testing.T) {
 			require.True(t, res.Found, "bound %d but not found: %v", bound, res.Reason)
 			rl, _ := s.Cluster().Level(sc.shape.PreferredName)
 			assert.Equal(t, bound, res.Spread[rl], "spread equals the best possible")
+			assert.Equal(t, BoundBlocks(s, req), res.Spread[1], "the fewest blocks those racks can be in")
 			if req.Required != "" {
 				bl, _ := s.Cluster().Level(req.Required)
 				assert.Equal(t, 1, res.Spread[bl])
@@ -82,7 +83,7 @@ func TestStandardGangs(t *testing.T) {
 			require.NoError(t, res.Apply(s))
 			require.NoError(t, s.Verify())
 			require.NoError(t, res.Undo(s))
-			t.Logf("%s spread %v bound %d nodes %d", sc.name(), res.Spread, bound, res.Nodes)
+			t.Logf("%s spread %v bound %d bound-blocks %d nodes %d", sc.name(), res.Spread, bound, BoundBlocks(s, req), res.Nodes)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/bits"
+	"slices"
 
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
@@ -264,4 +265,91 @@ func Bound(s *topo.Snapshot, r gang.Request) int {
 		}
 	}
 	return best
+}
+
+// BoundBlocks returns the fewest blocks (domains of level 1, the coarsest
+// below the cluster) that a placement of a single-group gang on Bound(s, r)
+// racks can use: 1 when the gang requires a block or a finer level, else
+// the least k such that some k blocks hold the gang in their Bound(s, r)
+// largest racks. Zero when no placement exists. Like Bound it is computed
+// from the per-node state, by trying sets of blocks (pruned by the sum of
+// the blocks' own best racks), independently of gang.Place.
+func BoundBlocks(s *topo.Snapshot, r gang.Request) int {
+	m := Bound(s, r)
+	if m == 0 {
+		return 0
+	}
+	c := s.Cluster()
+	if r.Required != "" {
+		if lr, _ := c.Level(r.Required); lr >= 1 {
+			return 1
+		}
+	}
+	g := r.Groups[0]
+	lp := len(c.Levels()) - 1
+	type block struct {
+		racks []int // capacities, descending
+		top   int   // sum of the m largest
+	}
+	var blocks []block
+	for b := range c.NumDomains(1) {
+		lo, hi := c.Descendants(1, b, lp)
+		var bl block
+		for p := lo; p < hi; p++ {
+			info := c.Domain(lp, p)
+			n := 0
+			for id := info.FirstNode; id < info.EndNode; id++ {
+				n += s.NodeAvailable(id) / g.GPUsPerMember
+			}
+			if n > 0 {
+				bl.racks = append(bl.racks, n)
+			}
+		}
+		slices.SortFunc(bl.racks, func(a, b int) int { return b - a })
+		for _, v := range bl.racks[:min(m, len(bl.racks))] {
+			bl.top += v
+		}
+		if bl.top > 0 {
+			blocks = append(blocks, bl)
+		}
+	}
+	slices.SortStableFunc(blocks, func(a, b block) int { return b.top - a.top })
+	topOf := func(set []int) int {
+		var all []int
+		for _, i := range set {
+			all = append(all, blocks[i].racks...)
+		}
+		slices.SortFunc(all, func(a, b int) int { return b - a })
+		sum := 0
+		for _, v := range all[:min(m, len(all))] {
+			sum += v
+		}
+		return sum
+	}
+	var try func(k, from, ub int, set []int) bool
+	try = func(k, from, ub int, set []int) bool {
+		if len(set) == k {
+			return topOf(set) >= g.Members
+		}
+		for i := from; i <= len(blocks)-(k-len(set)); i++ {
+			// blocks are sorted by top: the best completion adds the next ones
+			rest := 0
+			for j := i; j < i+k-len(set); j++ {
+				rest += blocks[j].top
+			}
+			if ub+rest < g.Members {
+				return false
+			}
+			if try(k, i+1, ub+blocks[i].top, append(set, i)) {
+				return true
+			}
+		}
+		return false
+	}
+	for k := 1; k <= m; k++ {
+		if try(k, 0, 0, nil) {
+			return k
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package gang_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/berthsched/berth/gang"
@@ -227,8 +228,11 @@ func checkPlacement(t *testing.T, s *topo.Snapshot, r *gang.Request, res gang.Re
 // optimum.
 func TestDifferentialBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	missed := 0
-	defer func() { t.Logf("multi-group gangs with mixed constraints missed: %d of 3000", missed) }()
+	missed, lexChecked, lexSplit := 0, 0, 0
+	defer func() {
+		t.Logf("multi-group gangs with mixed constraints missed: %d of 3000", missed)
+		t.Logf("single-group spreads checked at every level: %d (%d with a second level to minimise)", lexChecked, lexSplit)
+	}()
 	for iter := range 3000 {
 		c := small(rng)
 		s := c.NewSnapshot()
@@ -262,6 +266,17 @@ func TestDifferentialBruteForce(t *testing.T) {
 			}
 			if lp > lr {
 				require.Equal(t, opt, res.Spread[lp], "iter %d: spread at %s", iter, c.Levels()[lp])
+				order := compactOrder(c, lr, lp)
+				want := bruteLex(s, &r, lr, order)
+				got := make([]int, len(order))
+				for i, l := range order {
+					got[i] = res.Spread[l]
+				}
+				require.Equal(t, want, got, "iter %d: spreads at levels %v (preferred first, then coarser, then finer) for %+v", iter, order, r)
+				lexChecked++
+				if len(order) > 1 {
+					lexSplit++
+				}
 			}
 		}
 	}
@@ -327,4 +342,169 @@ func TestPlaceIntoReuses(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs)
+}
+
+// compactOrder lists the levels (finer than the required level lr, above
+// the node) in the order Place minimises their spread: the preferred level
+// lp, then the coarser ones, coarsest first, then the finer ones.
+func compactOrder(c *topo.Cluster, lr, lp int) []int {
+	order := []int{lp}
+	for l := lr + 1; l < lp; l++ {
+		order = append(order, l)
+	}
+	for l := lp + 1; l < len(c.Levels()); l++ {
+		order = append(order, l)
+	}
+	return order
+}
+
+// bruteLex returns the least spread vector (levels in order, compared in
+// that order) over every set of finest-level domains (racks) inside one
+// required domain that holds the single-group gang r.
+func bruteLex(s *topo.Snapshot, r *gang.Request, lr int, order []int) []int {
+	c := s.Cluster()
+	leaf := len(c.Levels()) - 1
+	var best []int
+	for d := range c.NumDomains(lr) {
+		lo, hi := c.Descendants(lr, d, leaf)
+		if lr == leaf {
+			lo, hi = d, d+1
+		}
+		n := hi - lo
+		for mask := 1; mask < 1<<n; mask++ {
+			var nodes []topo.NodeID
+			var racks []int
+			for u := range n {
+				if mask&(1<<u) != 0 {
+					nodes = append(nodes, nodesOf(c.Domain(leaf, lo+u))...)
+					racks = append(racks, lo+u)
+				}
+			}
+			if !holds(s, &r.Groups[0], nodes) {
+				continue
+			}
+			v := make([]int, len(order))
+			for i, l := range order {
+				seen := map[int]bool{}
+				for _, rk := range racks {
+					seen[c.DomainOf(c.Domain(leaf, rk).FirstNode, l)] = true
+				}
+				v[i] = len(seen)
+			}
+			if best == nil || slices.Compare(v, best) < 0 {
+				best = v
+			}
+		}
+	}
+	return best
+}
+
+// holds reports whether nodes hold every member of single group g: members
+// are identical, so each node holds its free GPUs / GPUs per member.
+func holds(s *topo.Snapshot, g *gang.Group, nodes []topo.NodeID) bool {
+	c := s.Cluster()
+	n := 0
+	for _, id := range nodes {
+		if s.NodeState(id) != topo.Ready || (g.GPUModel != "" && c.Node(id).GPUModel != g.GPUModel) || !c.MatchesSelector(id, g.Selector) {
+			continue
+		}
+		n += s.NodeAvailable(id) / g.GPUsPerMember
+	}
+	return n >= g.Members
+}
+
+// TestDifferentialBruteForceWide: on 3 blocks x 3 racks x 2 nodes, where a
+// gang can need several racks in several blocks, Place's spreads of a
+// single-group gang are the least at the preferred level, then at the
+// coarser levels, then at the finer ones.
+func TestDifferentialBruteForceWide(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	split := 0
+	for iter := range 1500 {
+		spec := topo.Spec{Levels: []string{"block", "rack"}}
+		for i := range 18 {
+			spec.Nodes = append(spec.Nodes, topo.NodeSpec{
+				Name: fmt.Sprintf("n%d", i), Domains: []string{fmt.Sprintf("b%d", i/6), fmt.Sprintf("r%d", i/2%3)},
+				GPUs: []int{4, 8}[rng.IntN(2)], GPUModel: []string{"H100", "A100"}[rng.IntN(2)],
+			})
+		}
+		c, err := topo.New(spec)
+		require.NoError(t, err)
+		s := c.NewSnapshot()
+		randomFill(rng, s)
+		g := gang.Group{Members: 1 + rng.IntN(12), GPUsPerMember: []int{1, 2, 4, 8}[rng.IntN(4)]}
+		if rng.IntN(4) == 0 {
+			g.GPUModel = "A100"
+		}
+		r := gang.Request{Groups: []gang.Group{g}}
+		switch rng.IntN(3) {
+		case 1:
+			r.Preferred = "block"
+		case 2:
+			r.Required = "block"
+		}
+		res, err := gang.Place(s, &r)
+		require.NoError(t, err)
+		lr := 0
+		if r.Required != "" {
+			lr, _ = c.Level(r.Required)
+		}
+		lp := len(c.Levels()) - 1
+		if r.Preferred != "" {
+			lp, _ = c.Level(r.Preferred)
+		}
+		order := compactOrder(c, lr, lp)
+		want := bruteLex(s, &r, lr, order)
+		require.Equal(t, want != nil, res.Found, "iter %d", iter)
+		if !res.Found {
+			continue
+		}
+		checkPlacement(t, s, &r, res)
+		got := make([]int, len(order))
+		for i, l := range order {
+			got[i] = res.Spread[l]
+		}
+		require.Equal(t, want, got, "iter %d: spreads at levels %v for %+v", iter, order, r)
+		if len(want) > 1 && want[1] > 1 {
+			split++
+		}
+	}
+	t.Logf("placements whose second level needed more than one domain: %d", split)
+	require.Positive(t, split, "the test must reach placements split at a second level")
+}
+
+// TestCompactLargeGang: a gang over hundreds of racks, where the block
+// knapsack would exceed its budget, still gets a valid placement on the
+// fewest racks, in no more blocks than the tightest-fit picks span.
+func TestCompactLargeGang(t *testing.T) {
+	c, err := topo.New(topo.Uniform([]string{"block", "rack"}, []int{64, 12}, 4, 8, "H100"))
+	require.NoError(t, err)
+	s := c.NewSnapshot()
+	randomFill(rand.New(rand.NewPCG(7, 7)), s)
+	for _, members := range []int{500, 3000, 12000} {
+		r := gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: 1}}, Preferred: "rack"}
+		res, err := gang.Place(s, &r)
+		require.NoError(t, err)
+		require.True(t, res.Found, res.Reason)
+		checkPlacement(t, s, &r, res)
+		// fewest racks: the largest racks' capacities until they hold it
+		var caps []int
+		for rk := range c.NumDomains(2) {
+			n := 0
+			for id := c.Domain(2, rk).FirstNode; id < c.Domain(2, rk).EndNode; id++ {
+				if s.NodeState(id) == topo.Ready {
+					n += s.NodeAvailable(id)
+				}
+			}
+			caps = append(caps, n)
+		}
+		slices.SortFunc(caps, func(a, b int) int { return b - a })
+		m, sum := 0, 0
+		for sum < members {
+			sum += caps[m]
+			m++
+		}
+		require.Equal(t, m, res.Spread[2], "%d members: racks", members)
+		t.Logf("%d members: %d racks in %d blocks", members, res.Spread[2], res.Spread[1])
+	}
 }

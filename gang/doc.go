@@ -15,7 +15,9 @@
 // it is sum_k h[k]*floor(k/s) over the domain's free-GPU histogram. The
 // fewest preferred domains that hold the gang are taken greedily from the
 // largest, which is exact for one group; picks are then swapped for smaller
-// domains while the sum still suffices (tightest fit). Only then are nodes
+// domains while the sum still suffices (tightest fit). The levels around the
+// preferred one are minimised by a small knapsack over the domains of the
+// level that splits (blocks, say), run only when cheap bounds leave it open. Only then are nodes
 // visited, and only the nodes of the chosen domains. The cost grows with the
 // number of domains read and the nodes of the chosen domains, not with the
 // GPUs of the cluster. Members of groups with selectors or host resources
@@ -24,10 +26,13 @@
 // # Policy
 //
 // See Place. In short: one required domain; fewest preferred domains (the
-// finest level above nodes when no preferred level is given); the tightest
-// fit so big free domains stay whole; members pack onto the nodes with the
-// fewest free GPUs that hold them; lower indices win ties, so the same
-// input always gives the same answer.
+// finest level above nodes when no preferred level is given); then the
+// fewest domains at every coarser level (the racks of a gang in as few
+// blocks as they can be) and at every finer level (compact.go); the
+// tightest fit so big free domains stay whole; members pack onto the nodes
+// with the fewest free GPUs that hold them, each inside one NVLink island
+// when one holds it, else over the fewest; lower indices win ties, so the
+// same input always gives the same answer.
 //
 // # Scoring nodes
 //

@@ -16,6 +16,7 @@ func (p *Placer) placeMulti() Result {
 	found := false
 	var best key
 	p.best = p.best[:0]
+	p.bestL = p.lp
 	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
 		alone := true
 		for gi := range p.groups {

@@ -42,7 +42,10 @@ type Placer struct {
 	pick   []int32 // positions in caps
 	chosen []int32
 	best   []int32
-	takes  []take
+	// levels of the domains in chosen and best
+	chosenL, bestL int
+	cmp            compactScratch
+	takes          []take
 	// trial packing scratch
 	tnodes []topo.NodeID
 	tavail []int32
@@ -86,13 +89,17 @@ var placers = sync.Pool{New: func() any { return new(Placer) }}
 // Policy, in order: every member inside one domain of the required level;
 // the fewest domains of the preferred level (for single-group gangs this is
 // exactly the best possible; for multi-group gangs it is a greedy bound);
-// among equal spreads the tightest fit (the domain with the least free
+// for single-group gangs, then the fewest domains at every level between the
+// required and the preferred one, coarsest first, then at every level
+// between the preferred one and the node (see compact.go for where this is
+// exact); among equal spreads the tightest fit (the domain with the least free
 // GPUs, then the chosen preferred domains with the least free GPUs), so that
 // big free domains stay whole; within the chosen domains members pack onto
 // the nodes with the fewest free GPUs that still hold them, so members that
 // want a whole node take whole free nodes and smaller members fill partly
 // used nodes first. GPUs within a node are the lowest free ones, inside one
-// GPU-level domain (NVLink island) when one holds the member. Ties break on
+// GPU-level domain (NVLink island) when one holds the member, else spread
+// over the fewest such domains. Ties break on
 // the lower index: same snapshot and request, same answer.
 //
 // A gang that does not fit is a Result with Found false and a Reason, not
@@ -339,14 +346,26 @@ func (p *Placer) span(from, d, to int) (int, int) {
 	return p.c.Descendants(from, d, to)
 }
 
-// key orders candidate domains: fewer preferred domains, then fewer free
-// GPUs in the required domain, then fewer free GPUs in the chosen preferred
-// domains, then lower index.
-type key struct{ spread, freeD, freeChosen, d int }
+// key orders candidate domains: fewer preferred domains, then fewer
+// domains at the other levels (compactKey order, see compact.go), then
+// fewer free GPUs in the required domain, then fewer free GPUs in the
+// chosen preferred domains, then lower index.
+type key struct {
+	spread               int
+	levels               [maxKeyLevels]int32
+	freeD, freeChosen, d int
+}
 
 func (a key) less(b key) bool {
 	if a.spread != b.spread {
 		return a.spread < b.spread
+	}
+	if a.levels != b.levels {
+		for i := range a.levels {
+			if a.levels[i] != b.levels[i] {
+				return a.levels[i] < b.levels[i]
+			}
+		}
 	}
 	if a.freeD != b.freeD {
 		return a.freeD < b.freeD
@@ -364,6 +383,7 @@ func (p *Placer) placeOne() Result {
 	found := false
 	var best key
 	p.best = p.best[:0]
+	p.bestL = p.lp
 	if p.Scorer != nil && p.lp < 0 && p.numDomains(p.lr) == 1 {
 		// One domain to choose from: its nodes are scanned once, for the
 		// capacity and the scored choice together.
@@ -381,11 +401,12 @@ func (p *Placer) placeOne() Result {
 		}
 		k := key{freeD: p.free(p.lr, d), d: d}
 		if p.lp >= 0 {
-			k.spread, k.freeChosen = p.choose(d, gi, need)
+			p.compact(d, gi, need, &k)
 		}
 		if !found || k.less(best) {
 			found, best = true, k
 			p.best = append(p.best[:0], p.chosen...)
+			p.bestL = p.chosenL
 		}
 	}
 	if !found {
@@ -400,22 +421,24 @@ func (p *Placer) placeOne() Result {
 	return Result{Found: true, Domain: best.d}
 }
 
-// choose picks the fewest preferred domains inside required domain d whose
-// capacity reaches need (largest first, lower index on ties), then, from
-// the smallest pick up, swaps a pick for the smallest unpicked domain
-// (lower index on ties) that keeps the sum >= need (tightest fit). It
-// leaves the picks, ascending, in p.chosen and returns their count and
-// free GPUs. Capacities are counted into buckets, so the cost is linear in
-// the domains read, with no sort of them.
-func (p *Placer) choose(d int, gi *groupInfo, need int) (spread, freeChosen int) {
-	lo, hi := p.span(p.lr, d, p.lp)
+// choose picks the fewest domains of level il inside the containers cont
+// (domains of level cl, ascending, none inside another) whose capacity
+// reaches need (largest first, lower index on ties), then, from the
+// smallest pick up, swaps a pick for the smallest unpicked domain (lower
+// index on ties) that keeps the sum >= need (tightest fit). It leaves the
+// picks, ascending, in p.chosen (p.chosenL = il) and returns their count
+// and free GPUs. Capacities are counted into buckets, so the cost is linear
+// in the domains read, with no sort of them. cont must not alias p.chosen.
+func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
 	p.caps = p.caps[:0]
 	maxCap := 0
-	for i := lo; i < hi; i++ {
-		if c := p.capacity(p.lp, i, gi); c > 0 {
-			c = min(c, 1<<30)
-			p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
-			maxCap = max(maxCap, c)
+	for _, cd := range cont {
+		lo, hi := p.span(cl, int(cd), il)
+		for i := lo; i < hi; i++ {
+			if c := p.capOf(il, i, gi); c > 0 {
+				p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
+				maxCap = max(maxCap, c)
+			}
 		}
 	}
 	if maxCap > 1<<20 {
@@ -483,10 +506,11 @@ func (p *Placer) choose(d int, gi *groupInfo, need int) (spread, freeChosen int)
 		}
 	}
 	p.chosen = p.chosen[:0]
+	p.chosenL = il
 	for _, i := range p.pick {
 		idx := p.caps[i].idx
 		p.chosen = append(p.chosen, idx)
-		freeChosen += p.free(p.lp, int(idx))
+		freeChosen += p.free(il, int(idx))
 	}
 	slices.Sort(p.chosen)
 	return m, freeChosen
@@ -502,7 +526,8 @@ func (p *Placer) bucket(n int) []int32 {
 	return p.cnt
 }
 
-// nodeRanges calls f for every node of the chosen preferred domains (or of
+// nodeRanges calls f for every node of the chosen domains (of level
+// p.bestL: the preferred level or a finer one, see compact), or of
 // required domain d when there is no preferred level), in ascending order.
 func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
 	if p.lp < 0 {
@@ -513,7 +538,7 @@ func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
 		return
 	}
 	for _, c := range p.best {
-		lo, hi := p.span(p.lp, int(c), p.nl)
+		lo, hi := p.span(p.bestL, int(c), p.nl)
 		for n := lo; n < hi; n++ {
 			f(topo.NodeID(n))
 		}
@@ -654,7 +679,8 @@ func (p *Placer) usedBy(res *Result, n topo.NodeID) uint64 {
 // pickGPUs chooses per GPUs among free: inside the tightest domain that
 // holds them all at the finest GPU level that has one (a PCIe switch, else
 // an NVLink island, else a NUMA node, as the node's GPU levels say), else
-// the lowest.
+// over the fewest domains of the coarsest GPU level (fewestDomains), else
+// (no GPU levels) the lowest.
 func (p *Placer) pickGPUs(n topo.NodeID, free uint64, per int) uint64 {
 	for l := len(p.c.GPULevels()) - 1; l >= 0 && per > 0; l-- {
 		bestMask, bestFree := uint64(0), 65
@@ -667,7 +693,43 @@ func (p *Placer) pickGPUs(n topo.NodeID, free uint64, per int) uint64 {
 			return lowest(free&bestMask, per)
 		}
 	}
+	if len(p.c.GPULevels()) > 0 {
+		return fewestDomains(free, per, p.c.GPUDomainMasks(n, 0))
+	}
 	return lowest(free, per)
+}
+
+// fewestDomains chooses per GPUs among free spread over the fewest of the
+// domains masks (a member larger than any NVLink island, say): the domains
+// with the most free GPUs first, until one holds what is left, which then
+// comes from the tightest such domain. Ties: the lower domain.
+func fewestDomains(free uint64, per int, masks []uint64) uint64 {
+	var out, taken uint64
+	for left := per; left > 0; {
+		fit, fitFree, most, mostFree := -1, 65, -1, 0
+		for i, m := range masks {
+			if i >= 64 || taken&(1<<i) != 0 {
+				continue
+			}
+			f := bits.OnesCount64(free & m)
+			if f >= left && f < fitFree {
+				fit, fitFree = i, f
+			}
+			if f > mostFree {
+				most, mostFree = i, f
+			}
+		}
+		switch {
+		case fit >= 0:
+			return out | lowest(free&masks[fit], left)
+		case most < 0:
+			return out | lowest(free&^out, left) // GPUs outside every domain
+		}
+		taken |= 1 << most
+		out |= free & masks[most]
+		left -= mostFree
+	}
+	return out
 }
 
 func lowest(m uint64, n int) uint64 {

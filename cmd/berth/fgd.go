@@ -34,6 +34,9 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.gpuModels == "third" {
+		tr = fgd.ConstrainModels(tr)
+	}
 	// One run per call, so the bar can count runs.
 	type run struct {
 		policy string
@@ -99,6 +102,9 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		if o.via == "engine" {
 			via = ", through the engine"
 		}
+		if o.gpuModels == "third" {
+			via += ", GPU models asked by a third of the pods"
+		}
 		fmt.Fprintf(stdout, "FGD experiment (openb%s): %d nodes, %d pods, seeds %s\n\n", via, len(tr.Nodes), len(tr.Pods), seedsString(o.seeds, true))
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "policy\talloc % at 100% arrived\talloc % at 130% arrived\tstd at 130%")
@@ -108,11 +114,34 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if o.curve {
+			fmt.Fprintf(stdout, "\nmean alloc %% by arrived demand %%:\n")
+			fmt.Fprint(tw, "policy")
+			for k := 50; k <= 130; k += 5 {
+				fmt.Fprintf(tw, "\t%d", k)
+			}
+			fmt.Fprintln(tw)
+			for _, r := range rows {
+				fmt.Fprint(tw, r.Policy)
+				for k := 50; k <= 130; k += 5 {
+					if k < len(r.Curve) {
+						fmt.Fprintf(tw, "\t%.2f", r.Curve[k])
+					}
+				}
+				fmt.Fprintln(tw)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
 		// The published numbers are those of the default openb trace: print
-		// them only when that trace was replayed.
+		// them only when that trace was replayed as it is.
 		published := "published means at 130% (default openb trace): random 87.47, bestfit 93.08, fgd 95.39."
-		if o.traces[0].path != "" {
+		switch {
+		case o.traces[0].path != "":
 			published = fmt.Sprintf("trace %s: no published numbers (they are the default openb trace's).", o.traces[0].path)
+		case o.gpuModels != "":
+			published = "GPU models constrained (--gpu-models " + o.gpuModels + "): no published numbers."
 		}
 		fmt.Fprintf(stdout, "\n%s %d runs in %s.\n", published, len(runs), time.Since(start).Round(10*time.Millisecond))
 	}

@@ -106,6 +106,8 @@ type options struct {
 	out        string
 	experiment string
 	via        string
+	gpuModels  string
+	curve      bool
 	parallel   int
 	progress   string
 }
@@ -144,6 +146,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		fs.StringVar(&o.via, "via", "placer", "with --experiment fgd, how pods are placed: placer (a gang.Placer with the policy's scorer) or engine\n"+
 			"(each pod submitted to an engine.Engine configured with that scorer, one cycle per arrival; same numbers for the\n"+
 			"deterministic policies, random draws from its own stream, clustering is not available)")
+		fs.StringVar(&o.gpuModels, "gpu-models", "", "with --experiment fgd, GPU-model constraints: empty (the trace's own gpu_spec) or third\n"+
+			"(a third of the GPU pods ask for one model, drawn by a seeded rule: fgd.ConstrainModels)")
+		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
@@ -234,6 +239,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		if o.traces[0].kind != "openb" {
 			return nil, usagef("--experiment fgd needs --trace openb[:DIR]")
 		}
+		if o.gpuModels != "" && o.gpuModels != "third" {
+			return nil, usagef("--gpu-models %q: want third or nothing", o.gpuModels)
+		}
 		p := *policy
 		if !o.policySet {
 			p = "random,bestfit,fgd,berth"
@@ -243,6 +251,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		}
 	default:
 		return nil, usagef("--experiment %q: the only experiment is fgd", o.experiment)
+	}
+	if o.gpuModels != "" && o.experiment != "fgd" {
+		return nil, usagef("--gpu-models is for --experiment fgd")
 	}
 	if o.via != "" && o.via != "placer" && o.experiment != "fgd" {
 		return nil, usagef("--via is for --experiment fgd")

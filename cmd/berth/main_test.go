@@ -134,6 +134,8 @@ func TestBadCommandLines(t *testing.T) {
 		"via no exper":     {"replay", "--via", "engine"},
 		"via bad":          {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "bus"},
 		"via clustering":   {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "engine", "--policy", "clustering"},
+		"models no exper":  {"replay", "--gpu-models", "third"},
+		"models bad":       {"replay", "--experiment", "fgd", "--trace", "openb", "--gpu-models", "half"},
 	} {
 		code, stdout, stderr := runCLI(t, args...)
 		assert.Equal(t, 2, code, "%s: stderr %q", name, stderr)

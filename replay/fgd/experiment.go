@@ -159,6 +159,11 @@ type Row struct {
 	AllocPctAt100    float64 `json:"alloc_pct_at_100"`
 	AllocPctAt130    float64 `json:"alloc_pct_at_130"`
 	AllocPctStdAt130 float64 `json:"alloc_pct_std_at_130"`
+	// Curve is the mean over seeds of each column (arrived demand 0, 1,
+	// ... % of the cluster's GPUs), rounded to two decimals: the whole
+	// curve, for comparing policies at every arrival level (not in the
+	// JSON form, which stays the summary).
+	Curve []float64 `json:"-"`
 }
 
 // prepared is what every run of one trace shares (read only).
@@ -467,6 +472,18 @@ func Summarize(curves []Curve) ([]Row, error) {
 			}
 			at100 = append(at100, cv.Columns[100])
 			last = append(last, cv.Columns[len(cv.Columns)-1])
+		}
+		ncol := len(cs[0].Columns)
+		for _, cv := range cs {
+			ncol = min(ncol, len(cv.Columns))
+		}
+		rows[i].Curve = make([]float64, ncol)
+		for k := range ncol {
+			col := make([]float64, len(cs))
+			for j, cv := range cs {
+				col[j] = cv.Columns[k]
+			}
+			rows[i].Curve[k] = round2(mean(col))
 		}
 		m100, m130, sd := mean(at100), mean(last), popStd(last)
 		if math.IsNaN(m100) || math.IsNaN(m130) {
