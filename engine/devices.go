@@ -193,9 +193,19 @@ func (e *Engine) devicesReported(id string, ms []Member) error {
 	}
 	order := append([]*job{js}, others...)
 
-	// Re-book: the nodes are made ready for the swap (Allocate books only
-	// on ready nodes), every affected job is released, then booked anew;
-	// on failure the old books come back.
+	// Re-book: the nodes of every affected job (a moved job's other
+	// members may sit on nodes the report does not name) are made ready
+	// for the swap (Allocate books only on ready nodes), every affected
+	// job is released, then booked anew; on failure the old books come
+	// back.
+	touched := slices.Clone(nodes)
+	for _, o := range order {
+		for _, m := range o.place.members {
+			touched = append(touched, m.node)
+		}
+	}
+	slices.Sort(touched)
+	nodes = slices.Compact(touched)
 	states := make([]topo.NodeState, len(nodes))
 	for i, nid := range nodes {
 		states[i] = e.snap.NodeState(nid)
