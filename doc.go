@@ -13,8 +13,13 @@
 //	          borrowing, fair share, ordering policies
 //	mig       MIG geometry, fractional and shared GPUs, reconfiguration plans
 //	engine    the deterministic scheduler: Step / Ready / Advance
-//	backends  the interfaces to real clusters and an in-memory simulator
-//	benchmarks the standard work: clusters, fills, gangs and trace replays
+//	backends  the interfaces to real clusters, the Runner, and the
+//	          backends: sim (in memory), slurm, kube (own module), nvml
+//	config    the configuration file (YAML or JSON)
+//	workload  trace loaders and generated workloads
+//	replay    replays of workloads through the engine, metrics, the FGD
+//	          experiment
+//	benchmarks the standard work (clusters, fills, gangs) and benchmarks
 //
 // The core (topo, gang, queue, mig, engine) is pure: no goroutines other
 // than the documented intake, no wall clock, no global randomness, no I/O.
@@ -25,5 +30,6 @@
 // # Where to start
 //
 // Build a topo.Cluster from a topo.Spec, take a Snapshot, and place a
-// gang.Request with gang.Place. The package examples show each step.
+// gang.Request with gang.Place. The package examples show each step;
+// docs/architecture.md follows one job from intake to bind.
 package berth

@@ -1,7 +1,7 @@
 // Package benchmarks holds berth's standard work (docs/standard-work.md):
-// the standard clusters, the SplitMix64 generator, the
-// random60 and skewed60 fills and the standard gangs, with go test
-// benchmarks over them, and the policy comparison suite built on them.
+// the standard clusters, the SplitMix64 generator, the random60 and
+// skewed60 fills and the standard gangs, with go test benchmarks over
+// them. No library code imports it; replays live in package replay.
 package benchmarks
 
 import (
