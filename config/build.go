@@ -487,36 +487,37 @@ func (f *File) Effective() *File {
 	if e.Policy.Name == "" {
 		e.Policy.Name = defaultPolicy
 	}
+	d := engine.Config{}.WithDefaults() // the engine's own defaults, not copies
 	if e.IntakeCapacity == 0 {
-		e.IntakeCapacity = 4096
+		e.IntakeCapacity = d.IntakeCapacity
 	}
 	if e.Backfill.Mode == "" {
 		e.Backfill.Mode = defaultBackfill
 	}
 	if e.Backfill.Depth == 0 {
-		e.Backfill.Depth = 16
+		e.Backfill.Depth = d.Backfill.Depth
 	}
 	if e.Backfill.MaxProbes == 0 {
-		e.Backfill.MaxProbes = 64
+		e.Backfill.MaxProbes = d.Backfill.MaxProbes
 	}
 	if e.Preemption.MaxVictimsPerCycle == 0 {
-		e.Preemption.MaxVictimsPerCycle = 16
+		e.Preemption.MaxVictimsPerCycle = d.Preemption.MaxVictimsPerCycle
 	}
 	if e.Preemption.MaxPreemptorsPerCycle == 0 {
-		e.Preemption.MaxPreemptorsPerCycle = 4
+		e.Preemption.MaxPreemptorsPerCycle = d.Preemption.MaxPreemptorsPerCycle
 	}
 	if e.NodeFailure == "" {
 		e.NodeFailure = "requeue"
 	}
 	m := &e.MIG
 	if m.WaitFactor == 0 {
-		m.WaitFactor = 1
+		m.WaitFactor = d.MIG.WaitFactor
 	}
 	if m.MaxGPUs == 0 {
-		m.MaxGPUs = 8
+		m.MaxGPUs = d.MIG.MaxGPUs
 	}
 	if m.RetryBackoff == 0 {
-		m.RetryBackoff = Duration(time.Minute)
+		m.RetryBackoff = Duration(d.MIG.RetryBackoff)
 	}
 	dc := mig.DefaultCosts()
 	if m.CreateCost == 0 {

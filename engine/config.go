@@ -220,8 +220,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// withDefaults fills the zero values that mean "default".
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero value that means "default"
+// replaced by that default, as New runs it (policy DRS, intake 4096,
+// backfill depth 16, ...). The MIG costs' zero fields are filled by the
+// planner (mig.DefaultCosts).
+func (c Config) WithDefaults() Config {
 	if c.Policy == nil {
 		c.Policy = queue.DRS()
 	}
