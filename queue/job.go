@@ -61,6 +61,12 @@ type Job struct {
 	// Account is the Fair Tree account of the job; empty means the account
 	// mirroring Queue.
 	Account string
+	// User is the submitting user, for per-user limits and accounting;
+	// empty: none given.
+	User string
+	// Partitions names the partitions the job may run in (placement stays
+	// inside one of them); empty: the engine's default.
+	Partitions []string
 	// Priority: larger runs first under the priority orders.
 	Priority int32
 	// Class is training, inference or best effort.
