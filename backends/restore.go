@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/queue"
@@ -119,7 +120,16 @@ type Reconciled struct {
 	Adopted   []string // running in the backend, unknown or pending to the engine
 	Submitted []string // pending in the backend, unknown to the engine
 	Dropped   []string // pending in the engine, unknown to the backend
-	Nodes     int      // node events stepped (added, changed)
+	// Moved: running in the engine and the backend on other members; the
+	// backend's members were adopted.
+	Moved []string
+	// Stopped: running in the backend but not adoptable (a gang bound in
+	// part when berth died); unbound in the backend and submitted again.
+	Stopped []string
+	// Removed: nodes of the restored engine the backend no longer lists
+	// (failed in the engine).
+	Removed []string
+	Nodes   int // node events stepped (added, changed)
 }
 
 // build makes the engine: restored from the store when it holds a state,
@@ -156,7 +166,7 @@ func (r *Runner) build(ctx context.Context, ecfg engine.Config, spec topo.Spec, 
 			return nil, fmt.Errorf("backends: inventory: %w", err)
 		}
 	}
-	if err := r.reconcile(eng, spec, running, pending, hasPending, st != nil); err != nil {
+	if err := r.reconcile(ctx, eng, spec, running, pending, hasPending, st != nil); err != nil {
 		return nil, err
 	}
 	if t, ok := eng.BindRetryAt(); ok {
@@ -166,25 +176,16 @@ func (r *Runner) build(ctx context.Context, ecfg engine.Config, spec topo.Spec, 
 }
 
 // reconcile brings the engine in line with the backend: nodes (restored
-// engines only), running jobs, pending jobs (when the backend reports
-// them).
-func (r *Runner) reconcile(eng *engine.Engine, spec topo.Spec, running []RunningJob, pending []*queue.Job, hasPending, restored bool) error {
+// engines only; see reconcileNodes), running jobs (see reconcileRunning),
+// pending jobs (when the backend reports them).
+func (r *Runner) reconcile(ctx context.Context, eng *engine.Engine, spec topo.Spec, running []RunningJob, pending []*queue.Job, hasPending, restored bool) error {
 	now := r.clock.Now()
 	if now.Before(eng.Now()) {
 		now = eng.Now()
 	}
 	if restored {
-		for _, n := range spec.Nodes {
-			ev := engine.NodeChanged(now, n.Name, n.State, n.Labels)
-			if _, ok := eng.Cluster().NodeByName(n.Name); !ok {
-				ev = engine.NodeAdded(now, n)
-			} else if n.State == topo.Down {
-				ev = engine.NodeFailed(now, n.Name)
-			}
-			if err := r.step(eng, ev); err != nil {
-				return err
-			}
-			r.rec.Nodes++
+		if err := r.reconcileNodes(eng, spec, now); err != nil {
+			return err
 		}
 	}
 	engPending, engActive := eng.JobIDs()
@@ -199,10 +200,12 @@ func (r *Runner) reconcile(eng *engine.Engine, spec topo.Spec, running []Running
 		waits[j.ID] = j
 	}
 	stopping := map[string]bool{}
+	deadline := map[string]time.Time{}
 	if v := eng.View(); v != nil {
 		for _, rj := range v.Running() {
 			if rj.Stopping {
 				stopping[rj.Job] = true
+				deadline[rj.Job] = rj.Deadline
 				r.addWake(rj.Deadline)
 			}
 		}
@@ -230,25 +233,9 @@ func (r *Runner) reconcile(eng *engine.Engine, spec topo.Spec, running []Running
 		}
 	}
 	for _, rj := range running {
-		id := rj.Job.ID
-		if isActive[id] {
-			continue
-		}
-		if isPending[id] {
-			if err := r.step(eng, engine.Cancelled(now, id)); err != nil {
-				return err
-			}
-		}
-		// The job keeps the backend's start time (expected end, minimum
-		// runtime); the event itself happens no earlier than the clock.
-		at := rj.Start
-		if at.Before(eng.Now()) {
-			at = eng.Now()
-		}
-		if err := r.step(eng, engine.AdoptedSince(at, rj.Start, rj.Job, rj.Members)); err != nil {
+		if err := r.reconcileRunning(ctx, eng, rj, isActive[rj.Job.ID], isPending[rj.Job.ID], deadline[rj.Job.ID], now); err != nil {
 			return err
 		}
-		r.rec.Adopted = append(r.rec.Adopted, id)
 	}
 	if !hasPending {
 		return nil

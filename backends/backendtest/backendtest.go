@@ -113,23 +113,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 	spec := topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100")
 	be := newBackend(t, Setup{Cluster: spec, Start: t0})
 	const n = 150
-	var ids []string
-	for i := range n {
-		id := fmt.Sprintf("j%03d", i)
-		members := 1 + rng.IntN(3)
-		j := &queue.Job{ID: id, Queue: "q", Submit: t0.Add(time.Duration(rng.IntN(300)) * time.Minute),
-			Priority: int32(rng.IntN(3)),
-			Request:  gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: []int{1, 2, 4, 8}[rng.IntN(4)]}}}}
-		run := time.Duration(10+rng.IntN(80)) * time.Minute
-		j.RuntimeEstimate, j.RuntimeLimit = run, run+time.Hour
-		if rng.IntN(3) == 0 {
-			j.Preemptible, j.GracePeriod = true, 5*time.Minute
-		}
-		if err := be.Submit(j, run); err != nil {
-			t.Fatalf("Submit: %v", err)
-		}
-		ids = append(ids, id)
-	}
+	ids, _ := submitJobs(t, rng, be, n)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		finished: map[string]int{}, ended: map[string]bool{}}
 	pickJobs := func(k int, m map[string]int, max int) {
@@ -226,6 +210,33 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 	}
 	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d", n, faults, restarts, w.nRefused, w.nTransient, w.nHung)
 	return faults, restarts, n
+}
+
+// submitJobs submits n random gang jobs (1-3 members of 1-8 GPUs, a third
+// preemptible) arriving over the first 5 hours, and returns their IDs and
+// gang sizes (members).
+func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int) ([]string, map[string]int) {
+	t.Helper()
+	var ids []string
+	size := map[string]int{}
+	for i := range n {
+		id := fmt.Sprintf("j%03d", i)
+		members := 1 + rng.IntN(3)
+		j := &queue.Job{ID: id, Queue: "q", Submit: t0.Add(time.Duration(rng.IntN(300)) * time.Minute),
+			Priority: int32(rng.IntN(3)),
+			Request:  gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: []int{1, 2, 4, 8}[rng.IntN(4)]}}}}
+		run := time.Duration(10+rng.IntN(80)) * time.Minute
+		j.RuntimeEstimate, j.RuntimeLimit = run, run+time.Hour
+		if rng.IntN(3) == 0 {
+			j.Preemptible, j.GracePeriod = true, 5*time.Minute
+		}
+		if err := be.Submit(j, run); err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		ids = append(ids, id)
+		size[id] = members
+	}
+	return ids, size
 }
 
 func slicesSort(ts []time.Time) {
