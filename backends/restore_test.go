@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,4 +49,85 @@ func TestFileStore(t *testing.T) {
 
 	bad := backends.FileStore{Path: filepath.Join(dir, "missing-dir", "state.json")}
 	assert.Error(t, bad.Save(ctx, saved))
+}
+
+// At restore the Runner reconciles the saved engine with the backend: a
+// node gone from the backend is failed, a job running on other members
+// than the engine recorded keeps the backend's, a gang bound in part
+// (berth died mid-bind) is unbound and submitted again, and a job on the
+// gone node is requeued.
+func TestRunnerReconcilesAtRestore(t *testing.T) {
+	ctx := context.Background()
+	qs := queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	e, err := engine.New(engine.Config{Cluster: topo.Uniform(nil, nil, 3, 8, "H100"), Queues: qs, Start: t0, Policy: queue.StrictPriority()})
+	require.NoError(t, err)
+	require.NoError(t, e.EnableJournal())
+	require.NoError(t, e.Step(engine.Submitted(t0, job("a", 1, 4))))
+	require.NoError(t, e.Step(engine.Submitted(t0, job("b", 2, 8))))
+	rd := e.Ready()
+	require.Len(t, rd.Binds, 2)
+	require.NoError(t, e.Advance(rd, engine.Outcome{}))
+	am, ok := e.Members("a")
+	require.True(t, ok)
+	require.Len(t, am, 1)
+	st, err := e.Save()
+	require.NoError(t, err)
+	store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+	require.NoError(t, store.Save(ctx, st))
+
+	// The backend: n2 is gone (b ran there); a runs on the other half of
+	// its node; c is a 2-member gang with one member bound.
+	f := newFake(2, 8)
+	moved := engine.Member{Node: am[0].Node, GPUs: []int{}}
+	for g := range 8 {
+		if !slices.Contains(am[0].GPUs, g) {
+			moved.GPUs = append(moved.GPUs, g)
+		}
+	}
+	free := "n0"
+	if am[0].Node == "n0" {
+		free = "n1"
+	}
+	half := engine.Member{Node: free, GPUs: []int{0, 1, 2, 3}}
+	f.running = []backends.RunningJob{
+		{Job: job("a", 1, 4), Members: []engine.Member{moved}, Start: t0},
+		{Job: job("c", 2, 4), Members: []engine.Member{half}, Start: t0},
+	}
+	f.bound["a"] = []engine.Member{moved}
+	f.bound["c"] = []engine.Member{half}
+	f.closeAtEnd = true
+	cfg := backends.RunnerConfig{
+		Engine:  engine.Config{Queues: qs, Policy: queue.StrictPriority()},
+		Backend: f, Clock: &clock{}, Store: store,
+	}
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(ctx))
+	rec := r.Reconciled()
+	assert.True(t, rec.Restored)
+	assert.Equal(t, []string{"n2"}, rec.Removed)
+	assert.Equal(t, []string{"a"}, rec.Moved)
+	assert.Equal(t, []string{"c"}, rec.Stopped)
+	assert.Contains(t, f.unbinds, "c@"+free, "the half-bound gang is unbound in the backend")
+
+	back, err := store.Load(ctx)
+	require.NoError(t, err)
+	e2, err := engine.Restore(engine.Config{Queues: qs, Policy: queue.StrictPriority()}, back)
+	require.NoError(t, err)
+	got, ok := e2.Members("a")
+	require.True(t, ok)
+	assert.Equal(t, moved.GPUs, got[0].GPUs, "a is booked where the backend runs it")
+	pending, _ := e2.JobIDs()
+	assert.Contains(t, pending, "b", "b ran on n2: requeued by its loss (NodeFailure), waits for room")
+	if ms, ok := e2.Members("c"); ok {
+		// c was submitted again and, on the free GPUs, bound whole.
+		assert.Len(t, ms, 2)
+	}
+	failed := false
+	for _, rec := range back.Records {
+		if ev := rec.Event; ev != nil && ev.Kind == engine.EventNodeFailed && ev.NodeName == "n2" {
+			failed = true
+		}
+	}
+	assert.True(t, failed, "a node gone from the backend is failed in the engine")
 }
