@@ -274,10 +274,39 @@ func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
 	return sp, nil
 }
 
-// Running returns no jobs: processes the backend did not start are not
-// adopted (it cannot know their gangs, limits or commands).
+// Running returns the runs this backend started and that still run (not
+// preempted, requeued, cancelled or reported finished), with their live
+// members and the start of their first member, so that a Runner started
+// again on the same backend (a restart) adopts them. Processes the backend
+// did not start are not adopted (it cannot know their gangs, limits or
+// commands).
 func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
-	return nil, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []backends.RunningJob
+	for _, id := range slices.Sorted(maps.Keys(b.runs)) {
+		r := b.runs[id]
+		if r.reported || r.preempted || r.requeued || r.cancelled {
+			continue
+		}
+		rj := backends.RunningJob{Job: r.job}
+		for _, p := range r.procs {
+			if p.done || p.unbound {
+				continue
+			}
+			rj.Members = append(rj.Members, cloneMember(p.m))
+			if rj.Start.IsZero() || p.start.Before(rj.Start) {
+				rj.Start = p.start
+			}
+		}
+		if len(rj.Members) > 0 {
+			out = append(out, rj)
+		}
+	}
+	return out, nil
 }
 
 // ---------------------------------------------------------------- intake

@@ -64,5 +64,6 @@
 // GPU are refused. A box whose GPUs differ in model, in MIG mode, or in MIG
 // layout (berth's node model has one of each per node). Switching MIG
 // mode (NeedsReset plans are refused: the backend never changes MIG mode).
-// Adopting processes it did not start. See docs/backends/nvml.md.
+// Adopting processes it did not start (Running reports only the runs this
+// Backend started). See docs/backends/nvml.md.
 package nvml
