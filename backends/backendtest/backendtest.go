@@ -20,9 +20,10 @@
 // the Actuator), so a backend only provides what it alone can do: run
 // jobs on a clock, lose and recover nodes, and report violations.
 //
-// Not covered yet: killing the berth process itself (kill -9 of a child
-// process); the restarts here stop the Runner in-process (its context is
-// cancelled) and start a new one on the same backend and state file.
+// The restarts of Run stop the Runner in-process (its context is
+// cancelled) and start a new one on the same backend and state file;
+// RunKill kills a child process running the Runner with SIGKILL instead.
+// Backends on a real clock or with fewer nodes implement Shaper.
 package backendtest
 
 import (
