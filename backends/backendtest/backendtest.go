@@ -199,10 +199,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 		}
 		faults++
 	}
-	var backend backends.Backend = w
-	if _, ok := be.(backends.PendingReporter); ok {
-		backend = faultyPending{w}
-	}
+	backend := wrap(w)
 	store := backends.FileStore{Path: filepath.Join(t.TempDir(), "berth.state")}
 	var stops []time.Time
 	for range sc.restarts {
@@ -368,34 +365,8 @@ func (f *faulty) Running(ctx context.Context) ([]backends.RunningJob, error) {
 }
 
 func (f *faulty) BindMember(ctx context.Context, job string, m engine.Member) error {
-	f.mu.Lock()
-	if f.ended[job] {
-		f.rebound = append(f.rebound, job)
-	}
-	refuse, transient, hang := f.take(f.refuse, job), false, false
-	if !refuse {
-		transient = f.take(f.transient, job)
-	}
-	if !refuse && !transient {
-		hang = f.take(f.hang, job)
-	}
-	switch {
-	case refuse:
-		f.nRefused++
-	case transient:
-		f.nTransient++
-	case hang:
-		f.nHung++
-	}
-	f.mu.Unlock()
-	switch {
-	case refuse:
-		return fmt.Errorf("%w: injected", backends.ErrRefused)
-	case transient:
-		return errors.New("backendtest: injected transient failure")
-	case hang:
-		<-ctx.Done() // until the Runner's call timeout
-		return ctx.Err()
+	if err := f.inject(ctx, job); err != nil {
+		return err
 	}
 	return f.inner.BindMember(ctx, job, m)
 }
@@ -425,9 +396,78 @@ func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, erro
 	return evs, err
 }
 
+// inject decides the fault of one bind call of job (a member, or a whole
+// gang for a GangBinder) and, for a hang, waits for ctx; it returns the
+// injected error, or nil to go on with the real call.
+func (f *faulty) inject(ctx context.Context, job string) error {
+	f.mu.Lock()
+	if f.ended[job] {
+		f.rebound = append(f.rebound, job)
+	}
+	refuse, transient, hang := f.take(f.refuse, job), false, false
+	if !refuse {
+		transient = f.take(f.transient, job)
+	}
+	if !refuse && !transient {
+		hang = f.take(f.hang, job)
+	}
+	switch {
+	case refuse:
+		f.nRefused++
+	case transient:
+		f.nTransient++
+	case hang:
+		f.nHung++
+	}
+	f.mu.Unlock()
+	switch {
+	case refuse:
+		return fmt.Errorf("%w: injected", backends.ErrRefused)
+	case transient:
+		return errors.New("backendtest: injected transient failure")
+	case hang:
+		<-ctx.Done() // until the Runner's call timeout
+		return ctx.Err()
+	}
+	return nil
+}
+
+// wrap returns w as the Runner's backend, with the optional interfaces of
+// the backend under test: PendingReporter, and GangBinder (whose BindGang
+// gets the same faults as BindMember, per gang).
+func wrap(w *faulty) backends.Backend {
+	_, pending := w.inner.(backends.PendingReporter)
+	_, gang := w.inner.(backends.GangBinder)
+	switch {
+	case pending && gang:
+		return faultyGangPending{faultyGang{w}}
+	case gang:
+		return faultyGang{w}
+	case pending:
+		return faultyPending{w}
+	}
+	return w
+}
+
 // faultyPending is faulty for backends that report their pending jobs.
 type faultyPending struct{ *faulty }
 
 func (f faultyPending) Pending(ctx context.Context) ([]*queue.Job, error) {
+	return f.inner.(backends.PendingReporter).Pending(ctx)
+}
+
+// faultyGang is faulty for backends that bind a gang as one unit.
+type faultyGang struct{ *faulty }
+
+func (f faultyGang) BindGang(ctx context.Context, job string, ms []engine.Member) error {
+	if err := f.inject(ctx, job); err != nil {
+		return err
+	}
+	return f.inner.(backends.GangBinder).BindGang(ctx, job, ms)
+}
+
+type faultyGangPending struct{ faultyGang }
+
+func (f faultyGangPending) Pending(ctx context.Context) ([]*queue.Job, error) {
 	return f.inner.(backends.PendingReporter).Pending(ctx)
 }
