@@ -30,6 +30,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -89,6 +91,10 @@ type Shape struct {
 	// NoNodeLoss, when set, says why the backend cannot lose a node: the
 	// node-loss scenario is skipped with it, the others lose none.
 	NoNodeLoss string
+	// WholeNodeGangs: gangs of more than one member ask whole nodes, for
+	// backends that cannot put two members of a gang on one node (a SLURM
+	// job has one member per node; docs/backends/slurm.md).
+	WholeNodeGangs bool
 }
 
 // Shaper is implemented by backends that run the suite in their own Shape.
@@ -176,7 +182,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 	}
 	base, unit := be.Now(), sh.Unit
 	n := sh.Jobs
-	ids, _ := submitJobs(t, rng, be, n, spec, base, unit)
+	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		finished: map[string]int{}, ended: map[string]bool{}}
 	pickJobs := func(k int, m map[string]int, max int) {
@@ -224,7 +230,16 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 			CallTimeout: sh.CallTimeout,
 			Retry:       backends.Retry{Attempts: 2},
 		}
-		cfg.Observe = func(backends.Cycle) {
+		if os.Getenv("BERTH_BACKENDTEST_LOG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		logErrs := os.Getenv("BERTH_BACKENDTEST_LOG") != ""
+		cfg.Observe = func(c backends.Cycle) {
+			if logErrs {
+				for _, err := range c.Errors {
+					t.Logf("cycle %d: %v", c.Ready.Seq, err)
+				}
+			}
 			// A real backend's event stream never ends: the run ends
 			// when every job has finished.
 			if w.finishedAll(ids) {
@@ -298,7 +313,7 @@ func (f *faulty) finishedAll(ids []string) bool {
 // what spec's nodes have; a third preemptible) arriving over the first 5
 // hours after base (durations in units of a minute), and returns their
 // IDs and gang sizes (members).
-func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration) ([]string, map[string]int) {
+func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes bool) ([]string, map[string]int) {
 	t.Helper()
 	maxMembers, maxGPUs := min(3, len(spec.Nodes)), 8
 	for _, nd := range spec.Nodes {
@@ -312,6 +327,9 @@ func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec,
 		per := []int{1, 2, 4, 8}[rng.IntN(4)]
 		for per > maxGPUs {
 			per /= 2
+		}
+		if wholeNodes && members > 1 {
+			per = maxGPUs
 		}
 		j := &queue.Job{ID: id, Queue: "q", Submit: base.Add(time.Duration(rng.IntN(300)) * unit),
 			Priority: int32(rng.IntN(3)),
