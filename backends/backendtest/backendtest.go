@@ -152,8 +152,7 @@ func Run(t *testing.T, newBackend func(t *testing.T, s Setup) Backend) Summary {
 	for _, sc := range scenarios {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", sc.name, seed), func(t *testing.T) {
-				f, r, j, n := runScenario(t, sc, seed, newBackend)
-				seeds = uint64(n)
+				f, r, j := runScenario(t, sc, seed, &seeds, newBackend)
 				sum.Scenarios++
 				sum.Faults += f
 				sum.Restarts += r
@@ -165,11 +164,11 @@ func Run(t *testing.T, newBackend func(t *testing.T, s Setup) Backend) Summary {
 	return sum
 }
 
-func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testing.T, Setup) Backend) (faults, restarts, jobs, seeds int) {
+func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBackend func(*testing.T, Setup) Backend) (faults, restarts, jobs int) {
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
 	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0})
 	sh := shapeOf(be)
-	seeds = sh.Seeds
+	*seeds = uint64(sh.Seeds)
 	if sc.lose > 0 && sh.NoNodeLoss != "" {
 		if sc.name == "node-loss-mid-gang" {
 			t.Skip("not for this backend: " + sh.NoNodeLoss)
@@ -264,7 +263,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 			return err
 		case <-time.After(5 * time.Minute):
 			cancel()
-			return errors.New("Run hung")
+			return fmt.Errorf("Run hung (not finished: %v)", w.unfinished(ids))
 		}
 	}
 	for _, stop := range stops {
@@ -282,31 +281,42 @@ func runScenario(t *testing.T, sc scenario, seed uint64, newBackend func(*testin
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, id := range ids {
-		switch c := w.finished[id]; {
-		case c == 0:
-			t.Errorf("job %s never finished (the faults are finite: it should have)", id)
-		case c > 1:
-			t.Errorf("job %s finished %d times", id, c)
-		}
-	}
+	checkFinishedOnce(t, ids, w.finished)
 	for _, e := range w.rebound {
 		t.Errorf("job bound again after it ended: %s", e)
 	}
 	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d", n, faults, restarts, w.nRefused, w.nTransient, w.nHung)
-	return faults, restarts, n, seeds
+	return faults, restarts, n
+}
+
+// checkFinishedOnce checks that every job in ids was reported finished
+// exactly once (the faults are finite: each job should have finished).
+func checkFinishedOnce(t *testing.T, ids []string, finished map[string]int) {
+	t.Helper()
+	for _, id := range ids {
+		switch c := finished[id]; {
+		case c == 0:
+			t.Errorf("job %s never finished", id)
+		case c > 1:
+			t.Errorf("job %s finished %d times", id, c)
+		}
+	}
 }
 
 // finishedAll reports whether every job in ids has been reported finished.
-func (f *faulty) finishedAll(ids []string) bool {
+func (f *faulty) finishedAll(ids []string) bool { return len(f.unfinished(ids)) == 0 }
+
+// unfinished lists the jobs of ids not reported finished yet.
+func (f *faulty) unfinished(ids []string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var out []string
 	for _, id := range ids {
 		if f.finished[id] == 0 {
-			return false
+			out = append(out, id)
 		}
 	}
-	return true
+	return out
 }
 
 // submitJobs submits n random gang jobs (1-3 members of 1-8 GPUs, within

@@ -282,14 +282,7 @@ func runKill(t *testing.T, bin string, seed uint64, save time.Duration, newBacke
 	for _, e := range w.errs {
 		t.Error(e)
 	}
-	for _, id := range ids {
-		switch c := w.finished[id]; {
-		case c == 0:
-			t.Errorf("job %s never finished", id)
-		case c > 1:
-			t.Errorf("job %s finished %d times", id, c)
-		}
-	}
+	checkFinishedOnce(t, ids, w.finished)
 	t.Logf("%d jobs, %d kills (%d after the call), %d restarts, save interval %v", n, kills, killedAfter, restarts, save)
 	return kills, killedAfter, restarts, n
 }
