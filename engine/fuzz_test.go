@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -304,6 +305,7 @@ type fuzzModel struct {
 	known       map[string]bool // submitted, not yet ended
 	preemptedAt map[string]time.Time
 	lastSeq     uint64
+	prevClaims  map[string]*claim // the engine's claims before the Ready being checked
 }
 
 func pick[V any](rng *rand.Rand, m map[string]V) string {
@@ -332,6 +334,7 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		}
 		return fmt.Sprintf("%v %s err=%v", ev.Kind, ev.JobID, err)
 	}
+	m.prevClaims = maps.Clone(e.claims)
 	rd := e.Ready()
 	for _, f := range rd.Failed {
 		delete(m.known, f.Job)
@@ -414,10 +417,14 @@ func checkReady(t *testing.T, e *Engine, rd Ready, m *fuzzModel) {
 	// the plan with the walk's binds booked: a shared preemptor may put its
 	// instances or shares beside a share bound this cycle (on a GPU of its
 	// claim). Such a claim must be one that can be booked once its victims
-	// are gone; binds are checked against it for whole GPUs only.
+	// are gone; binds are checked against it for whole GPUs only. (A claim
+	// may have no victims: every victim chosen turned out not to be needed
+	// once added back, and the preemptor waits for the next cycle.)
 	newClaim := map[string]bool{}
-	for _, p := range rd.Preemptions {
-		newClaim[p.For] = true
+	for id, c := range e.claims {
+		if m.prevClaims[id] != c {
+			newClaim[id] = true
+		}
 	}
 	for id := range newClaim {
 		checkClaimFits(t, e, id)
