@@ -102,6 +102,15 @@ type Shaper interface {
 	Shape() Shape
 }
 
+// Reopener is implemented by backends whose client state lives in the
+// berth process (the SLURM backend tracks what it reported; a new one
+// reads everything from SLURM again): the suite calls Reopen before every
+// Runner after the first, as a restarted berth process would make a new
+// client. The cluster itself (jobs, nodes) carries on.
+type Reopener interface {
+	Reopen() error
+}
+
 func shapeOf(be Backend) Shape {
 	var sh Shape
 	if s, ok := be.(Shaper); ok {
@@ -233,7 +242,22 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 		logErrs := os.Getenv("BERTH_BACKENDTEST_LOG") != ""
+		// Jobs that ended while no Runner ran are finished by the next
+		// one's reconciliation, not by an event: they count as ended.
+		var r *backends.Runner
+		var counted atomic.Bool
+		countReconciled := func() {
+			if !counted.Swap(true) {
+				w.mu.Lock()
+				for _, id := range r.Reconciled().Finished {
+					w.finished[id]++
+					w.ended[id] = true
+				}
+				w.mu.Unlock()
+			}
+		}
 		cfg.Observe = func(c backends.Cycle) {
+			countReconciled()
 			if logErrs {
 				for _, err := range c.Errors {
 					t.Logf("cycle %d: %v", c.Ready.Seq, err)
@@ -249,14 +273,17 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				cancel()
 			}
 		}
-		r, err := backends.NewRunner(cfg)
-		if err != nil {
+		var err error
+		if r, err = backends.NewRunner(cfg); err != nil {
 			return err
 		}
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
 		select {
 		case err := <-done:
+			if r.View() != nil {
+				countReconciled() // built, and no cycle ran
+			}
 			if errors.Is(err, context.Canceled) && (!stop.IsZero() || allDone.Load()) {
 				return nil
 			}
@@ -266,12 +293,21 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 			return fmt.Errorf("Run hung (not finished: %v)", w.unfinished(ids))
 		}
 	}
+	reopen := func() {
+		if ro, ok := be.(Reopener); ok && restarts > 0 {
+			if err := ro.Reopen(); err != nil {
+				t.Fatalf("Reopen: %v", err)
+			}
+		}
+	}
 	for _, stop := range stops {
+		reopen()
 		if err := runOnce(stop); err != nil {
 			t.Fatalf("run stopped at %v: %v", stop, err)
 		}
 		restarts++
 	}
+	reopen()
 	if err := runOnce(time.Time{}); err != nil {
 		t.Fatalf("final run: %v", err)
 	}

@@ -130,25 +130,30 @@ func showJob(tb testing.TB, conf, id string) jobInfo {
 			if !ok {
 				continue
 			}
-			idx = strings.TrimSuffix(idx, ")")
-			var gpus []int
-			for _, r := range strings.Split(idx, ",") {
-				lo, hi, isRange := strings.Cut(r, "-")
-				if !isRange {
-					hi = lo
-				}
-				a, _ := strconv.Atoi(lo)
-				z, _ := strconv.Atoi(hi)
-				for g := a; g <= z; g++ {
-					gpus = append(gpus, g)
-				}
-			}
+			gpus := idxList(idx)
 			for _, n := range detailNodes {
 				ji.GPUs[n] = gpus
 			}
 		}
 	}
 	return ji
+}
+
+// idxList reads the IDX of a GRES detail ("0-1,4)": 0 1 4).
+func idxList(idx string) []int {
+	var gpus []int
+	for _, r := range strings.Split(strings.TrimSuffix(idx, ")"), ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, _ := strconv.Atoi(lo)
+		z, _ := strconv.Atoi(hi)
+		for g := a; g <= z; g++ {
+			gpus = append(gpus, g)
+		}
+	}
+	return gpus
 }
 
 func hostnames(tb testing.TB, conf, list string) []string {

@@ -1,0 +1,48 @@
+package slurm
+
+import (
+	"context"
+
+	"github.com/berthsched/berth/backends"
+	"github.com/berthsched/berth/queue"
+)
+
+var _ backends.PendingReporter = (*Backend)(nil)
+
+// Pending reports the jobs of the managed partitions that wait (squeue
+// --json: PENDING, not held), so that a Runner started again tells a job
+// berth had bound and SLURM never started (Running moves it back) from one
+// that ended: the first is requeued, not finished. The jobs are tracked
+// as pending, so Next does not submit them again. Jobs berth cannot
+// schedule are left out (they are reported to OnSkip by Next).
+func (b *Backend) Pending(ctx context.Context) ([]*queue.Job, error) {
+	recs, err := b.squeue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*queue.Job
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range recs {
+		r := &recs[i]
+		if _, managed := b.cfg.Partitions[r.Partition]; !managed || r.State != "PENDING" {
+			continue
+		}
+		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
+			continue // placed once released
+		}
+		id := recID(r)
+		if b.skipped[id] {
+			continue
+		}
+		j, err := b.toJob(id, r, r.Partition, taskIndex(r))
+		if err != nil {
+			continue // Next skips it and tells OnSkip
+		}
+		if t := b.jobs[id]; t == nil || t.state != inPending {
+			b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
