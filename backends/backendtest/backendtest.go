@@ -279,6 +279,26 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 		}
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
+		// The last jobs may end by reconciliation, with no cycle after:
+		// watch for the end outside Observe too.
+		watchDone := make(chan struct{})
+		defer close(watchDone)
+		go func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-watchDone:
+					return
+				case <-tick.C:
+					if w.finishedAll(ids) {
+						allDone.Store(true)
+						cancel()
+						return
+					}
+				}
+			}
+		}()
 		select {
 		case err := <-done:
 			if r.View() != nil {

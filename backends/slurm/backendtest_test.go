@@ -49,6 +49,7 @@ func (s *suiteSlurm) Shape() backendtest.Shape {
 	return sh
 }
 
+
 // slurmNodeLossBug is an open finding of this suite (BERTH_SLURM_NODE_LOSS=1
 // runs the scenario and reproduces it).
 const slurmNodeLossBug = "open bug: a job berth bound on a node then set DOWN is requeued by SLURM " +
@@ -265,9 +266,10 @@ func cleanSlurm(t *testing.T, conf string) {
 
 // The SLURM backend on the test cluster (hack/slurm-up.sh) passes the
 // fault suite through BindGang: refused, failing and hanging binds and the
-// Runner restarted, 20 jobs a scenario. Node loss (nodes set DOWN mid-run
-// and resumed) is skipped by default: it finds an open bug
-// (slurmNodeLossBug).
+// Runner restarted (with a new slurm.Backend, as a new berth process), 20
+// jobs a scenario. Node loss (nodes set DOWN mid-run and resumed) is
+// skipped by default: it finds an open bug (slurmNodeLossBug;
+// BERTH_SLURM_NODE_LOSS=1 runs it).
 func TestIntegrationFaultSuite(t *testing.T) {
 	conf := slurmConf(t)
 	backendtest.Run(t, func(t *testing.T, _ backendtest.Setup) backendtest.Backend {
