@@ -49,7 +49,6 @@ func (s *suiteSlurm) Shape() backendtest.Shape {
 	return sh
 }
 
-
 // slurmNodeLossBug is an open finding of this suite (BERTH_SLURM_NODE_LOSS=1
 // runs the scenario and reproduces it).
 const slurmNodeLossBug = "open bug: a job berth bound on a node then set DOWN is requeued by SLURM " +
