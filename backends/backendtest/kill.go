@@ -282,7 +282,7 @@ func runKill(t *testing.T, bin string, seed uint64, save time.Duration, newBacke
 	for _, e := range w.errs {
 		t.Error(e)
 	}
-	checkFinishedOnce(t, ids, w.finished)
+	checkFinishedOnce(t, ids, w.finished, nil)
 	t.Logf("%d jobs, %d kills (%d after the call), %d restarts, save interval %v", n, kills, killedAfter, restarts, save)
 	return kills, killedAfter, restarts, n
 }
