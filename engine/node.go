@@ -19,6 +19,7 @@ func (e *Engine) rebuild() error {
 	for i := range ready.Nodes {
 		ready.Nodes[i].State = topo.Ready
 	}
+	e.labelPartitions(&ready)
 	c, err := topo.New(ready)
 	if err != nil {
 		return err

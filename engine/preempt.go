@@ -56,7 +56,7 @@ func (e *Engine) candidates(p *job) []victim {
 	var out []victim
 	for _, v := range e.active {
 		j := v.j
-		if v.st != stateRunning || !j.Preemptible || v == p || !v.start.Before(cs.now) {
+		if v.st != stateRunning || !j.Preemptible || v == p || !v.start.Before(cs.now) || e.noPreempt(v) {
 			continue
 		}
 		if _, grew := e.out.grows[j.ID]; grew {

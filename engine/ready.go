@@ -43,6 +43,8 @@ type Bind struct {
 	// Ready's At minus Submit).
 	Queue  string
 	Submit time.Time
+	// Partition the job runs in (SiteConfig.Partitions); empty: none.
+	Partition string
 }
 
 // PreemptCause says why a job is preempted.
@@ -160,6 +162,17 @@ const (
 	// this Ready's MIG reconfiguration serves; it is placed once Advance
 	// confirms the reconfiguration (Place says why it does not fit now).
 	ReasonReconfiguring
+	// ReasonLimit: starting it would pass a per-user or per-account limit
+	// (SiteConfig.Limits); PendingStatus.Limit names it.
+	ReasonLimit
+	// ReasonDependency: a dependency is not met yet (Limit names them).
+	ReasonDependency
+	// ReasonDependencyNeverMet: a dependency can never be met and the
+	// policy holds the job (HoldNeverMet).
+	ReasonDependencyNeverMet
+	// ReasonArrayThrottled: its array runs as many tasks as its throttle
+	// allows.
+	ReasonArrayThrottled
 )
 
 func (c ReasonCode) String() string {
@@ -186,6 +199,14 @@ func (c ReasonCode) String() string {
 		return "blocked"
 	case ReasonReconfiguring:
 		return "reconfiguring"
+	case ReasonLimit:
+		return "limit"
+	case ReasonDependency:
+		return "dependency"
+	case ReasonDependencyNeverMet:
+		return "dependency-never-met"
+	case ReasonArrayThrottled:
+		return "array-throttled"
 	}
 	return fmt.Sprintf("ReasonCode(%d)", uint8(c))
 }
@@ -206,6 +227,9 @@ type PendingStatus struct {
 	// (only jobs holding a reservation or waiting for preempted GPUs have
 	// one).
 	Start time.Time
+	// Limit names what a job held by a site rule waits on (ReasonLimit,
+	// ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled).
+	Limit string
 }
 
 func (s PendingStatus) String() string {
@@ -218,6 +242,8 @@ func (s PendingStatus) String() string {
 		why = fmt.Sprintf("%v: %v", s.Reason, s.Place)
 	case ReasonReservedGPUs:
 		why = "reserved-gpus: it fits now only on GPUs reserved for an earlier job, which it would delay"
+	case ReasonLimit, ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled:
+		why = s.Reason.String() + ": " + s.Limit
 	default:
 		why = s.Reason.String()
 	}
@@ -229,6 +255,9 @@ func (s PendingStatus) String() string {
 type JobFailure struct {
 	Job  string
 	Node string
+	// Reason: why the engine ended a job no node failure ended (a
+	// dependency that can never be met).
+	Reason string `json:",omitempty"`
 }
 
 // Rejection is a submission the engine could not accept.

@@ -90,6 +90,12 @@ type Job struct {
 	// ArrayIndex is the index of the job within its job array; zero when it
 	// is not part of one.
 	ArrayIndex int
+	// Name is the job's name (SLURM's --job-name): jobs of one User with
+	// one Name and a singleton dependency run one at a time.
+	Name string
+	// Dependencies must be met before the job may start (see Dependency);
+	// empty: none.
+	Dependencies []Dependency
 
 	// dem caches the demand of the job for one tree. Written only by the
 	// owning goroutine before the job is published.

@@ -25,6 +25,7 @@ type Harness struct {
 	now    time.Time
 	last   engine.Ready
 	haveRd bool
+	site   engine.SiteConfig // the "site" command's, for the next "engine"
 }
 
 // New returns an empty harness.
@@ -57,23 +58,27 @@ type handler struct {
 // handlers maps each command to its handler; each lives in its own file
 // (handle_<command>.go).
 var handlers = map[string]handler{
-	"cluster":    {false, (*Harness).handleCluster},
-	"add-node":   {false, (*Harness).handleAddNode},
-	"queues":     {false, (*Harness).handleQueues},
-	"engine":     {false, (*Harness).handleEngine},
-	"submit":     {true, (*Harness).handleSubmit},
-	"adopt":      {true, (*Harness).handleAdopt},
-	"devices":    {true, (*Harness).handleDevices},
-	"books":      {true, (*Harness).handleBooks},
-	"tick":       {true, (*Harness).handleTick},
-	"finish":     {true, (*Harness).handleJobEvent},
-	"cancel":     {true, (*Harness).handleJobEvent},
-	"checkpoint": {true, (*Harness).handleJobEvent},
-	"node":       {true, (*Harness).handleNode},
-	"fail-node":  {true, (*Harness).handleFailNode},
-	"ready":      {true, (*Harness).handleReady},
-	"advance":    {true, (*Harness).handleAdvance},
-	"view":       {true, (*Harness).handleView},
+	"cluster":       {false, (*Harness).handleCluster},
+	"add-node":      {false, (*Harness).handleAddNode},
+	"queues":        {false, (*Harness).handleQueues},
+	"engine":        {false, (*Harness).handleEngine},
+	"submit":        {true, (*Harness).handleSubmit},
+	"adopt":         {true, (*Harness).handleAdopt},
+	"devices":       {true, (*Harness).handleDevices},
+	"books":         {true, (*Harness).handleBooks},
+	"tick":          {true, (*Harness).handleTick},
+	"finish":        {true, (*Harness).handleJobEvent},
+	"cancel":        {true, (*Harness).handleJobEvent},
+	"checkpoint":    {true, (*Harness).handleJobEvent},
+	"finish-failed": {true, (*Harness).handleJobEvent},
+	"site":          {false, (*Harness).handleSite},
+	"reservation":   {true, (*Harness).handleReservation},
+	"array":         {true, (*Harness).handleArray},
+	"node":          {true, (*Harness).handleNode},
+	"fail-node":     {true, (*Harness).handleFailNode},
+	"ready":         {true, (*Harness).handleReady},
+	"advance":       {true, (*Harness).handleAdvance},
+	"view":          {true, (*Harness).handleView},
 }
 
 func (h *Harness) handle(d *datadriven.TestData) (string, error) {

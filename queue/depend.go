@@ -1,0 +1,48 @@
+package queue
+
+import "fmt"
+
+// DependencyKind says when a dependency is met (SLURM's --dependency
+// types).
+type DependencyKind uint8
+
+// Dependency kinds.
+const (
+	// AfterOK: the job named by Dependency.Job ended successfully.
+	AfterOK DependencyKind = iota + 1
+	// AfterAny: the job named ended, however.
+	AfterAny
+	// AfterNotOK: the job named failed or was cancelled.
+	AfterNotOK
+	// Singleton: no other job of the same User and Name is running
+	// (Dependency.Job is empty).
+	Singleton
+)
+
+func (k DependencyKind) String() string {
+	switch k {
+	case AfterOK:
+		return "afterok"
+	case AfterAny:
+		return "afterany"
+	case AfterNotOK:
+		return "afternotok"
+	case Singleton:
+		return "singleton"
+	}
+	return fmt.Sprintf("DependencyKind(%d)", uint8(k))
+}
+
+// Dependency is one condition a job waits on before it may start.
+type Dependency struct {
+	Kind DependencyKind
+	// Job is the ID of the job depended on (empty for Singleton).
+	Job string
+}
+
+func (d Dependency) String() string {
+	if d.Kind == Singleton {
+		return d.Kind.String()
+	}
+	return d.Kind.String() + ":" + d.Job
+}
