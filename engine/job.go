@@ -66,9 +66,9 @@ type job struct {
 	// While it was, reservations went to jobs behind it; it does not take
 	// them back (see Engine.yieldTo).
 	quotaWait bool
-	walked    uint64 // the cycle (cycleState.gen) that last considered it
-	hasRes    bool   // it is in lastRes
-	gpuN      int    // whole GPUs req asks for
+	walked    uint64   // the cycle (cycleState.gen) that last considered it
+	hasRes    bool     // it is in lastRes
+	gpuN      int      // whole GPUs req asks for
 	site      *siteJob // site rules' facts (site.go); nil: none apply
 }
 
