@@ -355,6 +355,9 @@ func (e *Engine) siteActivate(js *job) {
 		sj.array.running++
 	}
 	if sj.key != "" {
+		if st.singles == nil {
+			st.singles = map[string]int{}
+		}
 		st.singles[sj.key]++
 	}
 }
