@@ -408,6 +408,9 @@ func (e *Engine) bindClaims(rd *Ready) {
 		if fit, err := e.tree.Fits(js.j); err != nil || !fit.OK {
 			continue
 		}
+		if e.site != nil && !e.claimAllowed(js, c.place) {
+			continue // a site rule set since holds it back: the walk decides
+		}
 		if err := c.place.book(cs.plan); err != nil {
 			continue
 		}

@@ -441,3 +441,19 @@ func (e *Engine) noPreempt(js *job) bool {
 func (e *Engine) siteResumable() bool {
 	return e.site == nil
 }
+
+// claimAllowed reports whether a preemptor may still bind on its claimed
+// GPUs under the site rules set since the claim was made (an advance
+// reservation on them, a limit, a dependency).
+func (e *Engine) claimAllowed(js *job, p *placement) bool {
+	if js.site != nil {
+		var st PendingStatus
+		if e.siteWait(js, &st) {
+			return false
+		}
+	}
+	if e.advApplies(js, e.cyc.now) {
+		return allFree(e.advSnap(e.cyc.plan, js, e.cyc.now), p.gpus)
+	}
+	return true
+}
