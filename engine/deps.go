@@ -121,7 +121,7 @@ func (e *Engine) cancelArray(id string, at time.Time) (bool, error) {
 	prefix := id + "_"
 	for _, tid := range sortedKeys(e.jobs) {
 		js := e.jobs[tid]
-		if !strings.HasPrefix(tid, prefix) || js.site == nil || js.site.array == nil || js.site.array.id != id {
+		if js == nil || !strings.HasPrefix(tid, prefix) || js.site == nil || js.site.array == nil || js.site.array.id != id {
 			continue
 		}
 		if err := e.cancel(tid, at); err != nil {
