@@ -220,7 +220,7 @@ func (c *Config) Validate() error {
 	case c.MIG.Costs.Create < 0 || c.MIG.Costs.Destroy < 0 || c.MIG.Costs.Reset < 0:
 		return bad("MIG.Costs must not be negative, got %+v", c.MIG.Costs)
 	}
-	return c.Site.validate()
+	return c.Site.Validate()
 }
 
 // WithDefaults returns c with every zero value that means "default"

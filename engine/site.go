@@ -131,8 +131,9 @@ func (e *PartitionError) Error() string {
 // Unwrap gives ErrPartition to errors.Is.
 func (e *PartitionError) Unwrap() error { return ErrPartition }
 
-// validateSite checks the site config (called by Config.Validate).
-func (c *SiteConfig) validate() error {
+// Validate checks the site config (Config.Validate calls it); errors wrap
+// ErrInvalidConfig.
+func (c *SiteConfig) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: Site: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
