@@ -67,6 +67,7 @@ type cycleState struct {
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
+	holdsBy     map[string]string // Ready.Holds (site rules), made when needed
 }
 
 type resv struct {
@@ -237,6 +238,7 @@ func (e *Engine) cycle() Ready {
 	e.since = sinceCycle{}
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
+	rd.Holds, cs.holdsBy = cs.holdsBy, nil
 	rd.Rejected, e.rejected = e.rejected, nil
 	e.publish(&rd, e.pending.Publish(now))
 	return rd

@@ -163,9 +163,10 @@ const (
 	// confirms the reconfiguration (Place says why it does not fit now).
 	ReasonReconfiguring
 	// ReasonLimit: starting it would pass a per-user or per-account limit
-	// (SiteConfig.Limits); PendingStatus.Limit names it.
+	// (SiteConfig.Limits); Ready.Holds names it.
 	ReasonLimit
-	// ReasonDependency: a dependency is not met yet (Limit names them).
+	// ReasonDependency: a dependency is not met yet (Ready.Holds names
+	// them).
 	ReasonDependency
 	// ReasonDependencyNeverMet: a dependency can never be met and the
 	// policy holds the job (HoldNeverMet).
@@ -227,9 +228,6 @@ type PendingStatus struct {
 	// (only jobs holding a reservation or waiting for preempted GPUs have
 	// one).
 	Start time.Time
-	// Limit names what a job held by a site rule waits on (ReasonLimit,
-	// ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled).
-	Limit string
 }
 
 func (s PendingStatus) String() string {
@@ -242,8 +240,6 @@ func (s PendingStatus) String() string {
 		why = fmt.Sprintf("%v: %v", s.Reason, s.Place)
 	case ReasonReservedGPUs:
 		why = "reserved-gpus: it fits now only on GPUs reserved for an earlier job, which it would delay"
-	case ReasonLimit, ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled:
-		why = s.Reason.String() + ": " + s.Limit
 	default:
 		why = s.Reason.String()
 	}
@@ -293,8 +289,15 @@ type Ready struct {
 	// Requeued lists running jobs put back to pending this cycle or by
 	// the events since the last one (preempted victims, failed nodes).
 	Requeued []string
-	// Failed lists jobs ended by node failures (FailOnFailure).
+	// Failed lists jobs ended by node failures (FailOnFailure) and by
+	// dependencies that can never be met (CancelNeverMet).
 	Failed []JobFailure
+	// Holds says, for each pending job a site rule holds (ReasonLimit,
+	// ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled),
+	// what it waits on ("MaxJobsPerUser: user alice runs 2 of 2 jobs");
+	// nil when none is (kept out of PendingStatus so that engines without
+	// site rules pay nothing for it).
+	Holds map[string]string
 	// Rejected lists submissions that could not be accepted.
 	Rejected []Rejection
 }

@@ -313,24 +313,30 @@ func (e *Engine) siteAttach(js *job) {
 }
 
 // siteWait is the site rules' part of consider for a job that has site
-// facts: it reports whether the job waits, and sets the reason.
+// facts: it reports whether the job waits, sets the reason, and notes what
+// it waits on for Ready.Holds.
 func (e *Engine) siteWait(js *job, st *PendingStatus) bool {
 	sj := js.site
+	hold := func(r ReasonCode, why string) bool {
+		st.Reason = r
+		cs := &e.cyc
+		if cs.holdsBy == nil {
+			cs.holdsBy = map[string]string{}
+		}
+		cs.holdsBy[js.j.ID] = why
+		return true
+	}
 	if len(sj.deps) > 0 || sj.key != "" {
 		if r, ok := e.depsWait(js); ok {
-			st.Reason, st.Limit = r, e.depsDetail(js)
-			return true
+			return hold(r, e.depsDetail(js))
 		}
 	}
 	if a := sj.array; a != nil && a.throttle > 0 && a.running >= a.throttle {
-		st.Reason = ReasonArrayThrottled
-		st.Limit = fmt.Sprintf("array %s: %d of %%%d running", a.id, a.running, a.throttle)
-		return true
+		return hold(ReasonArrayThrottled, fmt.Sprintf("array %s: %d of %%%d running", a.id, a.running, a.throttle))
 	}
 	if e.site.limits {
 		if why, ok := e.limitWait(js); ok {
-			st.Reason, st.Limit = ReasonLimit, why
-			return true
+			return hold(ReasonLimit, why)
 		}
 	}
 	return false

@@ -197,10 +197,8 @@ func siteApply(t *testing.T, e *Engine, st fuzzStep) string {
 	for _, x := range rd.Binds {
 		fmt.Fprintf(&b, " part(%s)=%s", x.Job, x.Partition)
 	}
-	for _, x := range rd.Pending {
-		if x.Limit != "" {
-			fmt.Fprintf(&b, " L(%s,%s)", x.Job, x.Limit)
-		}
+	for _, id := range sortedKeys(rd.Holds) {
+		fmt.Fprintf(&b, " L(%s,%s)", id, rd.Holds[id])
 	}
 	fmt.Fprintf(&b, " refused=%v", out)
 	return b.String()

@@ -57,6 +57,9 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 	}
 	for _, p := range rd.Pending {
 		fmt.Fprintf(&b, "pending %s: %s", p.Job, p.String())
+		if h, ok := rd.Holds[p.Job]; ok {
+			fmt.Fprintf(&b, ": %s", h)
+		}
 		if !p.Start.IsZero() {
 			fmt.Fprintf(&b, "; start %s", rel(p.Start))
 		}
