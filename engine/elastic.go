@@ -66,6 +66,7 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 	cs := &e.cyc
 	c := e.cluster
 	g := &js.j.Request.Groups[0]
+	sel := js.req.Groups[0].Selector // g's, with the job's partition label (partition.go)
 	want := g.Members - js.members
 	lo, hi := topo.NodeID(0), topo.NodeID(c.NumNodes())
 	if js.req.Required != "" && len(js.place.members) > 0 {
@@ -88,7 +89,7 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 			if s.NodeState(n) != topo.Ready || (model >= 0 && c.NodeModel(n) != model) {
 				return false
 			}
-			if len(g.Selector) > 0 && !c.MatchesSelector(n, g.Selector) {
+			if len(sel) > 0 && !c.MatchesSelector(n, sel) {
 				return false
 			}
 			free := s.NodeFreeMask(n)
