@@ -274,3 +274,30 @@ func cloneAdv(r *AdvanceReservation) *AdvanceReservation {
 	c.Accounts = slices.Clone(r.Accounts)
 	return &c
 }
+
+// advProtect adds to set the GPUs of the advance reservations that keep p
+// off (starting now): preemption and shrinking on p's behalf keep them
+// held where they free them.
+func (e *Engine) advProtect(p *job, set map[uint32]bool) {
+	if !e.advApplies(p, e.cyc.now) {
+		return
+	}
+	for _, a := range e.site.adv {
+		if advBlocks(a, p, e.cyc.now) {
+			for _, g := range a.gpus(e.cluster) {
+				set[g] = true
+			}
+		}
+	}
+}
+
+// advHeldGPUs is the set of GPUs the advance reservations keep js
+// (starting now) off; nil when none does.
+func (e *Engine) advHeldGPUs(js *job) map[uint32]bool {
+	if !e.advApplies(js, e.cyc.now) {
+		return nil
+	}
+	set := map[uint32]bool{}
+	e.advProtect(js, set)
+	return set
+}

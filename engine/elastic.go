@@ -83,6 +83,7 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 		}
 		model = m
 	}
+	held := e.advHeldGPUs(js) // advance reservations js may not grow onto
 	var add []pmember
 	try := func(n topo.NodeID) bool {
 		for len(add) < want {
@@ -93,10 +94,15 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 				return false
 			}
 			free := s.NodeFreeMask(n)
+			first, _ := c.NodeGPUs(n)
+			for b := free; held != nil && b != 0; b &= b - 1 {
+				if k := bits.TrailingZeros64(b); held[first+uint32(k)] {
+					free &^= 1 << uint(k)
+				}
+			}
 			if bits.OnesCount64(free) < g.GPUsPerMember || s.HostFits(n, g.CPUMilli, g.MemoryMiB) < 1 {
 				return false
 			}
-			first, _ := c.NodeGPUs(n)
 			m := pmember{group: 0, node: n, cpu: g.CPUMilli, mem: g.MemoryMiB}
 			for k := 0; k < g.GPUsPerMember; k++ {
 				b := bits.TrailingZeros64(free)

@@ -301,6 +301,7 @@ func (e *Engine) aheadGPUs(p *job) map[uint32]bool {
 			}
 		}
 	}
+	e.advProtect(p, set)
 	return set
 }
 

@@ -34,7 +34,6 @@ func siteConfig(rng *rand.Rand) Config {
 // dependencies on jobs the engine tracks.
 func siteRandJob(rng *rand.Rand, e *Engine, id string, now time.Time) *queue.Job {
 	j := fuzzJob(rng, id, now, false)
-	j.Elastic = queue.Elastic{} // partitions and elastic growth are not mixed here
 	j.User = fmt.Sprintf("u%d", rng.IntN(3))
 	j.Name = fmt.Sprintf("n%d", rng.IntN(2))
 	switch rng.IntN(5) {
@@ -189,6 +188,11 @@ func siteApply(t *testing.T, e *Engine, st fuzzStep) string {
 			out.RefusedPreemptions = append(out.RefusedPreemptions, p.Victim)
 		}
 	}
+	for _, r := range rd.Resizes {
+		if len(r.Add) > 0 && next() {
+			out.RefusedResizes = append(out.RefusedResizes, r.Job)
+		}
+	}
 	if err := e.Advance(rd, out); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
@@ -209,6 +213,16 @@ func siteApply(t *testing.T, e *Engine, st fuzzStep) string {
 func checkSite(t *testing.T, e *Engine, rd Ready) {
 	t.Helper()
 	c := e.cluster
+	for _, r := range rd.Resizes {
+		if p, ok := e.PartitionOf(r.Job); ok {
+			for _, m := range r.Add {
+				id, _ := c.NodeByName(m.Node)
+				if !c.MatchesSelector(id, map[string]string{partitionLabel(p): "true"}) {
+					t.Fatalf("%s grew onto %s, outside partition %s", r.Job, m.Node, p)
+				}
+			}
+		}
+	}
 	for _, b := range rd.Binds {
 		js := e.jobs[b.Job]
 		if js == nil {
