@@ -448,6 +448,10 @@ func (e *Engine) holdClaims() {
 // started records a placement booked on the plan: quota, state, bind.
 func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	cs := &e.cyc
+	if js.site != nil && !e.siteAllows(js) { // the walk checked; later starts (shrinking) may not
+		p.unbook(cs.plan)
+		return false
+	}
 	if err := e.tree.Charge(js.j, cs.now); err != nil {
 		p.unbook(cs.plan)
 		return false

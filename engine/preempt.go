@@ -30,7 +30,7 @@ func (e *Engine) preempt(rd *Ready) {
 		if cs.victims >= pc.MaxVictimsPerCycle {
 			break
 		}
-		if p.st != statePending || e.claims[p.j.ID] != nil || p.badOf != nil {
+		if p.st != statePending || e.claims[p.j.ID] != nil || p.badOf != nil || !e.siteAllows(p) {
 			continue
 		}
 		if e.shrinkFor(p, rd) {

@@ -316,30 +316,52 @@ func (e *Engine) siteAttach(js *job) {
 // facts: it reports whether the job waits, sets the reason, and notes what
 // it waits on for Ready.Holds.
 func (e *Engine) siteWait(js *job, st *PendingStatus) bool {
-	sj := js.site
-	hold := func(r ReasonCode, why string) bool {
-		st.Reason = r
-		cs := &e.cyc
-		if cs.holdsBy == nil {
-			cs.holdsBy = map[string]string{}
-		}
-		cs.holdsBy[js.j.ID] = why
-		return true
+	r, why, held := e.siteHold(js, true)
+	if !held {
+		return false
 	}
+	st.Reason = r
+	cs := &e.cyc
+	if cs.holdsBy == nil {
+		cs.holdsBy = map[string]string{}
+	}
+	cs.holdsBy[js.j.ID] = why
+	return true
+}
+
+// siteHold reports whether a site rule holds js now, and (with explain)
+// which.
+func (e *Engine) siteHold(js *job, explain bool) (ReasonCode, string, bool) {
+	sj := js.site
 	if len(sj.deps) > 0 || sj.key != "" {
 		if r, ok := e.depsWait(js); ok {
-			return hold(r, e.depsDetail(js))
+			if !explain {
+				return r, "", true
+			}
+			return r, e.depsDetail(js), true
 		}
 	}
 	if a := sj.array; a != nil && a.throttle > 0 && a.running >= a.throttle {
-		return hold(ReasonArrayThrottled, fmt.Sprintf("array %s: %d of %%%d running", a.id, a.running, a.throttle))
+		return ReasonArrayThrottled, fmt.Sprintf("array %s: %d of %%%d running", a.id, a.running, a.throttle), true
 	}
 	if e.site.limits {
 		if why, ok := e.limitWait(js); ok {
-			return hold(ReasonLimit, why)
+			return ReasonLimit, why, true
 		}
 	}
-	return false
+	return 0, "", false
+}
+
+// siteAllows reports whether js may start now under the site rules; the
+// walk checks them in consider, this is for the starts after it
+// (preemption claims, shrinking elastic jobs), when jobs bound later in
+// the walk may have used up a limit.
+func (e *Engine) siteAllows(js *job) bool {
+	if js.site == nil {
+		return true
+	}
+	_, _, held := e.siteHold(js, false)
+	return !held
 }
 
 // siteActivate and siteDeactivate keep the usage counts of running jobs.
@@ -453,11 +475,8 @@ func (e *Engine) siteResumable() bool {
 // GPUs under the site rules set since the claim was made (an advance
 // reservation on them, a limit, a dependency).
 func (e *Engine) claimAllowed(js *job, p *placement) bool {
-	if js.site != nil {
-		var st PendingStatus
-		if e.siteWait(js, &st) {
-			return false
-		}
+	if !e.siteAllows(js) {
+		return false
 	}
 	if e.advApplies(js, e.cyc.now) {
 		return allFree(e.advSnap(e.cyc.plan, js, e.cyc.now), p.gpus)
