@@ -13,9 +13,8 @@ import (
 // restoreHistory runs a random history (submissions of whole, elastic,
 // fractional and MIG jobs, ends, cancels, checkpoints, ticks, node
 // failures and state changes, advance reservations, cycles with random
-// refusals) with
-// preemption on and the backfill mode of the seed, on a cluster with MIG
-// nodes. It returns the config, the steps, each step's digest, and how
+// refusals) with preemption on and the backfill mode of the seed, on a
+// cluster with MIG nodes. It returns the config, the steps, each step's digest, and how
 // many journal records the engine had before each step.
 func restoreHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []string, []int, *State) {
 	rng := rand.New(rand.NewPCG(seed, seed^0xbe27))
