@@ -175,24 +175,7 @@ func siteApply(t *testing.T, e *Engine, st fuzzStep) string {
 	}
 	rd := e.Ready()
 	checkSite(t, e, rd)
-	var out Outcome
-	k := 0
-	next := func() bool { r := st.refuse[k%len(st.refuse)]; k++; return r == 1 }
-	for _, b := range rd.Binds {
-		if next() {
-			out.RefusedBinds = append(out.RefusedBinds, b.Job)
-		}
-	}
-	for _, p := range rd.Preemptions {
-		if next() {
-			out.RefusedPreemptions = append(out.RefusedPreemptions, p.Victim)
-		}
-	}
-	for _, r := range rd.Resizes {
-		if len(r.Add) > 0 && next() {
-			out.RefusedResizes = append(out.RefusedResizes, r.Job)
-		}
-	}
+	out := st.outcome(rd)
 	if err := e.Advance(rd, out); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
@@ -311,6 +294,27 @@ func checkSite(t *testing.T, e *Engine, rd Ready) {
 	}
 }
 
+// restoreJSON restores an engine from the first n records of full, through
+// JSON, with a fresh policy of the seed.
+func restoreJSON(t *testing.T, cfg Config, full *State, n int, seed uint64) *Engine {
+	t.Helper()
+	st := &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:n]}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy = fuzzPolicy(seed)
+	e, err := Restore(cfg, &back)
+	if err != nil {
+		t.Fatalf("seed %d, %d records: Restore: %v", seed, n, err)
+	}
+	return e
+}
+
 // TestSiteRestoreSameDecisions: with partitions, limits, arrays,
 // dependencies (ended OK, failed or cancelled) and advance reservations
 // in play, an engine restored from the state saved at a random point (as
@@ -333,21 +337,7 @@ func TestSiteRestoreSameDecisions(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 11))
 		for p := 0; p < points; p++ {
 			i := rng.IntN(len(steps))
-			st := &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:at[i]]}
-			b, err := json.Marshal(st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var back State
-			if err := json.Unmarshal(b, &back); err != nil {
-				t.Fatal(err)
-			}
-			c := cfg
-			c.Policy = fuzzPolicy(seed)
-			e2, err := Restore(c, &back)
-			if err != nil {
-				t.Fatalf("seed %d, stop %d: Restore: %v", seed, i, err)
-			}
+			e2 := restoreJSON(t, cfg, full, at[i], seed)
 			for k := i; k < len(steps); k++ {
 				if d := siteApply(t, e2, steps[k]); d != digests[k] {
 					t.Fatalf("seed %d, stopped before step %d: step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, k, digests[k], d)
@@ -373,24 +363,11 @@ func FuzzEngineSite(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		cfg, _, _, _, full := siteHistory(t, seed, 150)
-		b, err := json.Marshal(full)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back State
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatal(err)
-		}
 		e1, err := Restore(cfg, full)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := cfg
-		c.Policy = fuzzPolicy(seed)
-		e2, err := Restore(c, &back)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e2 := restoreJSON(t, cfg, full, len(full.Records), seed)
 		tick := Tick(e1.now.Add(10 * time.Minute))
 		st := fuzzStep{ready: true, refuse: []uint8{0}}
 		for _, x := range []*Engine{e1, e2} {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -128,21 +127,7 @@ func TestRestoreSameDecisions(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		for p := 0; p < points; p++ {
 			i := rng.IntN(len(steps))
-			st := &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:at[i]]}
-			b, err := json.Marshal(st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var back State
-			if err := json.Unmarshal(b, &back); err != nil {
-				t.Fatal(err)
-			}
-			c := cfg
-			c.Policy = fuzzPolicy(seed)
-			e2, err := Restore(c, &back)
-			if err != nil {
-				t.Fatalf("seed %d, stop %d: Restore: %v", seed, i, err)
-			}
+			e2 := restoreJSON(t, cfg, full, at[i], seed)
 			m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
 			for id := range e2.jobs {
 				m.known[id] = true
