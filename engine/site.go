@@ -483,3 +483,61 @@ func (e *Engine) claimAllowed(js *job, p *placement) bool {
 	}
 	return true
 }
+
+func (m PreemptMode) String() string {
+	switch m {
+	case PreemptInherit:
+		return "inherit"
+	case PreemptOff:
+		return "off"
+	}
+	return fmt.Sprintf("PreemptMode(%d)", uint8(m))
+}
+
+// MarshalText writes the mode by name (inherit, off).
+func (m PreemptMode) MarshalText() ([]byte, error) {
+	if m > PreemptOff {
+		return nil, fmt.Errorf("%w: unknown preempt mode %d", ErrInvalidConfig, uint8(m))
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText reads a mode by name.
+func (m *PreemptMode) UnmarshalText(b []byte) error {
+	for v := PreemptInherit; v <= PreemptOff; v++ {
+		if v.String() == string(b) {
+			*m = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: unknown preempt mode %q (want inherit or off)", ErrInvalidConfig, b)
+}
+
+func (p NeverMetPolicy) String() string {
+	switch p {
+	case CancelNeverMet:
+		return "cancel"
+	case HoldNeverMet:
+		return "hold"
+	}
+	return fmt.Sprintf("NeverMetPolicy(%d)", uint8(p))
+}
+
+// MarshalText writes the policy by name (cancel, hold).
+func (p NeverMetPolicy) MarshalText() ([]byte, error) {
+	if p > HoldNeverMet {
+		return nil, fmt.Errorf("%w: unknown never-met policy %d", ErrInvalidConfig, uint8(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText reads a policy by name.
+func (p *NeverMetPolicy) UnmarshalText(b []byte) error {
+	for v := CancelNeverMet; v <= HoldNeverMet; v++ {
+		if v.String() == string(b) {
+			*p = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: unknown never-met policy %q (want cancel or hold)", ErrInvalidConfig, b)
+}
