@@ -238,7 +238,7 @@ func (e *Engine) cycle() Ready {
 	e.since = sinceCycle{}
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
-	rd.Holds, cs.holdsBy = cs.holdsBy, nil
+	rd.Holds = e.takeHolds(resumed)
 	rd.Rejected, e.rejected = e.rejected, nil
 	e.publish(&rd, e.pending.Publish(now))
 	return rd

@@ -167,7 +167,7 @@ func inPartition(spec *topo.Spec, n *topo.NodeSpec, p *Partition) bool {
 func (e *Engine) pickPartition(js *job, p int) {
 	sj := js.site
 	for k := range sj.parts {
-		js.req = sj.reqs[k]
+		js.req, js.shape = sj.reqs[k], sj.shapes[k]
 		if _, _, ok := e.tryPlace(js, p); ok {
 			sj.cur = k
 			return
@@ -177,5 +177,22 @@ func (e *Engine) pickPartition(js *job, p int) {
 		}
 	}
 	sj.cur = 0
-	js.req = sj.reqs[0]
+	js.req, js.shape = sj.reqs[0], sj.shapes[0]
+}
+
+// partShapeID is the failure memo's shape ID for a request of shape base
+// restricted to a partition: the memo's monotony (free GPUs only shrink
+// during a walk) holds inside a partition as in the whole cluster. 0 (a
+// request the memo does not cover) stays 0.
+func (e *Engine) partShapeID(base uint64, part string) uint64 {
+	if base == 0 {
+		return 0
+	}
+	key := fmt.Sprintf("%d@%s", base, part)
+	id, ok := e.shapes[key]
+	if !ok {
+		id = uint64(len(e.shapes) + 1)
+		e.shapes[key] = id
+	}
+	return id
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -214,6 +215,9 @@ type siteState struct {
 	ending     outcome             // set by finish/cancel for forget's hook
 
 	adv map[string]*advRes
+	// lastHolds is the last cycle's Ready.Holds (a copy): a resumed cycle
+	// keeps those of the walk it resumes.
+	lastHolds map[string]string
 }
 
 type usage struct{ jobs, gpus int }
@@ -222,10 +226,12 @@ type usage struct{ jobs, gpus int }
 type siteJob struct {
 	parts []int          // partitions it may run in, by tier
 	reqs  []gang.Request // its request restricted to each of parts
-	cur   int            // index in parts of the one it is placed in / tried
-	array *jobArray
-	deps  []depState
-	key   string // singleton key (User/Name) when it has a singleton dependency
+	// shapes are the failure memo's shape IDs of reqs (0: not memoized).
+	shapes []uint64
+	cur    int // index in parts of the one it is placed in / tried
+	array  *jobArray
+	deps   []depState
+	key    string // singleton key (User/Name) when it has a singleton dependency
 	// counted: usage charged at activate (undone at deactivate).
 	counted    bool
 	countedGPU int
@@ -298,11 +304,12 @@ func (e *Engine) siteAttach(js *job) {
 		sj := e.siteOf(js)
 		sj.parts = parts
 		sj.reqs = make([]gang.Request, len(parts))
+		sj.shapes = make([]uint64, len(parts))
 		for k, pi := range parts {
 			sj.reqs[k] = withPartition(js.req, e.site.parts[pi].Name)
+			sj.shapes[k] = e.partShapeID(js.shape, e.site.parts[pi].Name)
 		}
-		js.req = sj.reqs[0]
-		js.shape = 0 // the failure memo does not cover selectors
+		js.req, js.shape = sj.reqs[0], sj.shapes[0]
 	}
 	if len(j.Dependencies) > 0 {
 		e.attachDeps(js)
@@ -464,11 +471,13 @@ func (e *Engine) noPreempt(js *job) bool {
 }
 
 // siteResumable reports whether the site rules allow resuming the last
-// walk: not while advance reservations are in force, arrays throttle or
-// jobs wait on dependencies or limits (their state changes without an
-// event the resumption check sees).
+// walk (see resumable): not while an advance reservation is set, since
+// which jobs it keeps off its GPUs changes with the clock alone.
+// Partitions are fixed; limits, throttles and dependencies change only
+// with binds (the last cycle was not quiet) and with events that already
+// turn resumption off (ends, cancels).
 func (e *Engine) siteResumable() bool {
-	return e.site == nil
+	return e.site == nil || len(e.site.adv) == 0
 }
 
 // claimAllowed reports whether a preemptor may still bind on its claimed
@@ -540,4 +549,28 @@ func (p *NeverMetPolicy) UnmarshalText(b []byte) error {
 		}
 	}
 	return fmt.Errorf("%w: unknown never-met policy %q (want cancel or hold)", ErrInvalidConfig, b)
+}
+
+// takeHolds returns this cycle's Ready.Holds: what siteWait noted, and,
+// for a cycle that resumed the last walk, the holds of that walk's jobs
+// (their statuses are copied, not computed again).
+func (e *Engine) takeHolds(resumed bool) map[string]string {
+	cs := &e.cyc
+	h := cs.holdsBy
+	cs.holdsBy = nil
+	if e.site == nil {
+		return h
+	}
+	if resumed {
+		for id, why := range e.site.lastHolds {
+			if _, ok := h[id]; !ok {
+				if h == nil {
+					h = map[string]string{}
+				}
+				h[id] = why
+			}
+		}
+	}
+	e.site.lastHolds = maps.Clone(h)
+	return h
 }
