@@ -467,7 +467,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	js.quotaWait = false
 	e.activate(js)
 	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill,
-		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.partitionName(js)})
+		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.boundPartition(js, p)})
 	e.out.binds[js.j.ID] = true
 	e.out.runs[js.j.ID] = js.run
 	for i := range cs.held {

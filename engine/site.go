@@ -454,11 +454,27 @@ func (e *Engine) PartitionOf(id string) (string, bool) {
 	return e.site.parts[js.site.parts[js.site.cur]].Name, true
 }
 
-func (e *Engine) partitionName(js *job) string {
-	if js.site == nil || len(js.site.parts) == 0 {
+// boundPartition is the partition js starts in on p: for a job that may
+// run in several, the first (by tier) holding every member's node (a
+// reservation planned in one partition may start after the job was last
+// tried in another). It sets js's current partition and request to it.
+func (e *Engine) boundPartition(js *job, p *placement) string {
+	sj := js.site
+	if sj == nil || len(sj.parts) == 0 {
 		return ""
 	}
-	return e.site.parts[js.site.parts[js.site.cur]].Name
+	if len(sj.parts) > 1 {
+		c := e.cluster
+		for k, pi := range sj.parts {
+			sel := map[string]string{partitionLabel(e.site.parts[pi].Name): "true"}
+			if !slices.ContainsFunc(p.members, func(m pmember) bool { return !c.MatchesSelector(m.node, sel) }) {
+				sj.cur = k
+				js.req, js.shape = sj.reqs[k], sj.shapes[k]
+				break
+			}
+		}
+	}
+	return e.site.parts[sj.parts[sj.cur]].Name
 }
 
 // noPreempt reports whether a running job's partition forbids preempting

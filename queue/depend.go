@@ -46,3 +46,23 @@ func (d Dependency) String() string {
 	}
 	return d.Kind.String() + ":" + d.Job
 }
+
+// MarshalText writes the kind by name (afterok, afterany, afternotok,
+// singleton), so that saved jobs read as SLURM writes dependencies.
+func (k DependencyKind) MarshalText() ([]byte, error) {
+	if k < AfterOK || k > Singleton {
+		return nil, fmt.Errorf("%w: unknown dependency kind %d", ErrInvalidJob, uint8(k))
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText reads a kind by name.
+func (k *DependencyKind) UnmarshalText(b []byte) error {
+	for v := AfterOK; v <= Singleton; v++ {
+		if v.String() == string(b) {
+			*k = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: unknown dependency kind %q (want afterok, afterany, afternotok or singleton)", ErrInvalidJob, b)
+}

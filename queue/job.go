@@ -221,6 +221,11 @@ func (j *Job) Validate() error {
 	case j.Submit.Before(minSubmit) || j.Submit.After(maxSubmit):
 		return bad("Submit", "%v is outside %v..%v", j.Submit, minSubmit, maxSubmit)
 	}
+	for i, d := range j.Dependencies {
+		if d.Kind < AfterOK || d.Kind > Singleton {
+			return bad(fmt.Sprintf("Dependencies[%d].Kind", i), "unknown kind %d", d.Kind)
+		}
+	}
 	if !j.Elastic.IsZero() {
 		m := j.Request.Groups[0].Members
 		switch {
