@@ -600,7 +600,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	}
 	if len(cs.res) < d && cs.reserveTries < 2*d+2 && !easyTaken {
 		cs.reserveTries++
-		if r, ok := e.reserve(js); ok {
+		if r, ok := e.reserveIn(js); ok {
 			cs.addRes(r)
 			if cs.resAt == nil {
 				cs.resAt = map[string]int{}

@@ -196,3 +196,24 @@ func (e *Engine) partShapeID(base uint64, part string) uint64 {
 	}
 	return id
 }
+
+// reserveIn is reserve for a job that may run in several partitions: the
+// earliest reservation over them (on a tie, the higher tier); the job's
+// current partition becomes that one. Other jobs: reserve.
+func (e *Engine) reserveIn(js *job) (*resv, bool) {
+	sj := js.site
+	if sj == nil || len(sj.parts) < 2 {
+		return e.reserve(js)
+	}
+	var best *resv
+	bestK := 0
+	for k := range sj.parts {
+		js.req, js.shape = sj.reqs[k], sj.shapes[k]
+		if r, ok := e.reserve(js); ok && (best == nil || r.start.Before(best.start)) {
+			best, bestK = r, k
+		}
+	}
+	sj.cur = bestK
+	js.req, js.shape = sj.reqs[bestK], sj.shapes[bestK]
+	return best, best != nil
+}
