@@ -12,6 +12,15 @@ import (
 	"github.com/berthsched/berth/queue"
 )
 
+// The site rules' commands (docs/site-features.md), registered here to
+// keep them in one place.
+func init() {
+	handlers["site"] = handler{false, (*Harness).handleSite}
+	handlers["reservation"] = handler{true, (*Harness).handleReservation}
+	handlers["array"] = handler{true, (*Harness).handleArray}
+	handlers["finish-failed"] = handler{true, (*Harness).handleJobEvent}
+}
+
 // handleSite: site with the site rules for the next "engine", one a line:
 //
 //	partition NAME [default] [nodes=n0,n1] [selector=k:v,...] [domains=level:name,...]
