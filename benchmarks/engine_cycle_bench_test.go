@@ -23,11 +23,20 @@ import (
 // reserves for the first blocked job, backfills, and explains the ~10,000
 // jobs still pending.
 func BenchmarkCycle(b *testing.B) {
-	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000) })
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000, false) })
 }
 
-func engineCycleBench(b *testing.B, sh ClusterShape, pending int) {
-	e, stats, jobs := engineBenchSetup(b, sh, pending)
+// BenchmarkCycleSite is BenchmarkCycle with site rules in use
+// (docs/site-features.md): three partitions (two halves of the cluster by
+// block, and a default one over all of it), a third of the pending jobs in
+// one half, a third in either half, a third in the default; and a per-user
+// job limit over 50 users.
+func BenchmarkCycleSite(b *testing.B) {
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000, true) })
+}
+
+func engineCycleBench(b *testing.B, sh ClusterShape, pending int, site bool) {
+	e, stats, jobs := engineBenchSetup(b, sh, pending, site)
 	// ends tracks running jobs by expected end, so that the job expected
 	// to end first can finish before each timed cycle.
 	var ends []engineBenchEnd
@@ -95,7 +104,7 @@ type engineBenchEnd struct {
 
 // engineBenchSetup builds the engine: cluster, quota tree, the fill as
 // running jobs, and the pending jobs.
-func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engine, FillStats, map[string]*queue.Job) {
+func engineBenchSetup(b *testing.B, sh ClusterShape, pending int, site bool) (*engine.Engine, FillStats, map[string]*queue.Job) {
 	jobs := map[string]*queue.Job{}
 	b.Helper()
 	spec := topo.Uniform(sh.Levels, sh.Fanout, sh.NodesPerLeaf, sh.GPUsPerNode, "H100")
@@ -125,11 +134,15 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 		})
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	e, err := engine.New(engine.Config{
+	cfg := engine.Config{
 		Cluster: spec, Queues: tree, Policy: queue.DRS(), Start: t0,
 		Backfill:       engine.BackfillConfig{Mode: engine.BackfillEASY},
 		IntakeCapacity: 1 << 14,
-	})
+	}
+	if site {
+		cfg.Site = engineBenchSite(sh)
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,6 +184,10 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 			Priority: int32(rng.Draw(4)), Submit: t0.Add(time.Duration(i) * time.Millisecond),
 			Request: req, RuntimeEstimate: est, RuntimeLimit: limit,
 		}
+		if site {
+			j.User = fmt.Sprintf("u%02d", i%50)
+			j.Partitions = [][]string{{"half0"}, {"half0", "half1"}, nil}[i%3]
+		}
 		jobs[j.ID] = j
 		if err := e.Intake().Submit(j); err != nil {
 			b.Fatal(err)
@@ -180,3 +197,21 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 }
 
 func engineBenchQueue(q int) string { return fmt.Sprintf("q%02d", q) }
+
+// engineBenchSite is BenchmarkCycleSite's site: the blocks split in two
+// halves, a default partition over all of them, 200 jobs per user.
+func engineBenchSite(sh ClusterShape) engine.SiteConfig {
+	var halves [2][]engine.DomainRef
+	for blk := range sh.Fanout[0] {
+		d := engine.DomainRef{Level: sh.Levels[0], Name: fmt.Sprintf("%s%d", sh.Levels[0][:1], blk)}
+		halves[2*blk/sh.Fanout[0]] = append(halves[2*blk/sh.Fanout[0]], d)
+	}
+	return engine.SiteConfig{
+		Partitions: []engine.Partition{
+			{Name: "half0", Domains: halves[0], PriorityTier: 1},
+			{Name: "half1", Domains: halves[1]},
+			{Name: "all", Domains: append(slices.Clone(halves[0]), halves[1]...), Default: true},
+		},
+		Limits: engine.Limits{MaxJobsPerUser: 200},
+	}
+}

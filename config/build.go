@@ -94,6 +94,9 @@ func (f *File) build() (engine.Config, error) {
 	if err := f.buildEngine(&cfg); err != nil {
 		return cfg, err
 	}
+	if err := f.buildSite(&cfg); err != nil {
+		return cfg, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, f.fail("engine", "%v", err)
 	}

@@ -25,6 +25,9 @@ type File struct {
 	Queues Queues `json:"queues" yaml:"queues"`
 	// Engine holds the engine's settings.
 	Engine Engine `json:"engine" yaml:"engine"`
+	// Site holds partitions, per-user and per-account limits and the
+	// dependency policy (engine.SiteConfig); absent: none.
+	Site *Site `json:"site,omitempty" yaml:"site,omitempty"`
 
 	lines *lineIndex // set by Read, for error lines
 }

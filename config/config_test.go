@@ -276,3 +276,39 @@ func TestQuantity(t *testing.T) {
 		}
 	}
 }
+
+// The site section: partitions, limits and the dependency policy reach
+// the engine config; bad names and values are refused with their path.
+func TestSiteSection(t *testing.T) {
+	f, err := config.ReadFile("../examples/config/slurm-site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Site
+	if len(s.Partitions) != 2 || s.Partitions[0].Name != "gpu-8x" || s.Partitions[0].PreemptMode != engine.PreemptOff ||
+		s.Partitions[0].Domains[0] != (engine.DomainRef{Level: "rack", Name: "r0"}) || !s.Partitions[1].Default ||
+		s.Partitions[1].MaxGPUsPerJob != 2 || s.Limits.MaxJobsPerUser != 16 || s.Limits.Accounts["biology"] != 48 {
+		t.Fatalf("site config %+v", s)
+	}
+	for _, c := range []struct{ yaml, path string }{
+		{"site:\n  neverMet: later\n", "site.neverMet"},
+		{"site:\n  partitions:\n    - name: p\n      nodes: [a]\n      preemptMode: suspend\n", "site.partitions[0].preemptMode"},
+		{"site:\n  partitions:\n    - name: p\n      nodes: [a]\n      maxRuntime: -1h\n", "site.partitions[0].maxRuntime"},
+		{"site:\n  partitions:\n    - name: p\n", "site"},
+		{"site:\n  partitions:\n    - name: p\n      nodes: [a]\n      color: red\n", ""},
+	} {
+		base := "cluster:\n  nodes:\n    - {name: a, gpus: 8}\nqueues:\n  halfLife: 0s\n  queues:\n    - name: q\nengine:\n  policy: {}\n  backfill: {}\n  preemption: {}\n  mig: {}\n  scorer: {}\n"
+		g, err := config.Read([]byte(base + c.yaml))
+		if err == nil {
+			err = g.Validate()
+		}
+		var fe *config.FieldError
+		if err == nil || (c.path != "" && (!errors.As(err, &fe) || fe.Path != c.path)) {
+			t.Errorf("%q: got %v, want an error at %s", c.yaml, err, c.path)
+		}
+	}
+}

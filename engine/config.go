@@ -164,6 +164,9 @@ type Config struct {
 	// members bound on each node, and the engine does not report its binds
 	// to a scorer.
 	Scorer gang.ScorerSpec
+	// Site holds partitions, per-user and per-account limits and the
+	// dependency policy (see SiteConfig); the zero value: none.
+	Site SiteConfig
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap
@@ -217,7 +220,7 @@ func (c *Config) Validate() error {
 	case c.MIG.Costs.Create < 0 || c.MIG.Costs.Destroy < 0 || c.MIG.Costs.Reset < 0:
 		return bad("MIG.Costs must not be negative, got %+v", c.MIG.Costs)
 	}
-	return nil
+	return c.Site.Validate()
 }
 
 // WithDefaults returns c with every zero value that means "default"

@@ -31,13 +31,19 @@ func TestConfigJSONRoundTrip(t *testing.T) {
 		},
 		Backfill:    engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: 4},
 		NodeFailure: engine.FailOnFailure,
+		Site: engine.SiteConfig{
+			Partitions: []engine.Partition{{Name: "p", Nodes: []string{"n0"}, Domains: []engine.DomainRef{{Level: "rack", Name: "r0"}},
+				MaxRuntime: time.Hour, PreemptMode: engine.PreemptOff, AllowAccounts: []string{"a"}}},
+			Limits:   engine.Limits{MaxJobsPerUser: 2, Accounts: map[string]int{"a": 8}},
+			NeverMet: engine.HoldNeverMet,
+		},
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"BorrowingLimit":2000`, `"LendingLimit":"unlimited"`, `"Mode":"conservative"`,
-		`"NodeFailure":"fail"`, `"State":"draining"`, `"Mode":"mps"`} {
+		`"NodeFailure":"fail"`, `"State":"draining"`, `"Mode":"mps"`, `"PreemptMode":"off"`, `"NeverMet":"hold"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("JSON lacks %s:\n%s", want, b)
 		}

@@ -67,6 +67,7 @@ type cycleState struct {
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
+	holdsBy     map[string]string // Ready.Holds (site rules), made when needed
 }
 
 type resv struct {
@@ -237,6 +238,7 @@ func (e *Engine) cycle() Ready {
 	e.since = sinceCycle{}
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
+	rd.Holds = e.takeHolds(resumed)
 	rd.Rejected, e.rejected = e.rejected, nil
 	e.publish(&rd, e.pending.Publish(now))
 	return rd
@@ -285,7 +287,7 @@ type sinceCycle struct {
 func (e *Engine) resumable(now time.Time) bool {
 	cs := &e.cyc
 	const allowed = 1<<EventTick | 1<<EventJobSubmitted
-	if !e.quiet || e.since.events&^allowed != 0 || e.since.shaped || e.noResume ||
+	if !e.quiet || e.since.events&^allowed != 0 || e.since.shaped || e.noResume || !e.siteResumable() ||
 		e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
 		return false
 	}
@@ -408,6 +410,9 @@ func (e *Engine) bindClaims(rd *Ready) {
 		if fit, err := e.tree.Fits(js.j); err != nil || !fit.OK {
 			continue
 		}
+		if e.site != nil && !e.claimAllowed(js, c.place) {
+			continue // a site rule set since holds it back: the walk decides
+		}
 		if err := c.place.book(cs.plan); err != nil {
 			continue
 		}
@@ -443,6 +448,10 @@ func (e *Engine) holdClaims() {
 // started records a placement booked on the plan: quota, state, bind.
 func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	cs := &e.cyc
+	if js.site != nil && !e.siteAllows(js) { // the walk checked; later starts (shrinking) may not
+		p.unbook(cs.plan)
+		return false
+	}
 	if err := e.tree.Charge(js.j, cs.now); err != nil {
 		p.unbook(cs.plan)
 		return false
@@ -458,7 +467,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	js.quotaWait = false
 	e.activate(js)
 	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill,
-		Queue: js.j.Queue, Submit: js.j.Submit})
+		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.boundPartition(js, p)})
 	e.out.binds[js.j.ID] = true
 	e.out.runs[js.j.ID] = js.run
 	for i := range cs.held {
@@ -498,6 +507,9 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		st.Reason = badReason(js.badOf)
 		return st, true
 	}
+	if js.site != nil && e.siteWait(js, &st) {
+		return st, true
+	}
 	fit, err := e.tree.Fits(j)
 	if err != nil {
 		st.Reason = ReasonInvalid
@@ -515,10 +527,13 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	}
 	// 4 and 6: place now, respecting the reservations it would overlap.
 	p := cs.prefixFor(js)
+	if js.site != nil && len(js.site.parts) > 1 {
+		e.pickPartition(js, p)
+	}
 	// A job whose reservation is due starts on exactly the reserved GPUs
 	// when they are free: jobs later in order were planned around them.
 	if r := e.lastResOf(js); r != nil && !r.start.After(cs.now) && r.pl != nil {
-		if s := e.snapFor(p); allFree(s, r.pl.gpus) && r.pl.book(cs.plan) == nil {
+		if s := e.advSnap(e.snapFor(p), js, cs.now); allFree(s, r.pl.gpus) && r.pl.book(cs.plan) == nil {
 			if e.started(js, r.pl, len(cs.res) > 0, rd) {
 				return st, false
 			}
@@ -585,7 +600,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	}
 	if len(cs.res) < d && cs.reserveTries < 2*d+2 && !easyTaken {
 		cs.reserveTries++
-		if r, ok := e.reserve(js); ok {
+		if r, ok := e.reserveIn(js); ok {
 			cs.addRes(r)
 			if cs.resAt == nil {
 				cs.resAt = map[string]int{}
@@ -638,7 +653,10 @@ func (e *Engine) holds(js *job) bool {
 // the reservations it yields to that it would overlap (by its limit).
 func (e *Engine) tryPlaceYielding(js *job, p int) (gang.Result, gang.Reason, bool) {
 	cs := &e.cyc
-	s := e.snapFor(p).Clone()
+	s := e.advSnap(e.snapFor(p), js, cs.now)
+	if s == e.snapFor(p) {
+		s = s.Clone()
+	}
 	l := js.j.RuntimeLimit
 	for _, r := range cs.yield {
 		if l <= 0 || r.start.Before(cs.now.Add(l)) {
@@ -758,7 +776,7 @@ func (e *Engine) aheadSnap(p *job) *topo.Snapshot {
 			bookFree(s, r.gpus)
 		}
 	}
-	return s
+	return e.advSnap(s, p, cs.now)
 }
 
 // dropConflicting removes the reservations of jobs behind p (made after p
@@ -820,7 +838,7 @@ func (e *Engine) fitsAt(js *job, p int) bool {
 		return false // fewer free GPUs than it needs
 	}
 	key := js.shape<<16 | uint64(p)
-	if js.shape != 0 {
+	if js.shape != 0 && !e.advApplies(js, cs.now) {
 		if n, ok := cs.fits[key]; ok && js.members0 <= n {
 			return true
 		}
@@ -836,7 +854,8 @@ func (e *Engine) fitsAt(js *job, p int) bool {
 // held, using the failure memo.
 func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 	cs := &e.cyc
-	key, cacheable := js.shape<<16|uint64(p), js.shape != 0
+	held := e.advApplies(js, cs.now) // an advance reservation keeps js off GPUs: no memo
+	key, cacheable := js.shape<<16|uint64(p), js.shape != 0 && !held
 	members := 0
 	if cacheable {
 		members = js.members0
@@ -851,6 +870,9 @@ func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 		}
 	}
 	s := e.snapFor(p)
+	if held {
+		s = e.advSnap(s, js, cs.now)
+	}
 	res, err := e.placer.Place(s, &js.req)
 	if err != nil {
 		js.badOf, js.badC = err, e.cluster

@@ -66,6 +66,7 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 	cs := &e.cyc
 	c := e.cluster
 	g := &js.j.Request.Groups[0]
+	sel := js.req.Groups[0].Selector // g's, with the job's partition label (partition.go)
 	want := g.Members - js.members
 	lo, hi := topo.NodeID(0), topo.NodeID(c.NumNodes())
 	if js.req.Required != "" && len(js.place.members) > 0 {
@@ -82,20 +83,26 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 		}
 		model = m
 	}
+	held := e.advHeldGPUs(js) // advance reservations js may not grow onto
 	var add []pmember
 	try := func(n topo.NodeID) bool {
 		for len(add) < want {
 			if s.NodeState(n) != topo.Ready || (model >= 0 && c.NodeModel(n) != model) {
 				return false
 			}
-			if len(g.Selector) > 0 && !c.MatchesSelector(n, g.Selector) {
+			if len(sel) > 0 && !c.MatchesSelector(n, sel) {
 				return false
 			}
 			free := s.NodeFreeMask(n)
+			first, _ := c.NodeGPUs(n)
+			for b := free; held != nil && b != 0; b &= b - 1 {
+				if k := bits.TrailingZeros64(b); held[first+uint32(k)] {
+					free &^= 1 << uint(k)
+				}
+			}
 			if bits.OnesCount64(free) < g.GPUsPerMember || s.HostFits(n, g.CPUMilli, g.MemoryMiB) < 1 {
 				return false
 			}
-			first, _ := c.NodeGPUs(n)
 			m := pmember{group: 0, node: n, cpu: g.CPUMilli, mem: g.MemoryMiB}
 			for k := 0; k < g.GPUsPerMember; k++ {
 				b := bits.TrailingZeros64(free)

@@ -100,6 +100,7 @@ type Engine struct {
 	running  *btree.BTreeG[*runRec] // observers' copy of the running jobs
 	runDirty bool                   // running changed since the last View
 	cyc      cycleState
+	site     *siteState // site rules (site.go); nil while none is used
 }
 
 // New validates cfg and returns an engine with the cluster and queues of
@@ -125,6 +126,9 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, tree: tree, pending: pending, intake: in, policy: cfg.Policy,
 		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{},
 		now: cfg.Start, dirty: true,
+	}
+	if !cfg.Site.isZero() {
+		e.siteInit()
 	}
 	e.spec = topo.Spec{
 		Levels:    slices.Clone(cfg.Cluster.Levels),
@@ -174,7 +178,7 @@ func (e *Engine) Step(ev Event) error {
 	case EventJobSubmitted:
 		err = e.submit(ev.Job)
 	case EventJobFinished:
-		err = e.finish(ev.JobID, ev.Time)
+		err = e.finish(ev.JobID, ev.Time, ev.Failed)
 	case EventJobCancelled:
 		err = e.cancel(ev.JobID, ev.Time)
 	case EventJobCheckpointed:
@@ -189,6 +193,12 @@ func (e *Engine) Step(ev Event) error {
 		err = e.failNode(ev.NodeName, ev.Time)
 	case EventDevicesReported:
 		err = e.devicesReported(ev.JobID, ev.Members)
+	case EventArraySubmitted:
+		err = e.submitArray(ev.Job, ev.Tasks, ev.Throttle, ev.Time)
+	case EventReservationSet:
+		err = e.setReservation(ev.Reservation)
+	case EventReservationDeleted:
+		err = e.deleteReservation(ev.Reservation)
 	default:
 		err = fmt.Errorf("%w: kind %v", ErrInvalidEvent, ev.Kind)
 	}

@@ -45,6 +45,15 @@ const (
 	// EventDevicesReported: the backend reports the GPUs JobID's Members
 	// actually hold (see DevicesReported).
 	EventDevicesReported
+	// EventArraySubmitted adds the Tasks tasks of the job array Job, at
+	// most Throttle running at once (see ArraySubmitted).
+	EventArraySubmitted
+	// EventReservationSet creates or changes the advance reservation
+	// Reservation (see ReservationSet).
+	EventReservationSet
+	// EventReservationDeleted deletes the advance reservation named
+	// Reservation.Name.
+	EventReservationDeleted
 )
 
 func (k EventKind) String() string {
@@ -69,6 +78,12 @@ func (k EventKind) String() string {
 		return "node-failed"
 	case EventDevicesReported:
 		return "devices-reported"
+	case EventArraySubmitted:
+		return "array-submitted"
+	case EventReservationSet:
+		return "reservation-set"
+	case EventReservationDeleted:
+		return "reservation-deleted"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -95,6 +110,13 @@ type Event struct {
 	Node topo.NodeSpec
 	// NodeName: EventNodeFailed.
 	NodeName string
+	// Failed: EventJobFinished: the job failed (FinishedFailed); false:
+	// it succeeded.
+	Failed bool
+	// Tasks and Throttle: EventArraySubmitted.
+	Tasks, Throttle int
+	// Reservation: EventReservationSet, EventReservationDeleted (Name).
+	Reservation *AdvanceReservation
 }
 
 // Tick returns a clock event.

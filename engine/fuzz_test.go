@@ -340,6 +340,15 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		delete(m.known, f.Job)
 	}
 	checkReady(t, e, rd, m)
+	out := st.outcome(rd)
+	if err := e.Advance(rd, out); err != nil {
+		t.Fatalf("Advance: %v", err)
+	}
+	return digest(rd) + fmt.Sprintf(" refused=%v", out)
+}
+
+// outcome refuses the decisions of rd that st's refusals pick.
+func (st fuzzStep) outcome(rd Ready) Outcome {
 	var out Outcome
 	k := 0
 	next := func() bool { r := st.refuse[k%len(st.refuse)]; k++; return r == 1 }
@@ -363,10 +372,7 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 			out.RefusedMIG = append(out.RefusedMIG, r)
 		}
 	}
-	if err := e.Advance(rd, out); err != nil {
-		t.Fatalf("Advance: %v", err)
-	}
-	return digest(rd) + fmt.Sprintf(" refused=%v", out)
+	return out
 }
 
 func digest(rd Ready) string {

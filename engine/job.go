@@ -66,9 +66,10 @@ type job struct {
 	// While it was, reservations went to jobs behind it; it does not take
 	// them back (see Engine.yieldTo).
 	quotaWait bool
-	walked    uint64 // the cycle (cycleState.gen) that last considered it
-	hasRes    bool   // it is in lastRes
-	gpuN      int    // whole GPUs req asks for
+	walked    uint64   // the cycle (cycleState.gen) that last considered it
+	hasRes    bool     // it is in lastRes
+	gpuN      int      // whole GPUs req asks for
+	site      *siteJob // site rules' facts (site.go); nil: none apply
 }
 
 // gpus is the number of GPUs the job holds.
@@ -144,11 +145,15 @@ func (e *Engine) submit(j *queue.Job) error {
 	if err := e.checkFits(j); err != nil {
 		return err
 	}
+	if err := e.siteCheck(j); err != nil {
+		return err
+	}
 	if err := e.pending.Add(j); err != nil {
 		return err
 	}
 	js := e.newJob(j)
 	e.jobs[j.ID] = js
+	e.siteAttach(js)
 	if js.frac || !j.Elastic.IsZero() {
 		e.since.shaped = true
 	}
@@ -218,13 +223,16 @@ func (e *Engine) lookup(id string) (*job, error) {
 	return js, nil
 }
 
-func (e *Engine) finish(id string, at time.Time) error {
+func (e *Engine) finish(id string, at time.Time, failed bool) error {
 	js, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
 	if js.st == statePending {
 		return fmt.Errorf("%w: job %q finished while pending", ErrInvalidEvent, id)
+	}
+	if e.site != nil && !failed {
+		e.site.ending = endOK
 	}
 	e.stopRunning(js, at)
 	e.forget(js)
@@ -234,7 +242,13 @@ func (e *Engine) finish(id string, at time.Time) error {
 func (e *Engine) cancel(id string, at time.Time) error {
 	js, err := e.lookup(id)
 	if err != nil {
+		if ok, aerr := e.cancelArray(id, at); ok {
+			return aerr
+		}
 		return err
+	}
+	if e.site != nil {
+		e.site.ending = endCancelled
 	}
 	if js.st == statePending {
 		e.pending.Remove(id)
@@ -250,6 +264,9 @@ func (e *Engine) cancel(id string, at time.Time) error {
 func (e *Engine) forget(js *job) {
 	delete(e.jobs, js.j.ID)
 	delete(e.byPtr, js.j)
+	if e.site != nil {
+		e.siteForget(js)
+	}
 }
 
 func (e *Engine) checkpointed(id string, at time.Time) error {
@@ -313,6 +330,7 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at, started time.Time) error {
 	js.run = e.runs
 	js.members = countGroup(p, 0)
 	e.jobs[j.ID] = js
+	e.siteAttach(js)
 	e.activate(js)
 	return nil
 }

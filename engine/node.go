@@ -19,6 +19,7 @@ func (e *Engine) rebuild() error {
 	for i := range ready.Nodes {
 		ready.Nodes[i].State = topo.Ready
 	}
+	e.labelPartitions(&ready)
 	c, err := topo.New(ready)
 	if err != nil {
 		return err
@@ -150,7 +151,7 @@ func (e *Engine) failNode(name string, at time.Time) error {
 	}
 	for _, jid := range sortedKeys(e.jobs) {
 		js := e.jobs[jid]
-		if js.place == nil || !js.place.onNode(id) {
+		if js == nil || js.place == nil || !js.place.onNode(id) { // nil: ended with a job it depended on
 			continue
 		}
 		if e.cfg.NodeFailure == FailOnFailure {

@@ -30,7 +30,7 @@ func (e *Engine) preempt(rd *Ready) {
 		if cs.victims >= pc.MaxVictimsPerCycle {
 			break
 		}
-		if p.st != statePending || e.claims[p.j.ID] != nil || p.badOf != nil {
+		if p.st != statePending || e.claims[p.j.ID] != nil || p.badOf != nil || !e.siteAllows(p) {
 			continue
 		}
 		if e.shrinkFor(p, rd) {
@@ -56,7 +56,7 @@ func (e *Engine) candidates(p *job) []victim {
 	var out []victim
 	for _, v := range e.active {
 		j := v.j
-		if v.st != stateRunning || !j.Preemptible || v == p || !v.start.Before(cs.now) {
+		if v.st != stateRunning || !j.Preemptible || v == p || !v.start.Before(cs.now) || e.noPreempt(v) {
 			continue
 		}
 		if _, grew := e.out.grows[j.ID]; grew {
@@ -301,6 +301,7 @@ func (e *Engine) aheadGPUs(p *job) map[uint32]bool {
 			}
 		}
 	}
+	e.advProtect(p, set)
 	return set
 }
 

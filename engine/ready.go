@@ -43,6 +43,8 @@ type Bind struct {
 	// Ready's At minus Submit).
 	Queue  string
 	Submit time.Time
+	// Partition the job runs in (SiteConfig.Partitions); empty: none.
+	Partition string
 }
 
 // PreemptCause says why a job is preempted.
@@ -160,6 +162,18 @@ const (
 	// this Ready's MIG reconfiguration serves; it is placed once Advance
 	// confirms the reconfiguration (Place says why it does not fit now).
 	ReasonReconfiguring
+	// ReasonLimit: starting it would pass a per-user or per-account limit
+	// (SiteConfig.Limits); Ready.Holds names it.
+	ReasonLimit
+	// ReasonDependency: a dependency is not met yet (Ready.Holds names
+	// them).
+	ReasonDependency
+	// ReasonDependencyNeverMet: a dependency can never be met and the
+	// policy holds the job (HoldNeverMet).
+	ReasonDependencyNeverMet
+	// ReasonArrayThrottled: its array runs as many tasks as its throttle
+	// allows.
+	ReasonArrayThrottled
 )
 
 func (c ReasonCode) String() string {
@@ -186,6 +200,14 @@ func (c ReasonCode) String() string {
 		return "blocked"
 	case ReasonReconfiguring:
 		return "reconfiguring"
+	case ReasonLimit:
+		return "limit"
+	case ReasonDependency:
+		return "dependency"
+	case ReasonDependencyNeverMet:
+		return "dependency-never-met"
+	case ReasonArrayThrottled:
+		return "array-throttled"
 	}
 	return fmt.Sprintf("ReasonCode(%d)", uint8(c))
 }
@@ -229,6 +251,9 @@ func (s PendingStatus) String() string {
 type JobFailure struct {
 	Job  string
 	Node string
+	// Reason: why the engine ended a job no node failure ended (a
+	// dependency that can never be met).
+	Reason string `json:",omitempty"`
 }
 
 // Rejection is a submission the engine could not accept.
@@ -264,8 +289,15 @@ type Ready struct {
 	// Requeued lists running jobs put back to pending this cycle or by
 	// the events since the last one (preempted victims, failed nodes).
 	Requeued []string
-	// Failed lists jobs ended by node failures (FailOnFailure).
+	// Failed lists jobs ended by node failures (FailOnFailure) and by
+	// dependencies that can never be met (CancelNeverMet).
 	Failed []JobFailure
+	// Holds says, for each pending job a site rule holds (ReasonLimit,
+	// ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled),
+	// what it waits on ("MaxJobsPerUser: user alice runs 2 of 2 jobs");
+	// nil when none is (kept out of PendingStatus so that engines without
+	// site rules pay nothing for it).
+	Holds map[string]string
 	// Rejected lists submissions that could not be accepted.
 	Rejected []Rejection
 }

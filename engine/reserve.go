@@ -87,6 +87,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			resEnds = append(resEnds, o.start.Add(o.dur))
 		}
 	}
+	resEnds = e.advEnds(cs.now, resEnds)
 	slices.SortFunc(resEnds, time.Time.Compare)
 	tl := e.tl
 	for i, k := 0, 0; i < len(tl) || k < len(resEnds); {
@@ -162,7 +163,10 @@ func (e *Engine) withOverlapping(w *topo.Snapshot, t time.Time, r *resv) *topo.S
 		}
 	}
 	if s == nil {
-		return w
+		s = w
+	}
+	if e.site != nil {
+		s = e.advSnap(s, e.jobs[r.job], t)
 	}
 	return s
 }

@@ -61,6 +61,11 @@ type SavedEvent struct {
 	Started  time.Time      `json:",omitempty"`
 	Node     *topo.NodeSpec `json:",omitempty"`
 	NodeName string         `json:",omitempty"`
+	// Failed, Tasks, Throttle, Reservation: see Event.
+	Failed      bool                `json:",omitempty"`
+	Tasks       int                 `json:",omitempty"`
+	Throttle    int                 `json:",omitempty"`
+	Reservation *AdvanceReservation `json:",omitempty"`
 }
 
 // SavedMember is a Member as data.
@@ -195,7 +200,8 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 }
 
 func (e *Engine) recordEvent(ev Event) {
-	se := &SavedEvent{Kind: ev.Kind, Time: ev.Time, Job: ev.Job, JobID: ev.JobID, Started: ev.Started, NodeName: ev.NodeName}
+	se := &SavedEvent{Kind: ev.Kind, Time: ev.Time, Job: ev.Job, JobID: ev.JobID, Started: ev.Started, NodeName: ev.NodeName,
+		Failed: ev.Failed, Tasks: ev.Tasks, Throttle: ev.Throttle, Reservation: cloneAdv(ev.Reservation)}
 	if ev.Kind == EventNodeAdded || ev.Kind == EventNodeChanged {
 		n := ev.Node
 		n.Labels = cloneLabels(n.Labels)
@@ -213,7 +219,8 @@ func (e *Engine) recordEvent(ev Event) {
 }
 
 func (se *SavedEvent) event() (Event, error) {
-	ev := Event{Kind: se.Kind, Time: se.Time, Job: se.Job, JobID: se.JobID, Started: se.Started, NodeName: se.NodeName}
+	ev := Event{Kind: se.Kind, Time: se.Time, Job: se.Job, JobID: se.JobID, Started: se.Started, NodeName: se.NodeName,
+		Failed: se.Failed, Tasks: se.Tasks, Throttle: se.Throttle, Reservation: cloneAdv(se.Reservation)}
 	if se.Node != nil {
 		ev.Node = *se.Node
 	}

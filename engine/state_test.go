@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -12,9 +11,9 @@ import (
 
 // restoreHistory runs a random history (submissions of whole, elastic,
 // fractional and MIG jobs, ends, cancels, checkpoints, ticks, node
-// failures and state changes, cycles with random refusals) with
-// preemption on and the backfill mode of the seed, on a cluster with MIG
-// nodes. It returns the config, the steps, each step's digest, and how
+// failures and state changes, advance reservations, cycles with random
+// refusals) with preemption on and the backfill mode of the seed, on a
+// cluster with MIG nodes. It returns the config, the steps, each step's digest, and how
 // many journal records the engine had before each step.
 func restoreHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []string, []int, *State) {
 	rng := rand.New(rand.NewPCG(seed, seed^0xbe27))
@@ -48,6 +47,9 @@ func restoreHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []str
 		case k == 3:
 			if id := pick(rng, e.active); id != "" {
 				ev := Finished(now, id)
+				if rng.IntN(3) == 0 {
+					ev = FinishedFailed(now, id)
+				}
 				st.ev = &ev
 			}
 		case k == 4:
@@ -78,6 +80,14 @@ func restoreHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []str
 		case k == 6 && rng.IntN(4) == 0:
 			states := []topo.NodeState{topo.Ready, topo.Cordoned, topo.Draining, topo.Ready, topo.Down}
 			ev := NodeChanged(now, fmt.Sprintf("n%d", rng.IntN(8)), states[rng.IntN(len(states))], nil)
+			st.ev = &ev
+		case k == 6 && rng.IntN(3) == 0:
+			// An advance reservation set or deleted (site-features.md).
+			ev := ReservationSet(now, AdvanceReservation{Name: fmt.Sprintf("r%d", rng.IntN(2)), Start: now.Add(time.Duration(rng.IntN(6)) * 10 * time.Minute),
+				Duration: time.Hour, Nodes: []string{fmt.Sprintf("n%d", 1+rng.IntN(7))}, Accounts: []string{"a"}})
+			if rng.IntN(3) == 0 {
+				ev = ReservationDeleted(now, fmt.Sprintf("r%d", rng.IntN(2)))
+			}
 			st.ev = &ev
 		default:
 			st.ready = true
@@ -117,21 +127,7 @@ func TestRestoreSameDecisions(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		for p := 0; p < points; p++ {
 			i := rng.IntN(len(steps))
-			st := &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:at[i]]}
-			b, err := json.Marshal(st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var back State
-			if err := json.Unmarshal(b, &back); err != nil {
-				t.Fatal(err)
-			}
-			c := cfg
-			c.Policy = fuzzPolicy(seed)
-			e2, err := Restore(c, &back)
-			if err != nil {
-				t.Fatalf("seed %d, stop %d: Restore: %v", seed, i, err)
-			}
+			e2 := restoreJSON(t, cfg, full, at[i], seed)
 			m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
 			for id := range e2.jobs {
 				m.known[id] = true

@@ -34,6 +34,9 @@ func (e *Engine) activate(js *job) {
 	if !js.j.Elastic.IsZero() {
 		e.elastic++
 	}
+	if js.site != nil {
+		e.siteActivate(js)
+	}
 	e.runUpsert(js)
 }
 
@@ -46,6 +49,9 @@ func (e *Engine) deactivate(js *job) {
 	e.tlRemove(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic--
+	}
+	if js.site != nil {
+		e.siteDeactivate(js)
 	}
 	e.runDelete(js.j.ID)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -19,6 +20,8 @@ type View struct {
 	Pending []PendingStatus
 	// Reservations held by the cycle.
 	Reservations []Reservation
+	// Holds: see Ready.Holds.
+	Holds map[string]string
 	// FreeGPUs and TotalGPUs count allocatable free GPUs and all GPUs.
 	FreeGPUs, TotalGPUs int
 	queues              *queue.Snapshot
@@ -100,7 +103,7 @@ func (v *View) Queues() []queue.QueueStatus {
 func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs}
 	if rd != nil {
-		v.Seq, v.Pending, v.Reservations = rd.Seq, rd.Pending, slices.Clone(rd.Reservations)
+		v.Seq, v.Pending, v.Reservations, v.Holds = rd.Seq, rd.Pending, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
 	}
 	if e.running != nil {
 		// Clone only when a job started, stopped or changed since the last
@@ -120,7 +123,7 @@ func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 // and free GPUs as they are now (after Advance undid refused decisions).
 func (e *Engine) republish() {
 	old := e.view.Load()
-	rd := &Ready{Seq: old.Seq, Pending: old.Pending, Reservations: old.Reservations}
+	rd := &Ready{Seq: old.Seq, Pending: old.Pending, Reservations: old.Reservations, Holds: old.Holds}
 	e.publish(rd, old.queues)
 }
 

@@ -90,6 +90,12 @@ type Job struct {
 	// ArrayIndex is the index of the job within its job array; zero when it
 	// is not part of one.
 	ArrayIndex int
+	// Name is the job's name (SLURM's --job-name): jobs of one User with
+	// one Name and a singleton dependency run one at a time.
+	Name string
+	// Dependencies must be met before the job may start (see Dependency);
+	// empty: none.
+	Dependencies []Dependency
 
 	// dem caches the demand of the job for one tree. Written only by the
 	// owning goroutine before the job is published.
@@ -214,6 +220,11 @@ func (j *Job) Validate() error {
 		return bad("Submit", "must be set")
 	case j.Submit.Before(minSubmit) || j.Submit.After(maxSubmit):
 		return bad("Submit", "%v is outside %v..%v", j.Submit, minSubmit, maxSubmit)
+	}
+	for i, d := range j.Dependencies {
+		if d.Kind < AfterOK || d.Kind > Singleton {
+			return bad(fmt.Sprintf("Dependencies[%d].Kind", i), "unknown kind %d", d.Kind)
+		}
 	}
 	if !j.Elastic.IsZero() {
 		m := j.Request.Groups[0].Members

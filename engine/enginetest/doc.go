@@ -29,11 +29,24 @@
 //	       [grace=D] [elastic=MIN-MAX] [model=M] [selector=k:v] [milli=M]
 //	       [profile=P]   (milli / profile: a fraction of one GPU or a MIG
 //	                      profile per member)
+//	       [user=U] [account=A] [name=N] [partitions=P1,P2]
+//	       [after=afterok:ID,afterany:ID,afternotok:ID,singleton]
 //	adopt
 //	    ID [queue=Q] per=G on=n0:0-3,n1:0-3 [est=D] [limit=D] [prio=P] [preemptible]
 //	       [since=D]   (it started D before now: the backend's start time)
 //	tick D                   the clock moves D forward
-//	finish ID...  cancel ID...  checkpoint ID...
+//	finish ID...  finish-failed ID...  cancel ID...  checkpoint ID...
+//	site                     before "engine": site rules, one a line:
+//	    partition NAME [default] [nodes=n0,n1] [selector=k:v] [domains=rack:r0]
+//	              [accounts=A,B] [queues=Q,R] [max-gpus=N] [max-runtime=D]
+//	              [default-runtime=D] [max-nodes=N] [tier=N] [preempt=off]
+//	    limits [max-jobs-per-user=N] [max-gpus-per-user=N]
+//	           [max-gpus-per-account=N] [account.NAME=N]
+//	    never-met cancel|hold
+//	reservation NAME start=+D (dur=D|end=+D) (nodes=n0,n1 | gpus=N [domain=rack:r0])
+//	            [accounts=A,B] [maint]
+//	reservation NAME delete  reservation list
+//	array tasks=N [throttle=K]   with one job line as input: a job array
 //	add-node name=N domains=b0,r0 gpus=G [model=M] [labels=k:v,...]
 //	         [mig] [layout=...] [timeslice=N] [mps=N]
 //	    before "engine": part of the initial cluster; after: a node joins
@@ -44,7 +57,9 @@
 //	        [refuse-mig=NODE:GPU,...]
 //	view                     the published View: running jobs, free GPUs, usage
 //
-// Times print relative to the scenario's start as +D. GPU sets print per
+// A bind in a partition prints "[partition P]"; a job a site rule holds
+// prints what it waits on after its reason (Ready.Holds). Times print
+// relative to the scenario's start as +D. GPU sets print per
 // node as n0[0-3] (node-local indices); a fractional member prints as
 // n0[3]{1g.10gb@6 new} (a MIG instance at memory slice 6, to be created)
 // or n1[0]{share 250m, 4 replicas}. MIG reconfigurations print as

@@ -33,6 +33,9 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 		if bd.Backfill {
 			bf = " (backfill)"
 		}
+		if bd.Partition != "" {
+			bf += " [partition " + bd.Partition + "]"
+		}
 		fmt.Fprintf(&b, "bind %s: %s%s\n", bd.Job, members(bd.Members), bf)
 	}
 	for _, r := range rd.MIG {
@@ -54,6 +57,9 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 	}
 	for _, p := range rd.Pending {
 		fmt.Fprintf(&b, "pending %s: %s", p.Job, p.String())
+		if h, ok := rd.Holds[p.Job]; ok {
+			fmt.Fprintf(&b, ": %s", h)
+		}
 		if !p.Start.IsZero() {
 			fmt.Fprintf(&b, "; start %s", rel(p.Start))
 		}
@@ -63,6 +69,10 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 		fmt.Fprintf(&b, "requeued %s\n", strings.Join(rd.Requeued, ", "))
 	}
 	for _, f := range rd.Failed {
+		if f.Reason != "" {
+			fmt.Fprintf(&b, "failed %s: %s\n", f.Job, f.Reason)
+			continue
+		}
 		fmt.Fprintf(&b, "failed %s (node %s)\n", f.Job, f.Node)
 	}
 	for _, r := range rd.Rejected {

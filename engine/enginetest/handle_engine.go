@@ -18,7 +18,7 @@ func (h *Harness) handleEngine(d *datadriven.TestData) (string, error) {
 }
 
 func (h *Harness) engine(d *datadriven.TestData) error {
-	cfg := engine.Config{Cluster: h.spec, Queues: h.tree, Start: T0()}
+	cfg := engine.Config{Cluster: h.spec, Queues: h.tree, Start: T0(), Site: h.site}
 	if !h.trees {
 		cfg.Queues = queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/berthsched/berth/engine"
 )
 
-// handleJobEvent: finish|cancel|checkpoint JOB... steps one event a job;
+// handleJobEvent: finish|finish-failed|cancel|checkpoint JOB... steps one event a job;
 // errors are printed, one a line.
 func (h *Harness) handleJobEvent(d *datadriven.TestData) (string, error) {
 	var b strings.Builder
@@ -20,6 +20,8 @@ func (h *Harness) handleJobEvent(d *datadriven.TestData) (string, error) {
 			ev = engine.Finished(h.now, a.Key)
 		case "cancel":
 			ev = engine.Cancelled(h.now, a.Key)
+		case "finish-failed":
+			ev = engine.FinishedFailed(h.now, a.Key)
 		default:
 			ev = engine.Checkpointed(h.now, a.Key)
 		}

@@ -97,6 +97,16 @@ func (h *Harness) Job(line string) (*queue.Job, error) {
 			if err == nil {
 				j.Elastic.MaxMembers, err = strconv.Atoi(hi)
 			}
+		case "user":
+			j.User = v
+		case "account":
+			j.Account = v
+		case "name":
+			j.Name = v
+		case "partitions":
+			j.Partitions = strings.Split(v, ",")
+		case "after":
+			j.Dependencies, err = dependencies(v)
 		case "on", "since": // adopt's
 		default:
 			return nil, fmt.Errorf("job %s: unknown key %q", j.ID, k)

@@ -25,6 +25,7 @@ type Harness struct {
 	now    time.Time
 	last   engine.Ready
 	haveRd bool
+	site   engine.SiteConfig // the "site" command's, for the next "engine"
 }
 
 // New returns an empty harness.
