@@ -330,7 +330,7 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 		minPer := max(1, req.Groups[len(req.Groups)-1].GPUsPerMember)
 		jobs = append(jobs, replayJob{
 			q: &queue.Job{
-				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, Submit: replayBase.Add(w.Submit),
+				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
 				Request: req, RuntimeEstimate: est,
 			},
 			runtime: w.Runtime, minPer: minPer, gpuMilli: milli,
