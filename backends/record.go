@@ -266,10 +266,14 @@ func (rc *recorder) charge(r *JobRecord, j *recJob, id string, at time.Time) {
 
 func (rc *recorder) end(id string, at time.Time, reason string) {
 	j := rc.jobs[id]
+	r := rc.base(RecordEnd, at, id, j)
 	if j == nil {
+		// A job the recorder never saw start (one a restored engine
+		// held): its end, without usage.
+		r.Reason = reason
+		rc.out.Record(r)
 		return
 	}
-	r := rc.base(RecordEnd, at, id, j)
 	r.Reason = reason
 	rc.charge(&r, j, id, at)
 	delete(rc.jobs, id)
