@@ -37,7 +37,7 @@ func engines(t *testing.T, f func(t *testing.T, db *DB)) {
 var schemaSeq atomic.Int64
 
 // openPostgres opens a fresh schema of the test server, dropped at the end.
-func openPostgres(t *testing.T) *DB {
+func openPostgres(t testing.TB) *DB {
 	t.Helper()
 	base := os.Getenv("BERTH_POSTGRES_URL")
 	if base == "" {
