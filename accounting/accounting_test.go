@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/berthsched/berth/backends"
@@ -252,6 +254,13 @@ func TestWriterFullBufferDropsNeverBlocks(t *testing.T) {
 	require.NoError(t, w.Close())
 	require.Equal(t, int64(5), written.Load())
 	require.Equal(t, WriterStats{Written: 5, Dropped: 96}, w.Stats())
+	cs := w.Collectors()
+	require.Len(t, cs, 3)
+	require.Equal(t, []float64{5, 96, 0}, []float64{testutil.ToFloat64(cs[0]), testutil.ToFloat64(cs[1]), testutil.ToFloat64(cs[2])})
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range cs {
+		require.NoError(t, reg.Register(c))
+	}
 }
 
 func TestWriterFailedBatchCounted(t *testing.T) {
