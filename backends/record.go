@@ -8,6 +8,7 @@ import (
 
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/mig"
+	"github.com/berthsched/berth/queue"
 )
 
 // RecordKind is the step of a job's life a JobRecord reports.
@@ -430,4 +431,48 @@ func FormatGPUs(gs []RecordGPU) string {
 		}
 	}
 	return sb.String()
+}
+
+// seed makes the recorder know the jobs of an engine restored from st:
+// their queue, account, user and partitions from the saved submissions,
+// and for running jobs their members and start (the View's, else now), so
+// that their runs are charged in full when they end. It records nothing:
+// the steps so far were recorded before the restart.
+func (rc *recorder) seed(eng *engine.Engine, st *engine.State) {
+	meta := map[string]*queue.Job{}
+	for _, r := range st.Records {
+		if r.Event != nil && r.Event.Job != nil {
+			meta[r.Event.Job.ID] = r.Event.Job
+		}
+		for _, j := range r.Intake {
+			meta[j.ID] = j
+		}
+	}
+	starts := map[string]time.Time{}
+	if v := eng.View(); v != nil {
+		for _, rj := range v.Running() {
+			starts[rj.Job] = rj.Start
+		}
+	}
+	known := func(id string) *recJob {
+		j := &recJob{}
+		if q := meta[id]; q != nil {
+			j.queue, j.account, j.user, j.partitions = q.Queue, q.Account, q.User, slices.Clone(q.Partitions)
+			j.partition = chosenPartition(j, nil)
+		}
+		rc.jobs[id] = j
+		return j
+	}
+	pending, running := eng.JobIDs()
+	for _, id := range pending {
+		known(id)
+	}
+	for _, id := range running {
+		j := known(id)
+		j.members, _ = eng.Members(id)
+		j.start = eng.Now()
+		if t, ok := starts[id]; ok {
+			j.start = t
+		}
+	}
 }

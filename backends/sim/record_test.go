@@ -152,3 +152,55 @@ func TestRecordsWaitReasonsOnChangeOnly(t *testing.T) {
 		assert.NotEqual(t, waits[i-1].Reason, waits[i].Reason, "a wait is recorded when the reason changes")
 	}
 }
+
+// A Runner restored from a FileStore knows the jobs of the restored
+// engine: their ends carry their queue and user and charge their runs
+// from their start before the restart, so the two Runners' records
+// charge exactly what the simulator ran.
+func TestRecordsAcrossARestart(t *testing.T) {
+	s := newSim(t, 2, 4)
+	for i := range 6 {
+		j := wholeJob(fmt.Sprint("j", i), time.Duration(i)*10*time.Minute, 1, 4)
+		j.User = "ann"
+		require.NoError(t, s.Submit(j, time.Duration(60+i*7)*time.Minute))
+	}
+	store := backends.FileStore{Path: t.TempDir() + "/berth.state"}
+	var recs []backends.JobRecord
+	rec := backends.RecorderFunc(func(r backends.JobRecord) { recs = append(recs, r) })
+	for _, stop := range []time.Time{t0.Add(90 * time.Minute), {}} {
+		cfg := restartConfig(s, store)
+		cfg.Recorder = rec
+		ctx, cancel := context.WithCancel(context.Background())
+		if !stop.IsZero() {
+			cfg.Observe = func(backends.Cycle) {
+				if !s.Now().Before(stop) {
+					cancel()
+				}
+			}
+		}
+		r, err := backends.NewRunner(cfg)
+		require.NoError(t, err)
+		err = r.Run(ctx)
+		cancel()
+		if stop.IsZero() {
+			require.NoError(t, err)
+			require.True(t, r.Reconciled().Restored)
+		}
+	}
+	var ran, charged int64
+	for _, o := range s.Outcomes() {
+		require.True(t, o.Finished, o.ID)
+		ran += o.Milli * o.End.Sub(o.Start).Milliseconds()
+	}
+	ends := 0
+	for _, r := range recs {
+		charged += r.GPUMicroseconds
+		if r.Kind == backends.RecordEnd {
+			ends++
+			assert.Equal(t, "ann", r.User, r.Job)
+			assert.Equal(t, "q", r.Queue, r.Job)
+		}
+	}
+	assert.Equal(t, 6, ends)
+	assert.Equal(t, ran, charged)
+}
