@@ -263,6 +263,21 @@ func TestWriterFullBufferDropsNeverBlocks(t *testing.T) {
 	}
 }
 
+// A database that never answers fails each batch after WriteTimeout:
+// Close returns, and the records are counted failed.
+func TestWriterWriteTimeout(t *testing.T) {
+	w, err := newWriter(WriterConfig{Batch: 2, WriteTimeout: time.Millisecond}, func(ctx context.Context, _ []backends.JobRecord) error {
+		<-ctx.Done() // hung until the deadline
+		return ctx.Err()
+	})
+	require.NoError(t, err)
+	for range 3 {
+		w.Record(backends.JobRecord{Job: "x"})
+	}
+	require.NoError(t, w.Close())
+	require.Equal(t, WriterStats{Failed: 3}, w.Stats())
+}
+
 func TestWriterFailedBatchCounted(t *testing.T) {
 	w, err := newWriter(WriterConfig{Batch: 2}, func(context.Context, []backends.JobRecord) error {
 		return fmt.Errorf("disk full")

@@ -25,6 +25,11 @@ type WriterConfig struct {
 	// FlushInterval is the longest a record waits for its batch to fill.
 	// Zero: one second.
 	FlushInterval time.Duration
+	// WriteTimeout bounds each batch's transaction: a batch the database
+	// has not taken by then fails (counted in Stats.Failed and logged), so
+	// a hung database never holds the Writer, or Close, for longer. Zero:
+	// 30 s.
+	WriteTimeout time.Duration
 	// Logger receives dropped records and failed writes (Warn, Error).
 	// Nil: no logs.
 	Logger *slog.Logger
@@ -64,7 +69,7 @@ func (db *DB) NewWriter(cfg WriterConfig) (*Writer, error) {
 }
 
 func newWriter(cfg WriterConfig, sink func(context.Context, []backends.JobRecord) error) (*Writer, error) {
-	if cfg.Buffer < 0 || cfg.Batch < 0 || cfg.FlushInterval < 0 {
+	if cfg.Buffer < 0 || cfg.Batch < 0 || cfg.FlushInterval < 0 || cfg.WriteTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative WriterConfig field: %+v", ErrInvalid, cfg)
 	}
 	if cfg.Buffer == 0 {
@@ -75,6 +80,9 @@ func newWriter(cfg WriterConfig, sink func(context.Context, []backends.JobRecord
 	}
 	if cfg.FlushInterval == 0 {
 		cfg.FlushInterval = time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -110,7 +118,8 @@ func (w *Writer) Stats() WriterStats {
 }
 
 // Close stops accepting records, writes those queued and returns when
-// they are written. It is idempotent.
+// they are written (or their batches failed: WriteTimeout bounds each).
+// It is idempotent.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	if !w.closed {
@@ -131,7 +140,10 @@ func (w *Writer) loop() {
 		if len(batch) == 0 {
 			return
 		}
-		if err := w.sink(context.Background(), batch); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+		err := w.sink(ctx, batch)
+		cancel()
+		if err != nil {
 			w.failed.Add(uint64(len(batch)))
 			w.log.Error("accounting: batch not written", "records", len(batch), "failed", w.failed.Load(), "err", err)
 		} else {
