@@ -338,9 +338,18 @@ func (rc *recorder) cycle(rd *engine.Ready, out *engine.Outcome) {
 	}
 	for i := range rd.Binds {
 		b := &rd.Binds[i]
-		j := rc.jobs[b.Job]
-		if j == nil || slices.Contains(out.RefusedBinds, b.Job) {
+		if slices.Contains(out.RefusedBinds, b.Job) {
 			continue
+		}
+		j := rc.jobs[b.Job]
+		if j == nil {
+			// Submitted through Engine.Intake, not an event: the bind
+			// says its queue and submission time.
+			j = &recJob{queue: b.Queue}
+			rc.jobs[b.Job] = j
+			if !b.Submit.IsZero() {
+				rc.out.Record(rc.base(RecordSubmit, b.Submit, b.Job, j))
+			}
 		}
 		j.partition = chosenPartition(j, b)
 		reason := "placed"
