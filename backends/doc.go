@@ -53,6 +53,12 @@
 // with job IDs as attributes; backends/promcollector turns the Observe
 // hook into Prometheus metrics (docs/backends/observability.md).
 //
+// RunnerConfig.Recorder receives a JobRecord for every step of every
+// job's life (submission, pending reason, start, preemption, requeue,
+// resize, end) with its nodes, GPUs and exact GPU usage; a backend that
+// implements AttributeReporter adds GPU UUIDs, driver and image. Package
+// accounting stores them (docs/accounting.md).
+//
 // # Concurrency
 //
 // The Runner is the only place in berth with goroutines and a clock: Run

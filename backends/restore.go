@@ -159,6 +159,9 @@ func (r *Runner) build(ctx context.Context, ecfg engine.Config, spec topo.Spec, 
 	}
 	r.eng.Store(eng)
 	r.rec.Restored = st != nil
+	if r.jobRecs != nil && st != nil {
+		r.jobRecs.seed(eng, st)
+	}
 	var pending []*queue.Job
 	pr, hasPending := r.cfg.Backend.(PendingReporter)
 	if hasPending {

@@ -87,6 +87,10 @@ type RunnerConfig struct {
 	// SaveInterval: how often the state is saved while Run runs. Zero:
 	// one minute.
 	SaveInterval time.Duration
+	// Recorder, if set, receives a JobRecord for every step of every
+	// job's life (submission, pending reason, start, preemption, requeue,
+	// end), for accounting and audit (see package accounting). Nil: none.
+	Recorder Recorder
 }
 
 // Cycle is one scheduling cycle as the Runner applied it.
@@ -123,6 +127,7 @@ type Runner struct {
 	ran   atomic.Bool
 
 	rec      Reconciled
+	jobRecs  *recorder // nil without RunnerConfig.Recorder
 	lastSave time.Time
 	saveErrs []error // interval saves that failed, for the next Cycle
 }
@@ -190,7 +195,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, clock: cfg.Clock, log: log}, nil
+	return &Runner{cfg: cfg, clock: cfg.Clock, log: log, jobRecs: newRecorder(cfg.Recorder, cfg.Backend)}, nil
 }
 
 // View returns the engine's latest published view, or nil before Run has
@@ -291,6 +296,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 
 func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	err := eng.Step(ev)
+	if r.jobRecs != nil {
+		r.jobRecs.event(ev, err)
+	}
 	if err == nil {
 		return nil
 	}
@@ -315,6 +323,9 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	errs, r.saveErrs = append(errs, r.saveErrs...), nil
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
+	}
+	if r.jobRecs != nil {
+		r.jobRecs.cycle(&rd, &out)
 	}
 	took := r.clock.Now().Sub(began)
 	r.logCycle(ctx, &rd, &out, errs)

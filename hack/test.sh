@@ -60,6 +60,20 @@ for f in examples/config/*.yaml; do
 done
 # --- end operable
 
+# ---- accounting (issue 16): PostgreSQL for package accounting ---------------
+# A throwaway PostgreSQL on 127.0.0.1 (hack/pg-up.sh; as root it runs the server
+# as the postgres user) for the tests that run the same suite on SQLite and
+# PostgreSQL; they read BERTH_POSTGRES_URL and skip without it (fail under
+# BERTH_REQUIRE_INTEGRATION=1). Stopped on exit, after any earlier EXIT trap.
+if bash hack/pg-up.sh; then
+  source "${BERTH_PG_DIR:-/tmp/berth-pg}/env"
+  pg_prev_trap=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
+  trap "bash hack/pg-down.sh; ${pg_prev_trap:-:}" EXIT
+else
+  echo "== PostgreSQL not started (the accounting PostgreSQL tests skip or fail)"
+fi
+# ---- end accounting -------------------------------------------------------
+
 echo "== go test -race"
 go test -race -count=1 ./...
 

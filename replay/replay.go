@@ -140,6 +140,9 @@ type Config struct {
 	// (backends.RunnerConfig.TickInterval): MIG plans are weighed against
 	// the time blocked jobs have waited, which only cycles see.
 	TickInterval time.Duration
+	// Recorder, if set, receives the replay's job records
+	// (backends.RunnerConfig.Recorder), e.g. an accounting.Writer.
+	Recorder backends.Recorder
 }
 
 // fractional reports whether the cluster takes fractional members: MIG
@@ -213,6 +216,10 @@ type Result struct {
 	// instance that does not exist, a change destroying an instance in
 	// use): always empty for a correct engine.
 	Violations []error
+	// GPUMicroseconds is the usage of the finished jobs' runs: GPU
+	// thousandths held x whole milliseconds run, summed (what accounting
+	// charges for the same replay).
+	GPUMicroseconds int64
 }
 
 // ReservationDelay is a reserved job that started later than promised.
@@ -323,7 +330,7 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 		minPer := max(1, req.Groups[len(req.Groups)-1].GPUsPerMember)
 		jobs = append(jobs, replayJob{
 			q: &queue.Job{
-				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, Submit: replayBase.Add(w.Submit),
+				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
 				Request: req, RuntimeEstimate: est,
 			},
 			runtime: w.Runtime, minPer: minPer, gpuMilli: milli,
@@ -398,6 +405,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ob := newObserver(cfg, s, minPer, per)
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe, TickInterval: cfg.TickInterval,
+		Recorder: cfg.Recorder,
 	})
 	if err != nil {
 		return res, err
@@ -424,6 +432,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if o.Finished {
 			m.End = o.End.Sub(replayBase)
 			lastEnd = max(lastEnd, m.End)
+			res.GPUMicroseconds += held * o.End.Sub(o.Start).Milliseconds()
 		}
 		if i == 0 || m.Submit < firstSubmit {
 			firstSubmit = m.Submit

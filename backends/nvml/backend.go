@@ -120,8 +120,9 @@ type Backend struct {
 	notify   chan struct{}
 	seq      int // run numbers
 
-	tree *queue.Tree // nil without Config.Queues
-	cb   *callbacks
+	tree   *queue.Tree // nil without Config.Queues
+	cb     *callbacks
+	driver string // the driver version, read at Open ("" when NVML does not say)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -194,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		migMu: make([]sync.Mutex, n), jobs: map[string]*jobEntry{}, runs: map[string]*run{},
 		gpuUser: make([]string, n), instUse: make([]map[mig.Instance]string, n), layouts: make([]mig.Layout, n),
 		bad: map[int]*badGPU{}, busyTill: make([]time.Time, n), notify: make(chan struct{}, 1), tree: tree,
-		cb: newCallbacks(),
+		cb: newCallbacks(), driver: driverVersion(cfg.NVML),
 	}
 	for i := range devs {
 		b.instUse[i] = map[mig.Instance]string{}

@@ -47,9 +47,11 @@ Usage:
   berth replay  [flags]   replay one workload under one or more policies
   berth compare [flags]   replay several workloads under several policies
   berth config check FILE check a configuration file, print the effective settings
+  berth account [flags]   GPU-hours by account, queue, partition or user (accounting database)
+  berth audit [flags] JOB where and why jobs ran: nodes, GPUs, driver, image, every step
   berth version           print the version
 
-Run 'berth replay -h' or 'berth compare -h' for the flags.
+Run 'berth COMMAND -h' for the flags of a command.
 `
 
 // run is main without the process: it returns the exit code (0 ok, 1 a
@@ -67,6 +69,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout, stderr, true)
 	case "config":
 		err = cmdConfig(args[1:], stdout, stderr)
+	case "account":
+		err = cmdAccount(ctx, args[1:], stdout, stderr)
+	case "audit":
+		err = cmdAudit(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version())
 		return 0
@@ -110,6 +116,7 @@ type options struct {
 	curve      bool
 	parallel   int
 	progress   string
+	accounting string // --accounting FILE: the replay's records into a new SQLite file
 }
 
 func parseOptions(args []string, stderr io.Writer, compare bool) (*options, error) {
@@ -148,6 +155,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 			"deterministic policies, random draws from its own stream, clustering is not available)")
 		fs.StringVar(&o.gpuModels, "gpu-models", "", "with --experiment fgd, GPU-model constraints: empty (the trace's own gpu_spec) or third\n"+
 			"(a third of the GPU pods ask for one model, drawn by a seeded rule: fgd.ConstrainModels)")
+		fs.StringVar(&o.accounting, "accounting", "", "write the replay's accounting records (one policy, one seed) into this new SQLite file,\n"+
+			"for berth account and berth audit")
 		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
@@ -251,6 +260,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		}
 	default:
 		return nil, usagef("--experiment %q: the only experiment is fgd", o.experiment)
+	}
+	if o.accounting != "" && o.experiment != "" {
+		return nil, usagef("--accounting is for replays, not --experiment %s", o.experiment)
 	}
 	if o.gpuModels != "" && o.experiment != "fgd" {
 		return nil, usagef("--gpu-models is for --experiment fgd")

@@ -175,6 +175,18 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 	}
 
+	var sink *accountingSink
+	if o.accounting != "" {
+		if len(cfgs) != 1 {
+			return usagef("--accounting records one replay: name one --policy and one seed (%d replays asked)", len(cfgs))
+		}
+		var err error
+		if sink, err = newAccountingSink(o.accounting); err != nil {
+			return err
+		}
+		cfgs[0].Recorder = sink
+	}
+
 	done := make([]atomic.Int64, len(cfgs))
 	var total int64
 	for i := range cfgs {
@@ -192,9 +204,19 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 	results, err := replay.RunMany(ctx, cfgs, o.parallel)
 	bar.stop()
 	if err != nil {
+		if sink != nil {
+			os.Remove(o.accounting) // created empty before the replay
+		}
 		return err
 	}
 	elapsed := time.Since(start)
+	if sink != nil {
+		n, err := sink.write(ctx)
+		if err != nil {
+			return fmt.Errorf("--accounting %s: %w", o.accounting, err)
+		}
+		fmt.Fprintf(stderr, "berth: %d accounting records in %s\n", n, o.accounting)
+	}
 
 	var rows []row
 	for wi, l := range ws {
