@@ -1,0 +1,260 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berthsched/berth/topo"
+)
+
+// Owner returns the pool that owns host now, and whether a move of it is
+// in progress.
+func (f *Federation) Owner(host string) (pool string, moving bool, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.hosts[host]
+	if h == nil {
+		return "", false, false
+	}
+	return h.owner, h.moving, true
+}
+
+// Owners returns every host's owner.
+func (f *Federation) Owners() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]string, len(f.hosts))
+	for n, h := range f.hosts {
+		out[n] = h.owner
+	}
+	return out
+}
+
+// Moves returns the moves tried so far, in order.
+func (f *Federation) Moves() []MoveRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.moves)
+}
+
+// MoveNode hands host from its owner to pool to, enforcing ownership in
+// both systems. The steps, each after the previous one succeeded:
+//
+//  1. mark the host moving (the federation refuses binds on it);
+//  2. lend it in the owner's system (drain / cordon) and report the
+//     owner's copy cordoned;
+//  3. wait until it is empty there (at most DrainTimeout);
+//  4. reclaim it in to's system (undrain / uncordon); to owns it and its
+//     copy is reported ready.
+//
+// A failure at 2, 3 or 4 is rolled back: to's copy is lent again (if 4
+// failed after a partial change), the owner's is reclaimed and stays the
+// owner, and the error wraps ErrMove (ErrDrainTimeout for 3). At no point
+// are both copies schedulable: to's copy is only reclaimed once the
+// owner's system reports its own unschedulable. The move is logged with
+// reason.
+func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) error {
+	f.mu.Lock()
+	h := f.hosts[host]
+	if h == nil {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %w: host %s", ErrMove, ErrUnknownNode, host)
+	}
+	from := h.owner
+	if from == to || h.moving || !slices.Contains(h.pools, to) {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: host %s: owner %s, moving %v, cannot go to %s (pools %v)", ErrMove, host, from, h.moving, to, h.pools)
+	}
+	src, dst := f.byName[from], f.byName[to]
+	if src.lender == nil || dst.lender == nil {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %w: %s -> %s", ErrMove, ErrNoLender, from, to)
+	}
+	h.moving = true
+	f.mu.Unlock()
+
+	mv := Move{Host: host, From: from, To: to, Reason: reason}
+	log := f.cfg.Logger.With("host", host, "from", from, "to", to, "reason", reason)
+	finish := func(owner string, err error) error {
+		f.mu.Lock()
+		h.moving = false
+		h.owner = owner
+		if err == nil {
+			h.lastMove = f.cfg.Clock.Now()
+		}
+		f.moves = append(f.moves, MoveRecord{Move: mv, At: f.cfg.Clock.Now(), Err: err})
+		f.mu.Unlock()
+		if err != nil {
+			log.Warn("federation: node move failed", "err", err)
+		} else {
+			log.Info("federation: node moved")
+		}
+		return err
+	}
+	rollbackSrc := func(cause error) error {
+		if err := src.lender.ReclaimNode(ctx, host); err != nil {
+			// The node stays unschedulable everywhere: safe, but lost
+			// until the next move or an operator.
+			f.nodeEvent(from, host, topo.Cordoned)
+			return finish(from, fmt.Errorf("%w: %w; rollback: reclaim in %s: %w", ErrMove, cause, from, err))
+		}
+		f.nodeEvent(from, host, topo.Ready)
+		return finish(from, fmt.Errorf("%w: %w (rolled back)", ErrMove, cause))
+	}
+	// 2. Lend in the owner's system.
+	if err := src.lender.LendNode(ctx, host); err != nil {
+		return rollbackSrc(fmt.Errorf("lend in %s: %w", from, err))
+	}
+	f.nodeEvent(from, host, topo.Cordoned)
+	// 3. Wait until it is unschedulable and empty there.
+	tries := int(f.cfg.DrainTimeout / f.cfg.PollInterval)
+	for i := 0; ; i++ {
+		st, err := src.lender.NodeStatus(ctx, host)
+		if err != nil {
+			return rollbackSrc(fmt.Errorf("status in %s: %w", from, err))
+		}
+		if !st.Schedulable && !st.Busy {
+			break
+		}
+		if i >= tries {
+			return rollbackSrc(fmt.Errorf("%w: %s still busy (schedulable %v) after %v", ErrDrainTimeout, from, st.Schedulable, f.cfg.DrainTimeout))
+		}
+		if err := f.cfg.Clock.Sleep(ctx, f.cfg.PollInterval); err != nil {
+			return rollbackSrc(err)
+		}
+	}
+	// 4. Reclaim in the new owner's system.
+	if err := dst.lender.ReclaimNode(ctx, host); err != nil {
+		// It may have become schedulable before failing: lend it again
+		// before the old owner takes it back.
+		if lerr := dst.lender.LendNode(ctx, host); lerr != nil {
+			f.nodeEvent(from, host, topo.Cordoned)
+			return finish(from, fmt.Errorf("%w: reclaim in %s: %w; re-lend there failed too (%w): node left unschedulable in %s", ErrMove, to, err, lerr, from))
+		}
+		return rollbackSrc(fmt.Errorf("reclaim in %s: %w", to, err))
+	}
+	f.nodeEvent(to, host, topo.Ready)
+	return finish(to, nil)
+}
+
+// PlanRound gathers the federation's view (hosts with their owners and
+// jobs, pending demand by pool, plus Config.Demand) and returns the moves
+// Plan decides at now.
+func (f *Federation) PlanRound(now time.Time) []Move {
+	var extra map[string]PoolDemand
+	if f.cfg.Demand != nil {
+		extra = f.cfg.Demand()
+	}
+	f.mu.Lock()
+	pools := make([]PoolDemand, len(f.members))
+	for i, m := range f.members {
+		pools[i] = PoolDemand{Pool: m.Name, Quota: m.Quota}
+		if e, ok := extra[m.Name]; ok {
+			pools[i].PendingGPUHours += e.PendingGPUHours
+			pools[i].ReservedGPUs += e.ReservedGPUs
+		}
+	}
+	for _, p := range f.pending {
+		if i := slices.IndexFunc(pools, func(d PoolDemand) bool { return d.Pool == p.pool }); i >= 0 {
+			pools[i].PendingGPUHours += p.gpuHours
+		}
+	}
+	hosts := make([]HostView, 0, len(f.hosts))
+	for _, h := range f.hosts {
+		if len(h.pools) < 2 || h.moving {
+			continue
+		}
+		hosts = append(hosts, HostView{Host: h.name, Owner: h.owner, Pools: slices.Clone(h.pools), GPUs: h.gpus,
+			Busy: len(h.jobs) > 0, LastMove: h.lastMove})
+	}
+	f.mu.Unlock()
+	return Plan(now, f.cfg.Rebalance, pools, hosts)
+}
+
+// Rebalance runs one round: it plans at the clock's now and applies the
+// moves one by one. It returns the moves that were done, and the errors of
+// those that failed (each rolled back).
+func (f *Federation) Rebalance(ctx context.Context) ([]Move, error) {
+	var done []Move
+	var errs []error
+	for _, mv := range f.PlanRound(f.cfg.Clock.Now()) {
+		if err := f.MoveNode(ctx, mv.Host, mv.To, mv.Reason); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, mv)
+	}
+	return done, errors.Join(errs...)
+}
+
+// RunRebalancer runs Rebalance every Rebalance.Interval on the clock until
+// ctx is done; failed moves are logged (and rolled back), not fatal.
+func (f *Federation) RunRebalancer(ctx context.Context) error {
+	for {
+		if err := f.cfg.Clock.Sleep(ctx, f.cfg.Rebalance.Interval); err != nil {
+			return err
+		}
+		if _, err := f.Rebalance(ctx); err != nil {
+			f.cfg.Logger.Warn("federation: rebalance round", "err", err)
+		}
+	}
+}
+
+// CheckExclusive asks every pool's lender about every shared host and
+// returns an error naming each host schedulable in more than one system
+// at once, or schedulable in a pool that does not own it. It is the
+// invariant the federation keeps; tests call it after every step.
+func (f *Federation) CheckExclusive(ctx context.Context) error {
+	f.mu.Lock()
+	type hv struct {
+		name, owner string
+		pools       []string
+		moving      bool
+	}
+	var hs []hv
+	for _, h := range f.hosts {
+		if len(h.pools) > 1 {
+			hs = append(hs, hv{h.name, h.owner, slices.Clone(h.pools), h.moving})
+		}
+	}
+	f.mu.Unlock()
+	slices.SortFunc(hs, func(a, b hv) int { return compareStrings(a.name, b.name) })
+	var errs []error
+	for _, h := range hs {
+		var sched []string
+		for _, p := range h.pools {
+			l := f.byName[p].lender
+			if l == nil {
+				continue
+			}
+			st, err := l.NodeStatus(ctx, h.name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("host %s: status in %s: %w", h.name, p, err))
+				continue
+			}
+			if st.Schedulable {
+				sched = append(sched, p)
+			}
+		}
+		if len(sched) > 1 {
+			errs = append(errs, fmt.Errorf("host %s schedulable in %v at once", h.name, sched))
+		}
+		if len(sched) == 1 && sched[0] != h.owner && !h.moving {
+			errs = append(errs, fmt.Errorf("host %s schedulable in %s but owned by %s", h.name, sched[0], h.owner))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
