@@ -74,6 +74,7 @@ type host struct {
 	pools    []string // pools that know it, in config order
 	owner    string
 	moving   bool
+	movingTo string
 	gpus     int
 	jobs     map[string]bool // jobs on it, in the owner's system
 	lastMove time.Time
@@ -93,6 +94,7 @@ type Federation struct {
 	jobHosts map[string][]string
 	pending  map[string]pendingJob
 	moves    []MoveRecord
+	wg       sync.WaitGroup
 
 	evMu    sync.Mutex
 	evs     []engine.Event

@@ -73,14 +73,14 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		f.mu.Unlock()
 		return fmt.Errorf("%w: %w: %s -> %s", ErrMove, ErrNoLender, from, to)
 	}
-	h.moving = true
+	h.moving, h.movingTo = true, to
 	f.mu.Unlock()
 
 	mv := Move{Host: host, From: from, To: to, Reason: reason}
 	log := f.cfg.Logger.With("host", host, "from", from, "to", to, "reason", reason)
 	finish := func(owner string, err error) error {
 		f.mu.Lock()
-		h.moving = false
+		h.moving, h.movingTo = false, ""
 		h.owner = owner
 		if err == nil {
 			h.lastMove = f.cfg.Clock.Now()
@@ -164,23 +164,34 @@ func (f *Federation) PlanRound(now time.Time) []Move {
 	}
 	hosts := make([]HostView, 0, len(f.hosts))
 	for _, h := range f.hosts {
-		if len(h.pools) < 2 || h.moving {
+		if len(h.pools) < 2 {
 			continue
 		}
 		hosts = append(hosts, HostView{Host: h.name, Owner: h.owner, Pools: slices.Clone(h.pools), GPUs: h.gpus,
-			Busy: len(h.jobs) > 0, LastMove: h.lastMove})
+			Busy: len(h.jobs) > 0, LastMove: h.lastMove, MovingTo: h.movingTo})
 	}
 	f.mu.Unlock()
 	return Plan(now, f.cfg.Rebalance, pools, hosts)
 }
 
 // Rebalance runs one round: it plans at the clock's now and applies the
-// moves one by one. It returns the moves that were done, and the errors of
-// those that failed (each rolled back).
+// moves of idle nodes one by one. It returns those that were done, and the
+// errors of those that failed (each rolled back). Drain moves (busy nodes
+// a pool under its quota reclaims) run in the background: the node is
+// lent at once and moves when its jobs end, or the move is rolled back
+// after DrainTimeout; Wait waits for them.
 func (f *Federation) Rebalance(ctx context.Context) ([]Move, error) {
 	var done []Move
 	var errs []error
 	for _, mv := range f.PlanRound(f.cfg.Clock.Now()) {
+		if mv.Drain {
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				_ = f.MoveNode(ctx, mv.Host, mv.To, mv.Reason) // logged and recorded
+			}()
+			continue
+		}
 		if err := f.MoveNode(ctx, mv.Host, mv.To, mv.Reason); err != nil {
 			errs = append(errs, err)
 			continue
@@ -190,9 +201,13 @@ func (f *Federation) Rebalance(ctx context.Context) ([]Move, error) {
 	return done, errors.Join(errs...)
 }
 
+// Wait waits for the drain moves Rebalance started.
+func (f *Federation) Wait() { f.wg.Wait() }
+
 // RunRebalancer runs Rebalance every Rebalance.Interval on the clock until
 // ctx is done; failed moves are logged (and rolled back), not fatal.
 func (f *Federation) RunRebalancer(ctx context.Context) error {
+	defer f.Wait()
 	for {
 		if err := f.cfg.Clock.Sleep(ctx, f.cfg.Rebalance.Interval); err != nil {
 			return err

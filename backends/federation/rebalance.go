@@ -75,6 +75,10 @@ type HostView struct {
 	Busy bool
 	// LastMove is when it last moved (zero: never).
 	LastMove time.Time
+	// MovingTo names the pool a draining node is moving to (a Drain move
+	// of an earlier round, waiting for its jobs to end); it counts as that
+	// pool's and is not moved again.
+	MovingTo string
 }
 
 // Move is one node handed from one pool to another, with why.
@@ -83,6 +87,10 @@ type Move struct {
 	From   string
 	To     string
 	Reason string
+	// Drain: the node is busy; it is lent (drained) now and moves when
+	// its jobs have ended. Only a pool below its quota reclaims a busy
+	// node, and only from a pool above its own.
+	Drain bool
 }
 
 type poolBook struct {
@@ -91,17 +99,21 @@ type poolBook struct {
 	idle   float64 // GPUs of owned idle nodes
 	need   float64 // GPUs wanted over the next interval
 	target float64 // quota in GPUs
+	coming float64 // GPUs of nodes draining toward the pool
 }
 
-func (p *poolBook) unmet() float64 { return math.Max(0, p.need-p.idle) }
+func (p *poolBook) unmet() float64 { return math.Max(0, p.need-p.idle-p.coming) }
 func (p *poolBook) spare() float64 { return math.Max(0, p.idle-p.need) }
 
 // Plan decides one rebalancing round at now. It is pure and
 // deterministic: the same inputs give the same moves, so a round can be
-// replayed from its log. Only idle nodes move (a busy node must first be
-// emptied by its own scheduler).
+// replayed from its log. Only idle nodes move at once; a busy one is
+// emptied by its own scheduler first (Drain).
 //
-// Demand moves come first: the pool with the most unmet demand (GPUs
+// Reclaims come first: a pool under its quota with unmet demand takes
+// nodes back from a pool over its quota, idle ones first, else busy ones
+// (Move.Drain: lent now, moved when empty). Then demand moves: the pool
+// with the most unmet demand (GPUs
 // wanted over the next interval beyond its idle ones, at least Hysteresis
 // nodes' worth) takes an idle node of the pool with the most idle GPUs
 // beyond its own demand, as long as the donor keeps MinShare of its quota.
@@ -127,6 +139,11 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 	for _, h := range hs {
 		total += float64(h.GPUs)
 		nodeGPUs = math.Max(nodeGPUs, float64(h.GPUs))
+		if t := books[h.MovingTo]; h.MovingTo != "" && t != nil {
+			t.owned += float64(h.GPUs)
+			t.coming += float64(h.GPUs)
+			continue
+		}
 		b := books[h.Owner]
 		if b == nil {
 			continue
@@ -144,7 +161,7 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 	}
 	moved := map[string]bool{}
 	movable := func(h HostView, from, to string) bool {
-		return !moved[h.Host] && !h.Busy && h.Owner == from && slices.Contains(h.Pools, to) &&
+		return !moved[h.Host] && !h.Busy && h.MovingTo == "" && h.Owner == from && slices.Contains(h.Pools, to) &&
 			(h.LastMove.IsZero() || now.Sub(h.LastMove) >= cfg.Cooldown)
 	}
 	// pick returns the first movable host from -> to whose GPUs fit ok.
@@ -167,6 +184,59 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 		out = append(out, Move{Host: h.Host, From: from.d.Pool, To: to.d.Pool, Reason: reason})
 	}
 	hyst := cfg.Hysteresis * nodeGPUs
+	// Reclaim: a pool under its quota with unmet demand takes nodes back
+	// from a pool over its own, idle ones first, else busy ones (drained).
+	for len(out) < cfg.MaxMoves {
+		var recv *poolBook
+		for _, n := range names {
+			if b := books[n]; b.unmet() >= hyst && b.unmet() > 0 && b.owned < b.target-1e-9 && (recv == nil || b.unmet() > recv.unmet()) {
+				recv = b
+			}
+		}
+		if recv == nil {
+			break
+		}
+		done := false
+		for _, dn := range names {
+			don := books[dn]
+			if don == recv || don.owned <= don.target {
+				continue
+			}
+			fits := func(g float64) bool { return don.owned-g >= don.target-1e-9 }
+			h, ok := pick(dn, recv.d.Pool, fits)
+			drain := false
+			if !ok {
+				for _, c := range hs {
+					c.Busy = false
+					if movable(c, dn, recv.d.Pool) && fits(float64(c.GPUs)) {
+						h, ok, drain = c, true, true
+						break
+					}
+				}
+			}
+			if !ok {
+				continue
+			}
+			reason := fmt.Sprintf("reclaim: %s owns %.0f of its %.0f-GPU quota and wants %.1f GPUs over the next %v with %.0f idle; %s owns %.0f over its quota of %.0f",
+				recv.d.Pool, recv.owned, recv.target, recv.need, cfg.Interval, recv.idle, dn, don.owned, don.target)
+			if drain {
+				reason += " (busy: drained, moves when its jobs end)"
+				g := float64(h.GPUs)
+				don.owned -= g
+				recv.owned += g
+				recv.coming += g
+				moved[h.Host] = true
+				out = append(out, Move{Host: h.Host, From: dn, To: recv.d.Pool, Reason: reason, Drain: true})
+			} else {
+				apply(h, don, recv, reason)
+			}
+			done = true
+			break
+		}
+		if !done {
+			break
+		}
+	}
 	for len(out) < cfg.MaxMoves {
 		// Receiver: the most unmet demand.
 		var recv *poolBook

@@ -161,3 +161,34 @@ func TestRebalanceRound(t *testing.T) {
 	}
 	require.NoError(t, f.CheckExclusive(ctx))
 }
+
+// A pool under its quota with unmet demand reclaims nodes from a pool over
+// its own even when that pool has demand too: idle nodes first, then busy
+// ones, drained.
+func TestPlanReclaim(t *testing.T) {
+	// Training borrowed h6..h8 (9 nodes, over its 6-node quota); all its
+	// nodes are busy but h7; it has pending work. Inference (h9, busy)
+	// has a burst.
+	hs := hosts("h0", "h1", "h2", "h3", "h4", "h5", "h6", "h8", "h9")
+	for i := 6; i < 9; i++ {
+		hs[i].Owner = "train"
+	}
+	mv := federation.Plan(t0, federation.RebalanceConfig{}, demand(100, 100), hs)
+	require.Len(t, mv, 2)
+	assert.Equal(t, federation.Move{Host: "h7", From: "train", To: "infer", Reason: mv[0].Reason}, mv[0])
+	assert.Contains(t, mv[0].Reason, "reclaim: infer owns 8 of its 32-GPU quota")
+	assert.Equal(t, "h0", mv[1].Host)
+	assert.True(t, mv[1].Drain)
+	assert.Contains(t, mv[1].Reason, "drained")
+	// Next round: h0 is still draining toward inference; it counts as
+	// inference's and is not planned again. One more node is owed.
+	hs[7].Owner, hs[7].LastMove = "infer", t0
+	hs[0].MovingTo = "infer"
+	mv = federation.Plan(t0.Add(15*time.Minute), federation.RebalanceConfig{}, demand(100, 100), hs)
+	require.Len(t, mv, 1)
+	assert.Equal(t, "h1", mv[0].Host)
+	assert.True(t, mv[0].Drain)
+	// Training at its quota: nothing more to reclaim, and it has no spare.
+	hs[1].MovingTo = "infer"
+	assert.Empty(t, federation.Plan(t0.Add(30*time.Minute), federation.RebalanceConfig{}, demand(100, 100), hs))
+}
