@@ -16,7 +16,10 @@
 // through a gang.Placer, or, with `--via engine`, each pod submitted to an
 // engine.Engine configured with that scorer (engine.Config.Scorer), one
 // cycle per arrival, which gives the same numbers for the deterministic
-// scorers. Run `berth replay -h` for the flags.
+// scorers. `--experiment hybrid` runs the hybrid-federation experiment
+// (docs/backends/federation.md): training gangs and inference services on
+// one cluster, dedicated, static, federated and colocated. Run
+// `berth replay -h` for the flags.
 package main
 
 import (
