@@ -14,7 +14,9 @@
 // can only run in SLURM). Binds, unbinds, preemptions and MIG changes are
 // routed to the pool of the node (or of the job); a bind on a copy that
 // its pool does not own, or on a node being moved, is refused. Next
-// merges the members' event streams in time order.
+// merges the members' event streams in time order. The federation is not
+// a backends.PendingReporter: on a restart, pending jobs come back through
+// the members' event streams.
 //
 // # Ownership
 //

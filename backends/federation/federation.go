@@ -344,28 +344,6 @@ func (f *Federation) Running(ctx context.Context) ([]backends.RunningJob, error)
 	return out, nil
 }
 
-// Pending returns the pending jobs of the members that report them
-// (backends.PendingReporter), each pinned to its pool.
-func (f *Federation) Pending(ctx context.Context) ([]*queue.Job, error) {
-	var out []*queue.Job
-	for _, m := range f.members {
-		pr, ok := m.Backend.(backends.PendingReporter)
-		if !ok {
-			continue
-		}
-		js, err := pr.Pending(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("federation: pool %s: %w", m.Name, err)
-		}
-		for _, j := range js {
-			j = pinJob(j, m.Name)
-			f.notePending(m.Name, j)
-			out = append(out, j)
-		}
-	}
-	return out, nil
-}
-
 func renameMembers(pool string, ms []engine.Member) []engine.Member {
 	out := slices.Clone(ms)
 	for i := range out {
@@ -567,7 +545,6 @@ func (f *Federation) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) 
 }
 
 var (
-	_ backends.Backend         = (*Federation)(nil)
-	_ backends.GangBinder      = (*Federation)(nil)
-	_ backends.PendingReporter = (*Federation)(nil)
+	_ backends.Backend    = (*Federation)(nil)
+	_ backends.GangBinder = (*Federation)(nil)
 )
