@@ -75,6 +75,7 @@ type host struct {
 	owner    string
 	moving   bool
 	movingTo string
+	gen      uint64 // lender calls begun and ended on it (odd: one in flight)
 	gpus     int
 	jobs     map[string]bool // jobs on it, in the owner's system
 	lastMove time.Time
@@ -242,16 +243,17 @@ func (f *Federation) Cluster(ctx context.Context) (topo.Spec, error) {
 	if sameGPU {
 		out.GPULevels = slices.Clone(specs[0].GPULevels)
 	}
-	f.mu.Lock()
-	f.hosts = map[string]*host{}
+	// The books are built aside and published once every shared node has
+	// one owner in the systems too.
+	hosts := map[string]*host{}
 	type idx struct{ pool, node int }
 	var order []idx
 	for i, sp := range specs {
 		for k, n := range sp.Nodes {
-			h := f.hosts[n.Name]
+			h := hosts[n.Name]
 			if h == nil {
 				h = &host{name: n.Name, jobs: map[string]bool{}, labels: map[string]map[string]string{}, gpus: n.GPUs}
-				f.hosts[n.Name] = h
+				hosts[n.Name] = h
 			}
 			h.pools = append(h.pools, f.members[i].Name)
 			if h.owner == "" && n.State == topo.Ready {
@@ -260,29 +262,25 @@ func (f *Federation) Cluster(ctx context.Context) (topo.Spec, error) {
 			order = append(order, idx{i, k})
 		}
 	}
-	for _, h := range f.hosts {
+	for _, h := range hosts {
 		if h.owner == "" {
 			h.owner = h.pools[0]
 		}
 	}
-	f.mu.Unlock()
 	// Enforce: every copy but the owner's is lent.
 	for i, sp := range specs {
 		m := f.members[i]
 		for k := range sp.Nodes {
 			n := &specs[i].Nodes[k]
-			f.mu.Lock()
-			h := f.hosts[n.Name]
-			shared, owner := len(h.pools) > 1, h.owner
-			f.mu.Unlock()
-			if !shared || owner == m.Name {
+			h := hosts[n.Name]
+			if len(h.pools) < 2 || h.owner == m.Name {
 				continue
 			}
 			if m.lender == nil {
 				return topo.Spec{}, fmt.Errorf("%w: pool %s shares node %s", ErrNoLender, m.Name, n.Name)
 			}
 			if err := m.lender.LendNode(ctx, n.Name); err != nil {
-				return topo.Spec{}, fmt.Errorf("federation: pool %s: lend %s (owned by %s): %w", m.Name, n.Name, owner, err)
+				return topo.Spec{}, fmt.Errorf("federation: pool %s: lend %s (owned by %s): %w", m.Name, n.Name, h.owner, err)
 			}
 			if n.State == topo.Ready {
 				n.State = topo.Cordoned
@@ -291,6 +289,7 @@ func (f *Federation) Cluster(ctx context.Context) (topo.Spec, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.hosts = hosts
 	for _, o := range order {
 		m, n := f.members[o.pool], specs[o.pool].Nodes[o.node]
 		src := specs[o.pool]

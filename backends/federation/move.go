@@ -95,7 +95,7 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		return err
 	}
 	rollbackSrc := func(cause error) error {
-		if err := src.lender.ReclaimNode(ctx, host); err != nil {
+		if err := f.change(h, func() error { return src.lender.ReclaimNode(ctx, host) }); err != nil {
 			// The node stays unschedulable everywhere: safe, but lost
 			// until the next move or an operator.
 			f.nodeEvent(from, host, topo.Cordoned)
@@ -105,7 +105,7 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		return finish(from, fmt.Errorf("%w: %w (rolled back)", ErrMove, cause))
 	}
 	// 2. Lend in the owner's system.
-	if err := src.lender.LendNode(ctx, host); err != nil {
+	if err := f.change(h, func() error { return src.lender.LendNode(ctx, host) }); err != nil {
 		return rollbackSrc(fmt.Errorf("lend in %s: %w", from, err))
 	}
 	f.nodeEvent(from, host, topo.Cordoned)
@@ -127,10 +127,10 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		}
 	}
 	// 4. Reclaim in the new owner's system.
-	if err := dst.lender.ReclaimNode(ctx, host); err != nil {
+	if err := f.change(h, func() error { return dst.lender.ReclaimNode(ctx, host) }); err != nil {
 		// It may have become schedulable before failing: lend it again
 		// before the old owner takes it back.
-		if lerr := dst.lender.LendNode(ctx, host); lerr != nil {
+		if lerr := f.change(h, func() error { return dst.lender.LendNode(ctx, host) }); lerr != nil {
 			f.nodeEvent(from, host, topo.Cordoned)
 			return finish(from, fmt.Errorf("%w: reclaim in %s: %w; re-lend there failed too (%w): node left unschedulable in %s", ErrMove, to, err, lerr, from))
 		}
@@ -138,6 +138,21 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 	}
 	f.nodeEvent(to, host, topo.Ready)
 	return finish(to, nil)
+}
+
+// change runs one lender call that may change h's state in a system,
+// counting it in h.gen before and after (CheckExclusive retries a host
+// whose state changed while it read it).
+func (f *Federation) change(h *host, call func() error) error {
+	f.mu.Lock()
+	h.gen++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		h.gen++
+		f.mu.Unlock()
+	}()
+	return call()
 }
 
 // PlanRound gathers the federation's view (hosts with their owners and
@@ -220,48 +235,68 @@ func (f *Federation) RunRebalancer(ctx context.Context) error {
 
 // CheckExclusive asks every pool's lender about every shared host and
 // returns an error naming each host schedulable in more than one system
-// at once, or schedulable in a pool that does not own it. It is the
-// invariant the federation keeps; tests call it after every step.
+// at once, or schedulable in a pool that does not own it (while no move of
+// it is in progress). It is the invariant the federation keeps; tests call
+// it after every step, and may call it while moves run: a host whose state
+// the federation changed while its systems were being read is read again
+// (up to three times, then skipped), so that two reads a move apart are
+// not taken for one instant.
 func (f *Federation) CheckExclusive(ctx context.Context) error {
 	f.mu.Lock()
-	type hv struct {
-		name, owner string
-		pools       []string
-		moving      bool
-	}
-	var hs []hv
+	var hs []*host
 	for _, h := range f.hosts {
 		if len(h.pools) > 1 {
-			hs = append(hs, hv{h.name, h.owner, slices.Clone(h.pools), h.moving})
+			hs = append(hs, h)
 		}
 	}
 	f.mu.Unlock()
-	slices.SortFunc(hs, func(a, b hv) int { return compareStrings(a.name, b.name) })
+	slices.SortFunc(hs, func(a, b *host) int { return compareStrings(a.name, b.name) })
 	var errs []error
 	for _, h := range hs {
-		var sched []string
-		for _, p := range h.pools {
-			l := f.byName[p].lender
-			if l == nil {
-				continue
-			}
-			st, err := l.NodeStatus(ctx, h.name)
+		for range 3 {
+			f.mu.Lock()
+			gen, owner, moving := h.gen, h.owner, h.moving
+			f.mu.Unlock()
+			sched, err := f.schedulable(ctx, h)
+			f.mu.Lock()
+			stable := gen == h.gen && owner == h.owner && moving == h.moving
+			f.mu.Unlock()
 			if err != nil {
-				errs = append(errs, fmt.Errorf("host %s: status in %s: %w", h.name, p, err))
+				errs = append(errs, err)
+				break
+			}
+			if !stable {
 				continue
 			}
-			if st.Schedulable {
-				sched = append(sched, p)
+			if len(sched) > 1 {
+				errs = append(errs, fmt.Errorf("host %s schedulable in %v at once", h.name, sched))
 			}
-		}
-		if len(sched) > 1 {
-			errs = append(errs, fmt.Errorf("host %s schedulable in %v at once", h.name, sched))
-		}
-		if len(sched) == 1 && sched[0] != h.owner && !h.moving {
-			errs = append(errs, fmt.Errorf("host %s schedulable in %s but owned by %s", h.name, sched[0], h.owner))
+			if len(sched) == 1 && sched[0] != owner && !moving {
+				errs = append(errs, fmt.Errorf("host %s schedulable in %s but owned by %s", h.name, sched[0], owner))
+			}
+			break
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// schedulable returns the pools whose system reports h schedulable.
+func (f *Federation) schedulable(ctx context.Context, h *host) ([]string, error) {
+	var sched []string
+	for _, p := range h.pools {
+		l := f.byName[p].lender
+		if l == nil {
+			continue
+		}
+		st, err := l.NodeStatus(ctx, h.name)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: status in %s: %w", h.name, p, err)
+		}
+		if st.Schedulable {
+			sched = append(sched, p)
+		}
+	}
+	return sched, nil
 }
 
 func compareStrings(a, b string) int {
