@@ -34,48 +34,32 @@ func (f *Federation) Next(ctx context.Context, wake time.Time) ([]engine.Event, 
 		}
 	}
 	f.evMu.Unlock()
-	var timer <-chan time.Time
-	if !wake.IsZero() {
-		t := time.NewTimer(time.Until(wake))
-		defer t.Stop()
-		timer = t.C
-	}
-	for {
+	evs, err := f.feed.Next(ctx, wake)
+	if errors.Is(err, backends.ErrClosed) {
 		f.evMu.Lock()
-		if len(f.evs) > 0 {
-			evs := f.evs
-			f.evs = nil
-			slices.SortStableFunc(evs, func(a, b engine.Event) int { return a.Time.Compare(b.Time) })
-			for i := range evs {
-				if evs[i].Time.Before(f.last) {
-					evs[i].Time = f.last
-				}
-				f.last = evs[i].Time
-			}
-			f.evMu.Unlock()
-			f.Account(evs)
-			return evs, nil
-		}
 		if len(f.errs) > 0 {
-			err := errors.Join(f.errs...)
-			f.evMu.Unlock()
-			return nil, err
-		}
-		if f.closed == len(f.members) {
-			f.evMu.Unlock()
-			return nil, backends.ErrClosed
+			err = errors.Join(f.errs...)
 		}
 		f.evMu.Unlock()
-		select {
-		case <-f.notify:
-		case <-timer:
-			return []engine.Event{}, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
 	}
+	if err != nil || len(evs) == 0 {
+		return evs, err
+	}
+	slices.SortStableFunc(evs, func(a, b engine.Event) int { return a.Time.Compare(b.Time) })
+	f.evMu.Lock()
+	for i := range evs {
+		if evs[i].Time.Before(f.last) {
+			evs[i].Time = f.last
+		}
+		f.last = evs[i].Time
+	}
+	f.evMu.Unlock()
+	f.Account(evs)
+	return evs, nil
 }
 
+// pump feeds one member's events into the federation's stream. The stream
+// ends when every member's has ended, or at once when one fails.
 func (f *Federation) pump(ctx context.Context, m *member) {
 	for {
 		evs, err := m.Backend.Next(ctx, time.Time{})
@@ -86,29 +70,21 @@ func (f *Federation) pump(ctx context.Context, m *member) {
 			} else if ctx.Err() == nil {
 				f.errs = append(f.errs, fmt.Errorf("federation: pool %s: %w", m.Name, err))
 			}
+			end := f.closed == len(f.members) || len(f.errs) > 0
 			f.evMu.Unlock()
-			f.signal()
+			if end {
+				f.feed.Close()
+			}
 			return
 		}
 		f.push(f.Translate(m.Name, evs)...)
 	}
 }
 
-func (f *Federation) signal() {
-	select {
-	case f.notify <- struct{}{}:
-	default:
-	}
-}
-
 func (f *Federation) push(evs ...engine.Event) {
-	if len(evs) == 0 {
-		return
+	if len(evs) > 0 {
+		_ = f.feed.Push(evs...) // after the stream ended: nobody reads them
 	}
-	f.evMu.Lock()
-	f.evs = append(f.evs, evs...)
-	f.evMu.Unlock()
-	f.signal()
 }
 
 // Translate turns events of pool's member into the federation's: node

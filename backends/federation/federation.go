@@ -97,11 +97,10 @@ type Federation struct {
 	moves    []MoveRecord
 	wg       sync.WaitGroup
 
+	feed    *backends.Feed
 	evMu    sync.Mutex
-	evs     []engine.Event
 	closed  int
 	errs    []error
-	notify  chan struct{}
 	started bool
 	last    time.Time
 }
@@ -155,7 +154,7 @@ func New(cfg Config) (*Federation, error) {
 	}
 	f := &Federation{cfg: cfg, byName: map[string]*member{}, hosts: map[string]*host{},
 		jobPool: map[string]string{}, jobHosts: map[string][]string{}, pending: map[string]pendingJob{},
-		notify: make(chan struct{}, 1)}
+		feed: backends.NewFeed()}
 	for _, p := range cfg.Pools {
 		if p.Name == "" || strings.Contains(p.Name, "/") {
 			return nil, fmt.Errorf("%w: pool name %q (empty or with '/')", ErrInvalidConfig, p.Name)

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -250,7 +251,7 @@ func (f *Federation) CheckExclusive(ctx context.Context) error {
 		}
 	}
 	f.mu.Unlock()
-	slices.SortFunc(hs, func(a, b *host) int { return compareStrings(a.name, b.name) })
+	slices.SortFunc(hs, func(a, b *host) int { return cmp.Compare(a.name, b.name) })
 	var errs []error
 	for _, h := range hs {
 		for range 3 {
@@ -297,14 +298,4 @@ func (f *Federation) schedulable(ctx context.Context, h *host) ([]string, error)
 		}
 	}
 	return sched, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
