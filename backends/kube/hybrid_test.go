@@ -122,6 +122,17 @@ func TestHybridFederation(t *testing.T) {
 			mustSlurm(t, conf, "scontrol", "update", "NodeName="+n, "State=RESUME")
 		}
 	}
+	eventually(t, 60*time.Second, "SLURM's jobs to end and its nodes to be idle", func() bool {
+		if out, _ := slurmCmd(conf, "squeue", "-h", "-o", "%i"); out != "" {
+			return false
+		}
+		for _, n := range nodes {
+			if st := slurmNode(t, conf, n); !strings.HasPrefix(st, "idle") || strings.Contains(st, "drain") {
+				return false
+			}
+		}
+		return true
+	})
 	for _, n := range all[4:] { // keep the test to four nodes
 		mustSlurm(t, conf, "scontrol", "update", "NodeName="+n, "State=DRAIN", "Reason=berth-hybrid-test")
 	}
@@ -231,6 +242,9 @@ func TestHybridFederation(t *testing.T) {
 	}()
 	eventually(t, 20*time.Second, "the federation's inventory", func() bool { _, _, ok := fed.Owner(nodes[0]); return ok })
 	owners := fed.Owners()
+	for _, n := range nodes {
+		t.Logf("at start: %s owned by %s; SLURM says %q", n, owners[n], slurmNode(t, conf, n))
+	}
 	for i, n := range nodes {
 		assert.Equal(t, map[bool]string{true: "slurm", false: "kube"}[i < 2], owners[n], n)
 	}
