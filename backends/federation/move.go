@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -298,4 +299,34 @@ func (f *Federation) schedulable(ctx context.Context, h *host) ([]string, error)
 		}
 	}
 	return sched, nil
+}
+
+// ReservedDemand turns the reservations of an engine View (a Runner's
+// View) into demand by pool: the GPUs held for reserved starts due before
+// now+within, counted for the pool of the reserved job. Use it as
+// Config.Demand:
+//
+//	Demand: func() map[string]federation.PoolDemand {
+//		return fed.ReservedDemand(runner.View(), time.Now(), 15*time.Minute)
+//	}
+//
+// A nil View gives nil.
+func (f *Federation) ReservedDemand(v *engine.View, now time.Time, within time.Duration) map[string]PoolDemand {
+	if v == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]PoolDemand{}
+	for _, r := range v.Reservations {
+		p, ok := f.jobPool[r.Job]
+		if !ok || r.GPUs == nil || !r.Start.Before(now.Add(within)) {
+			continue
+		}
+		d := out[p]
+		d.Pool = p
+		d.ReservedGPUs += float64(r.GPUs.GetCardinality())
+		out[p] = d
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -191,4 +192,23 @@ func TestPlanReclaim(t *testing.T) {
 	// Training at its quota: nothing more to reclaim, and it has no spare.
 	hs[1].MovingTo = "infer"
 	assert.Empty(t, federation.Plan(t0.Add(30*time.Minute), federation.RebalanceConfig{}, demand(100, 100), hs))
+}
+
+// Reservations of the engine's View count as their pool's demand when due
+// within the horizon.
+func TestReservedDemand(t *testing.T) {
+	f, _, _ := fixture(t)
+	_, err := f.Cluster(context.Background())
+	require.NoError(t, err)
+	j := func(id string) *queue.Job {
+		return &queue.Job{ID: id, Queue: "q", Submit: t0, Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 8}}}}
+	}
+	f.Account(f.Translate("kube", []engine.Event{engine.Submitted(t0, j("soon")), engine.Submitted(t0, j("late"))}))
+	v := &engine.View{Reservations: []engine.Reservation{
+		{Job: "soon", Start: t0.Add(5 * time.Minute), GPUs: roaring.BitmapOf(0, 1, 2, 3)},
+		{Job: "late", Start: t0.Add(time.Hour), GPUs: roaring.BitmapOf(4, 5)},
+		{Job: "unknown", Start: t0, GPUs: roaring.BitmapOf(6)},
+	}}
+	assert.Equal(t, map[string]federation.PoolDemand{"kube": {Pool: "kube", ReservedGPUs: 4}}, f.ReservedDemand(v, t0, 15*time.Minute))
+	assert.Nil(t, f.ReservedDemand(nil, t0, time.Minute))
 }

@@ -154,11 +154,18 @@ func main() {
 		{Name: s.Training.Name, Backend: sb, Quota: s.Training.Quota},
 		{Name: s.Inference.Name, Backend: kb, Quota: s.Inference.Quota},
 	}
-	fed, err := federation.New(fcfg)
+	// Reserved starts are known to the engine only: the rebalancer reads
+	// them from the Runner's View.
+	var fed *federation.Federation
+	var r *backends.Runner
+	fcfg.Demand = func() map[string]federation.PoolDemand {
+		return fed.ReservedDemand(r.View(), time.Now(), fcfg.Rebalance.WithDefaults().Interval)
+	}
+	fed, err = federation.New(fcfg)
 	if err != nil {
 		log.Fatalf("hybrid: %v", err)
 	}
-	r, err := backends.NewRunner(backends.RunnerConfig{
+	r, err = backends.NewRunner(backends.RunnerConfig{
 		Engine: engine.Config{
 			Queues:   queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "default"}}},
 			Policy:   queue.StrictPriority(),
