@@ -54,8 +54,29 @@ func (f *Federation) Next(ctx context.Context, wake time.Time) ([]engine.Event, 
 		f.last = evs[i].Time
 	}
 	f.evMu.Unlock()
+	f.gate(evs)
 	f.Account(evs)
 	return evs, nil
+}
+
+// gate applies the books at delivery: a node copy reported ready whose
+// host its pool does not own, or that is moving, is delivered cordoned.
+// (Translate does the same when the event arrives; doing it again here
+// covers a member's report translated before a move ended and delivered
+// after the federation's own report of the move.)
+func (f *Federation) gate(evs []engine.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Kind != engine.EventNodeChanged && ev.Kind != engine.EventNodeAdded || ev.Node.State != topo.Ready {
+			continue
+		}
+		pool, host, ok := SplitNode(ev.Node.Name)
+		if h := f.hosts[host]; ok && h != nil && (h.owner != pool || h.moving) {
+			ev.Node.State = topo.Cordoned
+		}
+	}
 }
 
 // pump feeds one member's events into the federation's stream. The stream

@@ -320,3 +320,44 @@ type feedMember struct {
 func (m *feedMember) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
 	return m.feed.Next(ctx, wake)
 }
+
+// Node reports are gated by the books when delivered: a copy its pool does
+// not own is never delivered ready; the federation's own report of a move
+// makes the new owner's copy ready.
+func TestNextGatesNodeReports(t *testing.T) {
+	a, b := &feedMember{fakeMember: newFake(t, "slurm", 2), feed: backends.NewFeed()}, &feedMember{fakeMember: newFake(t, "kube", 2), feed: backends.NewFeed()}
+	f, err := federation.New(federation.Config{Pools: []federation.Pool{{Name: "slurm", Backend: a}, {Name: "kube", Backend: b}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = f.Cluster(ctx)
+	require.NoError(t, err)
+	next := func() engine.Event {
+		t.Helper()
+		for {
+			evs, err := f.Next(ctx, time.Now().Add(time.Second))
+			require.NoError(t, err)
+			if len(evs) > 0 {
+				require.Len(t, evs, 1)
+				return evs[0]
+			}
+		}
+	}
+	require.NoError(t, b.feed.Push(engine.NodeChanged(time.Now(), "n0", topo.Ready, nil)))
+	ev := next()
+	assert.Equal(t, "kube/n0", ev.Node.Name)
+	assert.Equal(t, topo.Cordoned, ev.Node.State)
+	require.NoError(t, f.MoveNode(ctx, "n0", "kube", "test"))
+	var got []engine.Event
+	for len(got) < 2 {
+		evs, err := f.Next(ctx, time.Now().Add(time.Second))
+		require.NoError(t, err)
+		got = append(got, evs...)
+	}
+	assert.Equal(t, "slurm/n0", got[0].Node.Name)
+	assert.Equal(t, topo.Cordoned, got[0].Node.State)
+	assert.Equal(t, "kube/n0", got[1].Node.Name)
+	assert.Equal(t, topo.Ready, got[1].Node.State)
+	assert.Equal(t, "kube", got[1].Node.Labels[federation.LabelPool], "labels kept")
+}

@@ -103,8 +103,9 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 			f.nodeEvent(from, host, topo.Cordoned)
 			return finish(from, fmt.Errorf("%w: %w; rollback: reclaim in %s: %w", ErrMove, cause, from, err))
 		}
-		f.nodeEvent(from, host, topo.Ready)
-		return finish(from, fmt.Errorf("%w: %w (rolled back)", ErrMove, cause))
+		err := finish(from, fmt.Errorf("%w: %w (rolled back)", ErrMove, cause))
+		f.nodeEvent(from, host, topo.Ready) // after the books say so
+		return err
 	}
 	// 2. Lend in the owner's system.
 	if err := f.change(h, func() error { return src.lender.LendNode(ctx, host) }); err != nil {
@@ -138,8 +139,9 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		}
 		return rollbackSrc(fmt.Errorf("reclaim in %s: %w", to, err))
 	}
-	f.nodeEvent(to, host, topo.Ready)
-	return finish(to, nil)
+	err := finish(to, nil)
+	f.nodeEvent(to, host, topo.Ready) // after the books say so
+	return err
 }
 
 // change runs one lender call that may change h's state in a system,
