@@ -123,6 +123,9 @@ export KUBEBUILDER_ASSETS
 (cd backends/kube && go vet ./... && go test -race -count=1 ./... \
   && go test -run '^$' -bench . -benchtime 1x ./...)
 (cd examples/kube-scheduler && go vet ./... && go build -o /dev/null .)
+# hybrid federation (issue 13): backends/kube's TestHybridFederation above
+# needs the SLURM cluster too (up until EXIT); examples/hybrid is its own module.
+(cd examples/hybrid && go vet ./... && go build -o /dev/null . && go run . -config site.json -check >/dev/null)
 # ---- end backends/kube
 
 echo "== all passed"

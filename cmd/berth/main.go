@@ -16,7 +16,10 @@
 // through a gang.Placer, or, with `--via engine`, each pod submitted to an
 // engine.Engine configured with that scorer (engine.Config.Scorer), one
 // cycle per arrival, which gives the same numbers for the deterministic
-// scorers. Run `berth replay -h` for the flags.
+// scorers. `--experiment hybrid` runs the hybrid-federation experiment
+// (docs/backends/federation.md): training gangs and inference services on
+// one cluster, dedicated, static, federated and colocated. Run
+// `berth replay -h` for the flags.
 package main
 
 import (
@@ -149,7 +152,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	fs.StringVar(&o.format, "format", "table", "output: table, json or csv")
 	fs.StringVar(&o.out, "out", "", "directory for plots (PNG and SVG); empty: no plots")
 	if !compare {
-		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR])")
+		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR]), or hybrid\n"+
+			"(training + inference on one cluster: dedicated, static, federated, colocated; --trace synthetic or itp[:PATH])")
 		fs.StringVar(&o.via, "via", "placer", "with --experiment fgd, how pods are placed: placer (a gang.Placer with the policy's scorer) or engine\n"+
 			"(each pod submitted to an engine.Engine configured with that scorer, one cycle per arrival; same numbers for the\n"+
 			"deterministic policies, random draws from its own stream, clustering is not available)")
@@ -258,8 +262,12 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		if o.policies, err = parsePolicies(p, fgdPolicies()); err != nil {
 			return nil, err
 		}
+	case "hybrid":
+		if err := checkHybrid(o); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, usagef("--experiment %q: the only experiment is fgd", o.experiment)
+		return nil, usagef("--experiment %q: want fgd or hybrid", o.experiment)
 	}
 	if o.accounting != "" && o.experiment != "" {
 		return nil, usagef("--accounting is for replays, not --experiment %s", o.experiment)
@@ -283,6 +291,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, com
 	}
 	if o.experiment == "fgd" {
 		return runFGD(ctx, o, stdout, stderr)
+	}
+	if o.experiment == "hybrid" {
+		return runHybrid(ctx, o, stdout, stderr)
 	}
 	return runReplays(ctx, o, stdout, stderr)
 }

@@ -1,0 +1,42 @@
+// Package federation is a backend made of member backends, each a named
+// pool: one berth engine deciding for a SLURM cluster and a Kubernetes
+// cluster (or any backends) at once, with one set of books so that no GPU
+// is handed out by both.
+//
+// # Inventory, routing, events
+//
+// Federation.Cluster merges the members' clusters under a top topology
+// level "pool" (LevelPool). Every node of pool P appears as "P/node",
+// labelled berth.io/pool=P and berth.io/host=node. A physical node known
+// to two systems (the same host name in both) appears once per pool; only
+// its owner's copy is schedulable, the others are cordoned. Jobs coming
+// from a member are pinned to its pool by a label selector (a SLURM job
+// can only run in SLURM). Binds, unbinds, preemptions and MIG changes are
+// routed to the pool of the node (or of the job); a bind on a copy that
+// its pool does not own, or on a node being moved, is refused. Next
+// merges the members' event streams in time order. The federation is not
+// a backends.PendingReporter: on a restart, pending jobs come back through
+// the members' event streams.
+//
+// # Ownership
+//
+// Each physical node has exactly one owner at any time, enforced in the
+// systems themselves through NodeLender, the small optional interface a
+// member implements (backends/slurm: scontrol drain / resume;
+// backends/kube: cordon / uncordon). MoveNode lends the node in its
+// owner's system, waits until it is empty there, then reclaims it in the
+// other; a failure at any step is rolled back, and at no point is the node
+// schedulable in both. CheckExclusive verifies that invariant against the
+// systems.
+//
+// # Rebalancing
+//
+// Plan is the pure, deterministic decision of one round: from each pool's
+// demand (pending GPU-hours over the interval, reserved starts) and quota
+// (default 60% / 40% of the GPUs for two pools), it moves idle nodes to
+// the pool with unmet demand, with hysteresis, a bound on moves per round
+// and a cooldown per node, and drifts them back toward the quotas when
+// demand is met. Federation.Rebalance runs a round; RunRebalancer runs one
+// every interval (default 15 minutes). Every move is logged with its
+// reason. See docs/backends/federation.md.
+package federation

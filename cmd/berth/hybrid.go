@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"text/tabwriter"
+
+	"golang.org/x/sync/errgroup"
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/berthsched/berth/replay/hybrid"
+	"github.com/berthsched/berth/workload"
+)
+
+// checkHybrid validates the options of --experiment hybrid.
+func checkHybrid(o *options) error {
+	if o.policySet {
+		return usagef("--policy is not for --experiment hybrid (it runs the variants %v)", hybrid.Variants())
+	}
+	t := o.traces[0]
+	switch {
+	case t.kind == "synthetic" && t.jobs == 0, t.kind == "itp":
+	default:
+		return usagef("--experiment hybrid takes --trace synthetic (the built-in workload) or itp[:PATH] (training jobs of ITP cluster04)")
+	}
+	return nil
+}
+
+// hybridTraining loads the training jobs: nil for the built-in synthetic
+// workload, else the ITP trace with its first job at offset zero.
+func hybridTraining(o *options) ([]workload.Job, string, error) {
+	t := o.traces[0]
+	if t.kind != "itp" {
+		return nil, "built-in synthetic training jobs", nil
+	}
+	tr, err := workload.Open(workload.KindITP, t.path)
+	if err != nil {
+		return nil, "", err
+	}
+	jobs := append([]workload.Job(nil), tr.Jobs...)
+	if len(jobs) == 0 {
+		return nil, "", fmt.Errorf("hybrid: the ITP trace has no jobs")
+	}
+	first := jobs[0].Submit
+	for _, j := range jobs {
+		first = min(first, j.Submit)
+	}
+	for i := range jobs {
+		jobs[i].Submit -= first
+	}
+	return jobs, "training jobs of ITP cluster04 (" + tr.Name + ")", nil
+}
+
+// runHybrid runs the hybrid experiment: every variant x seed, one row per
+// variant (means over the seeds).
+func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	training, what, err := hybridTraining(o)
+	if err != nil {
+		return err
+	}
+	cfg := hybrid.Config{Nodes: o.nodes, GPUsPerNode: o.gpn, Training: training}
+	variants := hybrid.Variants()
+	type run struct {
+		v    int
+		seed int64
+	}
+	var runs []run
+	for i := range variants {
+		for _, s := range o.seeds {
+			runs = append(runs, run{i, s})
+		}
+	}
+	res := make([]hybrid.Row, len(runs))
+	var done atomic.Int64
+	bar := startProgress(stderr, progressOn(o.progress, stderr), "runs", int64(len(runs)), done.Load)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.parallel)
+	for i, r := range runs {
+		g.Go(func() error {
+			c := cfg
+			c.Seed = r.seed
+			row, err := hybrid.Run(gctx, c, variants[r.v])
+			if err != nil {
+				return err
+			}
+			res[i] = row
+			done.Add(1)
+			return nil
+		})
+	}
+	err = g.Wait()
+	bar.stop()
+	if err != nil {
+		return err
+	}
+	rows := make([]hybrid.Row, len(variants))
+	firsts := make([]hybrid.Row, len(variants)) // the first seed's, for plots
+	for i, r := range runs {
+		row := &rows[r.v]
+		x := res[i]
+		if row.Variant == "" {
+			*row = hybrid.Row{Variant: x.Variant}
+			firsts[r.v] = x
+		}
+		n := float64(len(o.seeds))
+		row.Utilization += x.Utilization / n
+		row.TrainingAvgWaitS += x.TrainingAvgWaitS / n
+		row.TrainingAvgSlowdown += x.TrainingAvgSlowdown / n
+		row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
+		row.NodeMoves += x.NodeMoves
+		row.TrainingJobs += x.TrainingJobs
+		row.TrainingStarted += x.TrainingStarted
+		row.Dropped += x.Dropped
+	}
+	for i := range rows {
+		// Counts are means over the seeds too (rounded).
+		n := len(o.seeds)
+		rows[i].NodeMoves = (rows[i].NodeMoves + n/2) / n
+		rows[i].TrainingJobs = (rows[i].TrainingJobs + n/2) / n
+		rows[i].TrainingStarted = (rows[i].TrainingStarted + n/2) / n
+		rows[i].Dropped = (rows[i].Dropped + n/2) / n
+	}
+	switch o.format {
+	case "json":
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		if _, err := stdout.Write(append(b, '\n')); err != nil {
+			return err
+		}
+	case "csv":
+		cw := csv.NewWriter(stdout)
+		_ = cw.Write([]string{"variant", "utilization", "training_avg_wait_s", "training_avg_slowdown", "inference_shortfall_replica_min", "node_moves", "training_jobs", "training_started", "dropped"})
+		f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+		for _, r := range rows {
+			_ = cw.Write([]string{r.Variant, f(r.Utilization), f(r.TrainingAvgWaitS), f(r.TrainingAvgSlowdown), f(r.InferenceShortfallReplicaMin),
+				strconv.Itoa(r.NodeMoves), strconv.Itoa(r.TrainingJobs), strconv.Itoa(r.TrainingStarted), strconv.Itoa(r.Dropped)})
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return err
+		}
+	default:
+		nodes := o.nodes
+		if nodes == 0 {
+			nodes = 40
+		}
+		fmt.Fprintf(stdout, "Hybrid experiment: %d nodes x %d GPUs, 60/40 training/inference, 3 days, %s + inference services on a day/night curve, seeds %s\n\n",
+			nodes, o.gpn, what, seedsString(o.seeds, true))
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "variant\tutilization %\ttraining wait (s)\ttraining slowdown\tinference shortfall (replica-min)\tnode moves\ttraining jobs (started)")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.2f\t%.0f\t%d\t%d (%d)\n", r.Variant, 100*r.Utilization, r.TrainingAvgWaitS,
+				r.TrainingAvgSlowdown, r.InferenceShortfallReplicaMin, r.NodeMoves, r.TrainingJobs, r.TrainingStarted)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if o.out == "" {
+		return nil
+	}
+	var util, infer []series
+	for _, r := range firsts {
+		u, inf := make(plotter.XYs, len(r.Series)), make(plotter.XYs, len(r.Series))
+		for i, p := range r.Series {
+			u[i] = plotter.XY{X: p.Hours, Y: 100 * p.Utilization}
+			inf[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceGPUs)}
+		}
+		util = append(util, series{name: r.Variant, xys: u})
+		infer = append(infer, series{name: r.Variant + " inference GPUs", xys: inf})
+	}
+	if len(firsts) > 0 {
+		w := make(plotter.XYs, len(firsts[0].Series))
+		for i, p := range firsts[0].Series {
+			w[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceWanted)}
+		}
+		infer = append(infer, series{name: "replicas wanted", xys: w})
+	}
+	files, err := savePlot(o.out, "hybrid-utilization", "Hybrid experiment: GPU utilization", "hours", "GPUs busy (%)", false, util)
+	if err != nil {
+		return err
+	}
+	more, err := savePlot(o.out, "hybrid-inference", "Hybrid experiment: inference GPUs and replicas wanted", "hours", "GPUs", true, infer)
+	if err != nil {
+		return err
+	}
+	for _, f := range append(files, more...) {
+		fmt.Fprintln(stderr, "wrote", f)
+	}
+	return nil
+}
