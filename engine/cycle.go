@@ -67,6 +67,7 @@ type cycleState struct {
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
+	unplanned   NoEstimate // why the last reserve found no start (estimate.go)
 }
 
 type resv struct {
@@ -480,7 +481,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		}
 		cs.limMax = max(cs.limMax, l)
 	}
-	st = PendingStatus{Job: j.ID, Queue: j.Queue}
+	st = PendingStatus{Job: j.ID, Queue: j.Queue, js: js}
 	waits = true
 	if js.notBefore > cs.nowNs {
 		cs.backoff = true
@@ -571,6 +572,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		if st.Reason == ReasonCapacity {
 			cs.fracBlocked = append(cs.fracBlocked, fracRec{js, len(cs.pend)})
 		}
+		st.plan = NoEstimateFractional
 		e.blocked(js, len(cs.pend))
 		return st, true
 	}
@@ -583,9 +585,12 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		// EASY: the one reservation stays with its holder.
 		cs.yielded = true
 	}
+	st.plan = NoEstimateDepth // why it has no estimate (see estimate.go)
 	if len(cs.res) < d && cs.reserveTries < 2*d+2 && !easyTaken {
 		cs.reserveTries++
-		if r, ok := e.reserve(js); ok {
+		r, ok := e.reserve(js)
+		st.plan = cs.unplanned // read only when ok is false
+		if ok {
 			cs.addRes(r)
 			if cs.resAt == nil {
 				cs.resAt = map[string]int{}

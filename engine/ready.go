@@ -204,8 +204,11 @@ type PendingStatus struct {
 	Quota queue.Fit
 	// Start is the estimated start time; zero when the timeline gives none
 	// (only jobs holding a reservation or waiting for preempted GPUs have
-	// one).
+	// one; View.Estimates says why the others have none).
 	Start time.Time
+
+	js   *job       // the job (its request and estimates are read, never written)
+	plan NoEstimate // why the walk gave it no start (estimate.go)
 }
 
 func (s PendingStatus) String() string {
