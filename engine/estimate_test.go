@@ -47,7 +47,7 @@ func estimatesForAll(t *testing.T, seed uint64, quotas bool) {
 		return map[queue.ResourceName]queue.Quota{queue.GPUMilli: {Nominal: queue.WholeGPUs(n)}}
 	}
 	e, err := engine.New(engine.Config{
-		Cluster: topo.Uniform([]string{"rack"}, []int{2}, 3, 4, "H100"),
+		Cluster:  topo.Uniform([]string{"rack"}, []int{2}, 3, 4, "H100"),
 		Queues:   queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "a", Quota: gpus(48)}, {Name: "b", Quota: gpus(48)}}},
 		Policy:   queue.StrictPriority(),
 		Backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: 64, MaxProbes: 1000},
