@@ -35,7 +35,8 @@ const (
 	NoEstimateNeverFits
 	// NoEstimateDepth: not planned this cycle: the reservations went to
 	// jobs ahead of it (EASY backfill plans only the first blocked job,
-	// conservative up to Config.Backfill.Depth).
+	// conservative up to Config.Backfill.Depth, and without backfill no
+	// job is planned).
 	NoEstimateDepth
 	// NoEstimateWindow: it cannot start within Config.Backfill.Window.
 	NoEstimateWindow
@@ -76,7 +77,7 @@ func (n NoEstimate) String() string {
 	case NoEstimateProbes:
 		return "probes-exhausted"
 	case NoEstimateBehind:
-		return "behind"
+		return "strict-order"
 	case NoEstimateBindRetry:
 		return "bind-retry"
 	case NoEstimateFractional:

@@ -195,6 +195,7 @@ type PendingStatus struct {
 	Job    string
 	Queue  string
 	Reason ReasonCode
+	plan   NoEstimate // why the walk gave it no start (estimate.go); in Reason's padding
 	// Place is the placement reason (ReasonCapacity; for
 	// ReasonReservedGPUs, why it does not fit off the reserved GPUs).
 	// For jobs of the same shape the numbers are those of the first such
@@ -207,8 +208,7 @@ type PendingStatus struct {
 	// one; View.Estimates says why the others have none).
 	Start time.Time
 
-	js   *job       // the job (its request and estimates are read, never written)
-	plan NoEstimate // why the walk gave it no start (estimate.go)
+	js *job // the job (its request and estimates are read, never written)
 }
 
 func (s PendingStatus) String() string {

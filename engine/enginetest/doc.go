@@ -43,6 +43,8 @@
 //	advance [refuse=ID,...] [refuse-preempt=ID,...] [refuse-resize=ID,...]
 //	        [refuse-mig=NODE:GPU,...]
 //	view                     the published View: running jobs, free GPUs, usage
+//	explain                  every pending job's estimate (View.Estimates) and
+//	                         explanation (View.Explain)
 //
 // Times print relative to the scenario's start as +D. GPU sets print per
 // node as n0[0-3] (node-local indices); a fractional member prints as
