@@ -226,6 +226,8 @@ func (v *View) shape(n need) string {
 		s = fmt.Sprintf("a whole node (%d GPUs)", n.per)
 	case n.per == c.MaxGPUsPerNode():
 		s = fmt.Sprintf("%d whole nodes (%d GPUs each)", n.members, n.per)
+	case n.members == 1 && n.per == 1:
+		s = "1 GPU"
 	case n.members == 1:
 		s = fmt.Sprintf("%d GPUs on one node", n.per)
 	default:
@@ -413,8 +415,13 @@ func (v *View) explainBlocked(i int, x *Explanation, c *explainCache) {
 	}
 	head := v.Pending[h].Job
 	x.Limit = "strict order without backfill: it waits behind " + head + ", which is blocked"
+	if v.Pending[h].Reason == ReasonCapacity {
+		var hx Explanation
+		v.explainCapacity(&v.Pending[h], &hx, c)
+		x.Limit = "strict order without backfill: it waits behind " + head + ", which " + hx.Limit
+	}
 	p := &v.Pending[i]
-	if n, ok := v.needOf(p); ok && p.js != nil {
+	if p.js != nil && v.x.snap != nil {
 		fits := true
 		w := v.whatIfNow()
 		for gi, gr := range p.js.req.Groups {
@@ -429,7 +436,6 @@ func (v *View) explainBlocked(i int, x *Explanation, c *explainCache) {
 				}
 			}
 		}
-		_ = n
 		if fits {
 			x.Kind = "blocked: fits now"
 			x.Unblock = "it fits now: backfill (EASY or conservative) would start it now if it ends before " + head + " can start"
