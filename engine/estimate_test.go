@@ -24,7 +24,15 @@ import (
 // since they are not exact (estimates there do move later).
 func TestEstimatesForEveryPendingJob(t *testing.T) {
 	for seed := range uint64(120) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { estimatesForAll(t, seed, false) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { estimatesForAll(t, seed, engine.BackfillConservative, false) })
+	}
+}
+
+// Under EASY backfill only the first blocked job is planned: the others
+// are told so (not-planned), and the one estimate is kept as well.
+func TestEstimatesForEveryPendingJobEASY(t *testing.T) {
+	for seed := range uint64(60) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { estimatesForAll(t, seed, engine.BackfillEASY, false) })
 	}
 }
 
@@ -36,11 +44,11 @@ func TestEstimatesForEveryPendingJob(t *testing.T) {
 // docs/pending.md).
 func TestEstimatesForEveryPendingJobWithQuota(t *testing.T) {
 	for seed := range uint64(120) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { estimatesForAll(t, seed, true) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { estimatesForAll(t, seed, engine.BackfillConservative, true) })
 	}
 }
 
-func estimatesForAll(t *testing.T, seed uint64, quotas bool) {
+func estimatesForAll(t *testing.T, seed uint64, mode engine.BackfillMode, quotas bool) {
 	rng := rand.New(rand.NewPCG(seed, 53))
 	unknown := seed%4 == 3
 	gpus := func(n int64) map[queue.ResourceName]queue.Quota {
@@ -50,7 +58,7 @@ func estimatesForAll(t *testing.T, seed uint64, quotas bool) {
 		Cluster:  topo.Uniform([]string{"rack"}, []int{2}, 3, 4, "H100"),
 		Queues:   queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "a", Quota: gpus(48)}, {Name: "b", Quota: gpus(48)}}},
 		Policy:   queue.StrictPriority(),
-		Backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: 64, MaxProbes: 1000},
+		Backfill: engine.BackfillConfig{Mode: mode, Depth: 64, MaxProbes: 1000},
 		Start:    t0,
 	})
 	if quotas {
@@ -134,6 +142,8 @@ func estimatesForAll(t *testing.T, seed uint64, quotas bool) {
 			case engine.NoEstimateQuota:
 				require.True(t, quotas, "%s waits for quota that cannot bind: %v", x.Job, rd.Pending[i])
 				require.NotEmpty(t, x.Behind, "%s waits for quota behind no job", x.Job)
+			case engine.NoEstimateDepth:
+				require.Equal(t, engine.BackfillEASY, mode, "%s: not planned, though every job is", x.Job)
 			case engine.NoEstimateUnknownEnds:
 				require.True(t, unknown, "%s: unknown ends, but every job has an estimate", x.Job)
 			default:
