@@ -54,6 +54,10 @@ const (
 	NoEstimateFractional
 	// NoEstimateNotEvaluated: the latest cycle did not consider it.
 	NoEstimateNotEvaluated
+	// NoEstimateHeld: a rule other than GPUs and quota holds it (its
+	// PendingStatus.Reason says which); the timeline cannot say when the
+	// rule lets it go.
+	NoEstimateHeld
 
 	// noEstimateNoRoom is what reserve reports when the timeline ran out:
 	// Estimates turns it into NoEstimateUnknownEnds or NoEstimateNeverFits.
@@ -84,6 +88,8 @@ func (n NoEstimate) String() string {
 		return "fractional"
 	case NoEstimateNotEvaluated:
 		return "not-evaluated"
+	case NoEstimateHeld:
+		return "held"
 	}
 	return fmt.Sprintf("NoEstimate(%d)", uint8(n))
 }
@@ -193,7 +199,7 @@ func (v *View) estimate(i int, run *[]RunningJob) Estimate {
 		x.Why = NoEstimateFractional
 	case ReasonNone:
 		x.Why = NoEstimateNotEvaluated
-	default:
+	case ReasonCapacity, ReasonReservedGPUs, ReasonReserved, ReasonPreempting:
 		x.Why = p.plan
 		switch {
 		case x.Why == EstimateGiven:
@@ -211,6 +217,10 @@ func (v *View) estimate(i int, run *[]RunningJob) Estimate {
 				x.Why = NoEstimateUnknownEnds
 			}
 		}
+	default:
+		// A reason this file does not know (a site rule holds the job,
+		// say): the timeline cannot say when that ends.
+		x.Why = NoEstimateHeld
 	}
 	return x
 }

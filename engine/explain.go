@@ -125,9 +125,12 @@ func (v *View) explain(i int, c *explainCache) Explanation {
 	case ReasonReconfiguring:
 		x.Limit = fmt.Sprintf("no free MIG instance or GPU share fits it: %v", p.Place)
 		x.Unblock = "a MIG reconfiguration planned this cycle makes room; it is placed once the backend applies it"
-	default:
+	case ReasonNone:
 		x.Limit = "not considered by the latest cycle"
 		x.Unblock = "the next cycle considers it"
+	default:
+		x.Limit = "held: " + p.String()
+		x.Unblock = "it is considered again once what holds it lets it go"
 	}
 	return x
 }

@@ -105,3 +105,30 @@ func explainRandom(t *testing.T, seed uint64) {
 	}
 	t.Logf("explanation kinds / estimates: %v", kinds)
 }
+
+// A View built by hand (no bookings, no running jobs, statuses without
+// their jobs) and a reason code the estimates do not know are answered,
+// not a panic: an unknown reason is "held".
+func TestExplainBareView(t *testing.T) {
+	v := &engine.View{At: t0, Pending: []engine.PendingStatus{
+		{Job: "a", Reason: engine.ReasonCapacity},
+		{Job: "b", Reason: engine.ReasonQuota},
+		{Job: "c", Reason: engine.ReasonBlocked},
+		{Job: "d", Reason: engine.ReasonReservedGPUs},
+		{Job: "e", Reason: engine.ReasonReserved, Start: t0.Add(time.Hour)},
+		{Job: "f", Reason: engine.ReasonCode(200)},
+	}}
+	ests := v.Estimates()
+	require.Len(t, ests, 6)
+	require.Equal(t, engine.NoEstimateDepth, ests[0].Why)
+	require.Equal(t, engine.NoEstimateNeverFits, ests[1].Why, "short of quota with nothing running")
+	require.Equal(t, []string{"a"}, ests[2].Behind)
+	require.Equal(t, t0.Add(time.Hour), ests[4].Start)
+	require.Equal(t, engine.NoEstimateHeld, ests[5].Why)
+	for _, x := range v.Explanations() {
+		require.NotEmpty(t, x.Limit, x.Job)
+		require.NotEmpty(t, x.Unblock, x.Job)
+	}
+	_, ok := v.Explain("nope")
+	require.False(t, ok)
+}

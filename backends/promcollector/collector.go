@@ -225,7 +225,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range v.Estimates() {
 		byWhy[x.Why]++
 	}
-	for w := engine.EstimateGiven; w <= engine.NoEstimateNotEvaluated; w++ {
+	for w := engine.EstimateGiven; w <= engine.NoEstimateHeld; w++ {
 		gauge(c.estimateDesc, float64(byWhy[w]), w.String())
 	}
 }
