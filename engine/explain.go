@@ -361,13 +361,17 @@ func (v *View) explainReservedGPUs(p *PendingStatus, x *Explanation, c *explainC
 	if p.js != nil {
 		lim = p.js.j.RuntimeLimit
 	}
+	// A limit that ends by the first reservation's start overlaps none:
+	// it would start now (it fits with no reservation held). Rounded
+	// down, so that the advice holds.
+	hole := room.Truncate(time.Minute)
 	switch {
-	case room <= 0:
+	case hole < time.Minute:
 		x.Unblock = "it starts after " + r.Job + " starts"
 	case lim > 0:
-		x.Unblock = fmt.Sprintf("its runtime limit (%s) ends after that; a limit under %s would let it start now", fmtDur(lim), fmtDur(room))
+		x.Unblock = fmt.Sprintf("its runtime limit (%s) ends after that; a limit of at most %s would let it start now", fmtDur(lim), fmtDur(hole))
 	default:
-		x.Unblock = fmt.Sprintf("it has no runtime limit; a limit under %s would let it start now", fmtDur(room))
+		x.Unblock = fmt.Sprintf("it has no runtime limit; a limit of at most %s would let it start now", fmtDur(hole))
 	}
 }
 
