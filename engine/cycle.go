@@ -68,6 +68,7 @@ type cycleState struct {
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
 	holdsBy     map[string]string // Ready.Holds (site rules), made when needed
+	unplanned   NoEstimate // why the last reserve found no start (estimate.go)
 }
 
 type resv struct {
@@ -489,7 +490,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		}
 		cs.limMax = max(cs.limMax, l)
 	}
-	st = PendingStatus{Job: j.ID, Queue: j.Queue}
+	st = PendingStatus{Job: j.ID, Queue: j.Queue, js: js}
 	waits = true
 	if js.notBefore > cs.nowNs {
 		cs.backoff = true
@@ -586,6 +587,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		if st.Reason == ReasonCapacity {
 			cs.fracBlocked = append(cs.fracBlocked, fracRec{js, len(cs.pend)})
 		}
+		st.plan = NoEstimateFractional
 		e.blocked(js, len(cs.pend))
 		return st, true
 	}
@@ -598,9 +600,12 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		// EASY: the one reservation stays with its holder.
 		cs.yielded = true
 	}
+	st.plan = NoEstimateDepth // why it has no estimate (see estimate.go)
 	if len(cs.res) < d && cs.reserveTries < 2*d+2 && !easyTaken {
 		cs.reserveTries++
-		if r, ok := e.reserveIn(js); ok {
+		r, ok := e.reserveIn(js)
+		st.plan = cs.unplanned // read only when ok is false
+		if ok {
 			cs.addRes(r)
 			if cs.resAt == nil {
 				cs.resAt = map[string]int{}

@@ -217,6 +217,7 @@ type PendingStatus struct {
 	Job    string
 	Queue  string
 	Reason ReasonCode
+	plan   NoEstimate // why the walk gave it no start (estimate.go); in Reason's padding
 	// Place is the placement reason (ReasonCapacity; for
 	// ReasonReservedGPUs, why it does not fit off the reserved GPUs).
 	// For jobs of the same shape the numbers are those of the first such
@@ -226,8 +227,10 @@ type PendingStatus struct {
 	Quota queue.Fit
 	// Start is the estimated start time; zero when the timeline gives none
 	// (only jobs holding a reservation or waiting for preempted GPUs have
-	// one).
+	// one; View.Estimates says why the others have none).
 	Start time.Time
+
+	js *job // the job (its request and estimates are read, never written)
 }
 
 func (s PendingStatus) String() string {

@@ -89,6 +89,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	}
 	resEnds = e.advEnds(cs.now, resEnds)
 	slices.SortFunc(resEnds, time.Time.Compare)
+	cs.unplanned = noEstimateNoRoom
 	tl := e.tl
 	for i, k := 0, 0; i < len(tl) || k < len(resEnds); {
 		var t time.Time
@@ -98,6 +99,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			t = resEnds[k]
 		}
 		if !horizon.IsZero() && t.After(horizon) {
+			cs.unplanned = NoEstimateWindow
 			break
 		}
 		if hasSticky && t.After(sticky.start) && trySticky() {
@@ -123,6 +125,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			continue
 		}
 		if probes++; probes > e.cfg.Backfill.MaxProbes {
+			cs.unplanned = NoEstimateProbes
 			break
 		}
 		if !e.enoughFree(w, t, r, &js.req) {

@@ -26,6 +26,7 @@ type View struct {
 	FreeGPUs, TotalGPUs int
 	queues              *queue.Snapshot
 	running             *btree.BTreeG[*runRec] // copy-on-write clone; records never change
+	x                   viewExtra              // what Estimates and Explain read (explain.go)
 }
 
 // runRec is a running job as the View keeps it; ExpectedEnd is computed
@@ -33,6 +34,7 @@ type View struct {
 type runRec struct {
 	RunningJob
 	estimate, limit time.Duration
+	gpus            []uint32 // the whole GPUs it holds (a copy: placements rewrite theirs)
 }
 
 func runLess(a, b *runRec) bool { return a.Job < b.Job }
@@ -101,7 +103,7 @@ func (v *View) Queues() []queue.QueueStatus {
 
 // publish stores the View of the cycle that made rd.
 func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
-	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs}
+	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs, x: e.viewExtra()}
 	if rd != nil {
 		v.Seq, v.Pending, v.Reservations, v.Holds = rd.Seq, rd.Pending, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
 	}
@@ -136,7 +138,7 @@ func (e *Engine) runUpsert(js *job) {
 	e.running.ReplaceOrInsert(&runRec{
 		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Shared: js.shared(), Members: js.members,
 			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
-		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit,
+		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit, gpus: slices.Clone(js.place.gpus),
 	})
 }
 

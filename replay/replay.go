@@ -129,6 +129,9 @@ type Config struct {
 	// Progress, if set, is called after every cycle with the number of
 	// jobs that finished so far (on the replay's goroutine).
 	Progress func(finished int)
+	// Done, if set, is called once when Run returns (progress bars count
+	// replays with it).
+	Done func()
 	// Observe, if set, sees every cycle (tests read reservations from it).
 	Observe func(backends.Cycle)
 	// Spec, when it has nodes, is the cluster instead of Cluster's uniform
@@ -364,6 +367,9 @@ func replayQueues(names []string, gpus int) queue.TreeSpec {
 // driven by a backends.Runner, and measures it. It is deterministic: the
 // same config gives the same result.
 func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Done != nil {
+		defer cfg.Done()
+	}
 	res := Result{Workload: cfg.Workload}
 	ecfg, err := EngineConfig(cfg.Policy)
 	if err != nil {

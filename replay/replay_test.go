@@ -168,6 +168,21 @@ func TestReplayCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
+// Done is called once per replay, when Run returns, whether it succeeded
+// or not (progress bars count replays with it).
+func TestReplayDone(t *testing.T) {
+	var done [3]int
+	cfgs := []Config{
+		{Jobs: replaySynthetic(t, 30, 16), Cluster: Cluster{Nodes: 2, GPUsPerNode: 8}, Policy: "easy", Done: func() { done[0]++ }},
+		{Jobs: replaySynthetic(t, 30, 16), Cluster: Cluster{Nodes: 2, GPUsPerNode: 8}, Policy: "fifo", Done: func() { done[1]++ }},
+	}
+	_, err := RunMany(context.Background(), cfgs, 1)
+	require.NoError(t, err)
+	_, err = Run(context.Background(), Config{Jobs: cfgs[0].Jobs, Policy: "nope", Done: func() { done[2]++ }})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, [3]int{1, 1, 1}, done)
+}
+
 func TestMeanResult(t *testing.T) {
 	a := metrics.Result{Policy: "easy", Utilization: 0.5, AvgWait: time.Minute, Jobs: 10, Finished: 10, LargestPlaceableGang: 8}
 	b := metrics.Result{Policy: "easy", Utilization: 0.7, AvgWait: 3 * time.Minute, Jobs: 10, Finished: 9, LargestPlaceableGang: 16, Preemptions: 3}

@@ -17,6 +17,8 @@
 //	berth_queue_running_jobs{queue}           gauge   jobs running or stopping
 //	berth_queue_gpus_in_use{queue}            gauge   whole GPUs held by the queue's jobs
 //	berth_queue_gpus_borrowed{queue}          gauge   GPUs the queue uses beyond its nominal quota
+//	berth_pending_jobs{estimate}              gauge   pending jobs by whether they have an estimated start
+//	                                                  ("estimated") or why not (engine.NoEstimate: "quota", ...)
 //	berth_cluster_gpus                        gauge   GPUs of the cluster
 //	berth_cluster_free_gpus                   gauge   allocatable free GPUs
 //	berth_cycles_total                        counter scheduling cycles applied
@@ -73,6 +75,7 @@ type Collector struct {
 	applyErrors prometheus.Counter
 
 	pendingDesc, runningDesc, inUseDesc, borrowedDesc, gpusDesc, freeDesc *prometheus.Desc
+	estimateDesc                                                          *prometheus.Desc
 }
 
 // New returns a Collector with no observations.
@@ -114,6 +117,7 @@ func New(o Options) *Collector {
 		borrowedDesc: desc("queue_gpus_borrowed", "GPUs the queue uses beyond its nominal quota (borrowed from its cohort).", "queue"),
 		gpusDesc:     desc("cluster_gpus", "GPUs of the cluster."),
 		freeDesc:     desc("cluster_free_gpus", "Allocatable free GPUs."),
+		estimateDesc: desc("pending_jobs", "Pending jobs by whether they have an estimated start (estimated) or why not.", "estimate"),
 	}
 	for _, k := range []string{"bind", "backfill", "preemption", "resize", "mig"} {
 		c.decisions.WithLabelValues(k)
@@ -172,7 +176,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.static() {
 		m.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{c.pendingDesc, c.runningDesc, c.inUseDesc, c.borrowedDesc, c.gpusDesc, c.freeDesc} {
+	for _, d := range []*prometheus.Desc{c.pendingDesc, c.runningDesc, c.inUseDesc, c.borrowedDesc, c.gpusDesc, c.freeDesc, c.estimateDesc} {
 		ch <- d
 	}
 }
@@ -216,5 +220,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.runningDesc, float64(running[q.Name]), q.Name)
 		gauge(c.inUseDesc, float64(inUse[q.Name]), q.Name)
 		gauge(c.borrowedDesc, float64(borrowed)/1000, q.Name)
+	}
+	byWhy := map[engine.NoEstimate]int{}
+	for _, x := range v.Estimates() {
+		byWhy[x.Why]++
+	}
+	for w := engine.EstimateGiven; w <= engine.NoEstimateHeld; w++ {
+		gauge(c.estimateDesc, float64(byWhy[w]), w.String())
 	}
 }

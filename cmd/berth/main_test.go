@@ -258,6 +258,23 @@ func TestFGDExperiment(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// Each duration column of the table uses one format, chosen by its
+// largest value.
+func TestDurationColumn(t *testing.T) {
+	var short, long durCol
+	for _, d := range []time.Duration{45 * time.Second, 3*time.Hour + 2*time.Minute + 1500*time.Millisecond} {
+		short.see(d)
+	}
+	assert.Equal(t, "0:00:45", short.format(45*time.Second))
+	assert.Equal(t, "3:02:02", short.format(3*time.Hour+2*time.Minute+1500*time.Millisecond))
+	assert.Equal(t, "49:00:00", short.format(49*time.Hour), "a value past the column's largest keeps its format")
+	long.see(45 * time.Second)
+	long.see(50 * time.Hour)
+	assert.Equal(t, "0d00h", long.format(45*time.Second))
+	assert.Equal(t, "2d02h", long.format(50*time.Hour))
+	assert.Equal(t, "12d04h", long.format(12*24*time.Hour+3*time.Hour+40*time.Minute))
+}
+
 func TestProgress(t *testing.T) {
 	var buf bytes.Buffer
 	assert.False(t, progressOn("auto", &buf), "a buffer is not a terminal")
@@ -268,6 +285,21 @@ func TestProgress(t *testing.T) {
 	buf.Reset()
 	drawBar(&buf, "runs", 0, 4, time.Second)
 	assert.Equal(t, "\r[                              ]   0% 0/4 runs 1s, ETA ? ", buf.String())
+	buf.Reset()
+	// Replays: the count is in replays; the share and the ETA in jobs. A
+	// replay that ended counts all its jobs (some never finish: dropped).
+	b := newReplayBar([]int64{100, 100, 200})
+	b.progress(0, 90)
+	b.end(0)
+	b.progress(1, 50)
+	b.end(1)
+	b.end(1)
+	b.draw(&buf, 4*time.Second)
+	assert.Equal(t, "\r[===============               ]  50% 2/3 replays (200/400 jobs) 4s, ETA 4s ", buf.String())
+	buf.Reset()
+	b.progress(2, 100)
+	b.draw(&buf, 6*time.Second)
+	assert.Equal(t, "\r[======================        ]  75% 2/3 replays (300/400 jobs) 6s, ETA 2s ", buf.String())
 	buf.Reset()
 	p := startProgress(&buf, true, "jobs", 10, func() int64 { return 5 })
 	p.stop() // before the first second: nothing drawn

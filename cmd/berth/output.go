@@ -116,11 +116,19 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 		head = "workload\t" + head
 	}
 	fmt.Fprintln(tw, head)
+	// One duration format per column, chosen by the column's largest value.
+	var wait, p95, jct, mk durCol
+	for _, r := range rows {
+		wait.see(r.res.AvgWait)
+		p95.see(r.res.P95Wait)
+		jct.see(r.res.AvgJCT)
+		mk.see(r.res.Makespan)
+	}
 	for _, r := range rows {
 		s := r.res
 		line := fmt.Sprintf("%s\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t%d\t%.1f\t%d\t%d/%d",
-			s.Policy, 100*s.Utilization, dur(s.AvgWait), dur(s.P95Wait), dur(s.AvgJCT), s.AvgBSLD,
-			dur(s.Makespan), s.Preemptions, s.FragFreeGPUs, s.LargestPlaceableGang, s.Finished, s.Jobs)
+			s.Policy, 100*s.Utilization, wait.format(s.AvgWait), p95.format(s.P95Wait), jct.format(s.AvgJCT), s.AvgBSLD,
+			mk.format(s.Makespan), s.Preemptions, s.FragFreeGPUs, s.LargestPlaceableGang, s.Finished, s.Jobs)
 		if o.compare {
 			line = r.workload + "\t" + line
 		}
@@ -159,20 +167,27 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	}
 	b.WriteString("\n" + wrap(utilDef+" from first submit to last end (it ties when the last arrivals set the makespan);"+
 		" bsld: mean bounded slowdown (10 s); frag: mean free GPUs no pending job could use;"+
-		" max gang: mean largest placeable gang (GPUs).", "", helpWidth))
+		" max gang: mean largest placeable gang (GPUs); durations in h:mm:ss, or in days and hours (3d04h)"+
+		" in a column that reaches two days.", "", helpWidth))
 	fmt.Fprintf(&b, "%d replays in %s.\n", len(rows), elapsed.Round(10*time.Millisecond))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-// dur prints a duration compactly: whole seconds, or days and hours past
-// two days.
-func dur(d time.Duration) string {
-	if d >= 48*time.Hour {
-		days := d / (24 * time.Hour)
-		return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour+30*time.Minute)/time.Hour)
+// durCol is one duration column of the table: every value in it is
+// printed in the same format, days and hours ("3d04h") when any value is
+// two days or more, else hours, minutes and seconds ("1:02:03").
+type durCol struct{ max time.Duration }
+
+func (c *durCol) see(d time.Duration) { c.max = max(c.max, d) }
+
+func (c *durCol) format(d time.Duration) string {
+	if c.max >= 48*time.Hour {
+		h := (d + 30*time.Minute) / time.Hour
+		return fmt.Sprintf("%dd%02dh", h/24, h%24)
 	}
-	return d.Round(time.Second).String()
+	sec := (d + time.Second/2) / time.Second
+	return fmt.Sprintf("%d:%02d:%02d", sec/3600, sec/60%60, sec%60)
 }
 
 func seedsString(seeds []int64, used bool) string {

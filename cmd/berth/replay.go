@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/berthsched/berth/replay"
@@ -187,19 +186,16 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		cfgs[0].Recorder = sink
 	}
 
-	done := make([]atomic.Int64, len(cfgs))
-	var total int64
+	sizes := make([]int64, len(cfgs))
 	for i := range cfgs {
-		total += int64(len(cfgs[i].Jobs))
-		cfgs[i].Progress = func(n int) { done[i].Store(int64(n)) }
+		sizes[i] = int64(len(cfgs[i].Jobs))
 	}
-	bar := startProgress(stderr, progressOn(o.progress, stderr), "jobs", total, func() int64 {
-		var s int64
-		for i := range done {
-			s += done[i].Load()
-		}
-		return s
-	})
+	pb := newReplayBar(sizes)
+	for i := range cfgs {
+		cfgs[i].Progress = func(n int) { pb.progress(i, n) }
+		cfgs[i].Done = func() { pb.end(i) }
+	}
+	bar := startReplayBar(stderr, progressOn(o.progress, stderr), pb)
 	start := time.Now()
 	results, err := replay.RunMany(ctx, cfgs, o.parallel)
 	bar.stop()

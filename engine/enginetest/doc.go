@@ -56,6 +56,8 @@
 //	advance [refuse=ID,...] [refuse-preempt=ID,...] [refuse-resize=ID,...]
 //	        [refuse-mig=NODE:GPU,...]
 //	view                     the published View: running jobs, free GPUs, usage
+//	explain                  every pending job's estimate (View.Estimates) and
+//	                         explanation (View.Explain)
 //
 // A bind in a partition prints "[partition P]"; a job a site rule holds
 // prints what it waits on after its reason (Ready.Holds). Times print

@@ -75,6 +75,7 @@ var handlers = map[string]handler{
 	"ready":      {true, (*Harness).handleReady},
 	"advance":    {true, (*Harness).handleAdvance},
 	"view":       {true, (*Harness).handleView},
+	"explain":    {true, (*Harness).handleExplain},
 }
 
 func (h *Harness) handle(d *datadriven.TestData) (string, error) {

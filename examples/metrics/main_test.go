@@ -91,6 +91,12 @@ func TestMetricsMidRun(t *testing.T) {
 	want(t, m, `berth_job_wait_seconds_sum{queue="research"}`, 0)
 	want(t, m, `berth_queue_pending_jobs{queue="research"}`, 1)
 	want(t, m, `berth_queue_pending_jobs{queue="prod"}`, 1)
+	// prod's job waits for its victim's grace period: its start is known.
+	want(t, m, `berth_pending_jobs{estimate="estimated"}`, 1)
+	if n := m[`berth_pending_jobs{estimate="estimated"}`] + m[`berth_pending_jobs{estimate="quota"}`] +
+		m[`berth_pending_jobs{estimate="not-planned"}`] + m[`berth_pending_jobs{estimate="no-limits-known"}`]; n != 2 {
+		t.Errorf("pending jobs by estimate: %v, want 2 in all", n)
+	}
 	// The victim is stopping (still running, its GPUs still held, research
 	// still borrowing) until its grace period ends.
 	want(t, m, `berth_queue_running_jobs{queue="research"}`, 2)
