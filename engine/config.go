@@ -164,6 +164,12 @@ type Config struct {
 	// members bound on each node, and the engine does not report its binds
 	// to a scorer.
 	Scorer gang.ScorerSpec
+	// DisableCaches turns off every cache of the cycle: resumed walks, the
+	// per-cycle placement memos by job shape, and the submission check's
+	// memo by request (see docs/scale.md). Decisions are the same either
+	// way (FuzzEngine and the replay tests compare both); it exists to
+	// prove that, and to measure what the caches save.
+	DisableCaches bool
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap

@@ -278,7 +278,7 @@ type sinceCycle struct {
 //   - a running job's expected end or a reservation's start has come, or
 //     a reservation entered or left the span that a job with a limit
 //     overlaps;
-//   - tests turned it off (noResume).
+//   - tests turned it off (noResume), or Config.DisableCaches.
 //
 // The order check (the policy still orders the walk's jobs first and as
 // before) is resume's, since it needs the cursor.
@@ -286,7 +286,7 @@ func (e *Engine) resumable(now time.Time) bool {
 	cs := &e.cyc
 	const allowed = 1<<EventTick | 1<<EventJobSubmitted
 	if !e.quiet || e.since.events&^allowed != 0 || e.since.shaped || e.noResume ||
-		e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
+		e.cfg.DisableCaches || e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
 		return false
 	}
 	if len(e.tl) > 0 && e.tl[0].at <= now.UnixNano() {
@@ -820,13 +820,13 @@ func (e *Engine) fitsAt(js *job, p int) bool {
 		return false // fewer free GPUs than it needs
 	}
 	key := js.shape<<16 | uint64(p)
-	if js.shape != 0 {
+	if js.shape != 0 && !e.cfg.DisableCaches {
 		if n, ok := cs.fits[key]; ok && js.members0 <= n {
 			return true
 		}
 	}
 	_, _, ok := e.tryPlace(js, p)
-	if ok && js.shape != 0 && js.members0 > cs.fits[key] {
+	if ok && js.shape != 0 && !e.cfg.DisableCaches && js.members0 > cs.fits[key] {
 		cs.fits[key] = js.members0
 	}
 	return ok
@@ -836,7 +836,7 @@ func (e *Engine) fitsAt(js *job, p int) bool {
 // held, using the failure memo.
 func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 	cs := &e.cyc
-	key, cacheable := js.shape<<16|uint64(p), js.shape != 0
+	key, cacheable := js.shape<<16|uint64(p), js.shape != 0 && !e.cfg.DisableCaches
 	members := 0
 	if cacheable {
 		members = js.members0

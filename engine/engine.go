@@ -73,6 +73,8 @@ type Engine struct {
 	order    []*queue.Job
 	lastPend []PendingStatus
 	noResume bool
+	// fitsOK: requests that passed the never-fits check (scalecache.go).
+	fitsOK fitsMemo
 	resumed  int // cycles that resumed (tests)
 
 	now   time.Time

@@ -275,15 +275,15 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		// decides as this one does from here (a tick, then a cycle).
 		checkRestore(t, e, seed, shared)
 		// Replay: the same inputs give the same decisions, also with every
-		// cycle a full one (no resumed walk).
+		// cycle a full one and every cache off (Config.DisableCaches).
 		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
 		cfg2 := fuzzConfig(rng2, shared)
 		cfg2.Policy = fuzzPolicy(seed)
+		cfg2.DisableCaches = true // every cache off: resumption, memos
 		e2, err := New(cfg2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2.noResume = true
 		m2 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
 		for i, st := range steps {
 			if st.ev != nil && st.ev.Job != nil {

@@ -37,7 +37,10 @@ func (e *Engine) NextWake() (time.Time, bool) {
 			take(js.deadline)
 		}
 	}
-	for _, js := range e.jobs {
+	// retryAt zero: no pending job's backoff ends after now (the last
+	// walk noted every one that did, Advance every new one), so the
+	// O(jobs) scan below would find nothing.
+	for _, js := range e.jobsIf(e.retryAt != 0 || e.cfg.DisableCaches) {
 		if js.st == statePending && js.notBefore != 0 {
 			take(time.Unix(0, js.notBefore).In(now.Location()))
 		}
