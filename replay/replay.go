@@ -140,6 +140,10 @@ type Config struct {
 	// (backends.RunnerConfig.TickInterval): MIG plans are weighed against
 	// the time blocked jobs have waited, which only cycles see.
 	TickInterval time.Duration
+	// DisableCaches runs the engine with every cycle cache off
+	// (engine.Config.DisableCaches): the same results, slower. Tests use
+	// it to check that the caches change nothing.
+	DisableCaches bool
 }
 
 // fractional reports whether the cluster takes fractional members: MIG
@@ -373,6 +377,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Dropped, res.NoRuntime, res.ClusterGPUs = dropped, noRuntime, gpus
 	ecfg.Queues = replayQueues(queues, gpus)
+	ecfg.DisableCaches = cfg.DisableCaches
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
 	for _, j := range jobs {
