@@ -73,9 +73,9 @@ type Engine struct {
 	order    []*queue.Job
 	lastPend []PendingStatus
 	noResume bool
+	resumed  int // cycles that resumed (tests)
 	// fitsOK: requests that passed the never-fits check (scalecache.go).
 	fitsOK fitsMemo
-	resumed  int // cycles that resumed (tests)
 
 	now   time.Time
 	dirty bool
