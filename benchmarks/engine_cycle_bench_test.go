@@ -22,12 +22,16 @@ import (
 // job finishing and the clock moving one second, so it binds a little,
 // reserves for the first blocked job, backfills, and explains the ~10,000
 // jobs still pending.
+//
+// cluster=B12K/pending=100000 is the same on B12K with 100,000 pending
+// jobs across 200 queues (issue 17).
 func BenchmarkCycle(b *testing.B) {
-	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000) })
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000, 20) })
+	b.Run("cluster=B12K/pending=100000", func(b *testing.B) { engineCycleBench(b, B12K(), 100000, 200) })
 }
 
-func engineCycleBench(b *testing.B, sh ClusterShape, pending int) {
-	e, stats, jobs := engineBenchSetup(b, sh, pending)
+func engineCycleBench(b *testing.B, sh ClusterShape, pending, queues int) {
+	e, stats, jobs := engineBenchSetup(b, sh, engineBenchOpts{pending: pending, queues: queues})
 	// ends tracks running jobs by expected end, so that the job expected
 	// to end first can finish before each timed cycle.
 	var ends []engineBenchEnd
@@ -36,12 +40,7 @@ func engineCycleBench(b *testing.B, sh ClusterShape, pending int) {
 			j := jobs[bd.Job]
 			ends = append(ends, engineBenchEnd{rd.At.Add(j.RuntimeEstimate), bd.Job})
 		}
-		slices.SortFunc(ends, func(a, b engineBenchEnd) int {
-			if c := a.at.Compare(b.at); c != 0 {
-				return c
-			}
-			return strings.Compare(a.id, b.id)
-		})
+		sortEnds(ends)
 	}
 	for id, j := range jobs {
 		if strings.HasPrefix(id, "run-") {
@@ -88,14 +87,37 @@ func engineCycleBench(b *testing.B, sh ClusterShape, pending int) {
 	b.ReportMetric(float64(stats.Jobs), "fill-jobs")
 }
 
+// sortEnds sorts by end, then job.
+func sortEnds(ends []engineBenchEnd) {
+	slices.SortFunc(ends, func(a, b engineBenchEnd) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+}
+
 type engineBenchEnd struct {
 	at time.Time
 	id string
 }
 
+// engineBenchOpts varies engineBenchSetup: pending jobs, queues, and
+// for BenchmarkReserve the backfill mode and the job sizes.
+type engineBenchOpts struct {
+	pending, queues int
+	backfill        engine.BackfillConfig // zero: EASY
+	policy          queue.Policy          // nil: DRS
+	// blocked: every pending job asks 24 or 32 whole nodes in one block,
+	// more than any block of B2K after random60 has free (23), so none
+	// starts now and each needs a reservation.
+	blocked bool
+}
+
 // engineBenchSetup builds the engine: cluster, quota tree, the fill as
 // running jobs, and the pending jobs.
-func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engine, FillStats, map[string]*queue.Job) {
+func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine.Engine, FillStats, map[string]*queue.Job) {
+	pending, queues := o.pending, o.queues
 	jobs := map[string]*queue.Job{}
 	b.Helper()
 	spec := topo.Uniform(sh.Levels, sh.Fanout, sh.NodesPerLeaf, sh.GPUsPerNode, "H100")
@@ -111,8 +133,7 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 	if sh.Name == B2K().Name && st.Checksum != 0x7faf8a5b6c63b8e1 {
 		b.Fatalf("random60 checksum %x: not the standard work", st.Checksum)
 	}
-	const queues = 20
-	// Each queue owns a 20th of the cluster and the cohort as much again
+	// Each queue owns a share of the cluster and the cohort as much again
 	// to lend, so queues borrow (fair share orders them) and GPUs, not
 	// quota, are what runs out.
 	tree := queue.TreeSpec{Cohorts: []queue.CohortSpec{{Name: "all", Quota: map[queue.ResourceName]queue.Quota{
@@ -125,10 +146,16 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 		})
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if o.backfill.Mode == engine.BackfillNone {
+		o.backfill.Mode = engine.BackfillEASY
+	}
+	if o.policy == nil {
+		o.policy = queue.DRS()
+	}
 	e, err := engine.New(engine.Config{
-		Cluster: spec, Queues: tree, Policy: queue.DRS(), Start: t0,
-		Backfill:       engine.BackfillConfig{Mode: engine.BackfillEASY},
-		IntakeCapacity: 1 << 14,
+		Cluster: spec, Queues: tree, Policy: o.policy, Start: t0,
+		Backfill:       o.backfill,
+		IntakeCapacity: 1 << 17,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -149,7 +176,7 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 		}
 		est, limit := duration()
 		j := &queue.Job{
-			ID: fmt.Sprintf("run-%04d", id), Queue: engineBenchQueue(int(rng.Draw(queues))), Submit: t0,
+			ID: fmt.Sprintf("run-%04d", id), Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))), Submit: t0,
 			Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: used}}},
 			RuntimeEstimate: est, RuntimeLimit: limit,
 		}
@@ -160,6 +187,9 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 	}
 	for i := range pending {
 		size := 1 << rng.Draw(9) // 1..256 GPUs
+		if o.blocked {
+			size = 8 * (24 + 8*int(rng.Draw(2))) // 24 or 32 whole nodes
+		}
 		perMember := min(size, 8)
 		req := gang.Request{Groups: []gang.Group{{Members: size / perMember, GPUsPerMember: perMember}}, Preferred: "rack"}
 		if size >= 64 {
@@ -167,7 +197,7 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int) (*engine.Engin
 		}
 		est, limit := duration()
 		j := &queue.Job{
-			ID: fmt.Sprintf("job-%05d", i), Queue: engineBenchQueue(int(rng.Draw(queues))),
+			ID: fmt.Sprintf("job-%05d", i), Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))),
 			Priority: int32(rng.Draw(4)), Submit: t0.Add(time.Duration(i) * time.Millisecond),
 			Request: req, RuntimeEstimate: est, RuntimeLimit: limit,
 		}

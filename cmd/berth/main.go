@@ -47,6 +47,7 @@ Usage:
   berth replay  [flags]   replay one workload under one or more policies
   berth compare [flags]   replay several workloads under several policies
   berth config check FILE check a configuration file, print the effective settings
+  berth merge SHARD...    merge the shard documents of a sweep (replay or compare --shard K/N)
   berth version           print the version
 
 Run 'berth replay -h' or 'berth compare -h' for the flags.
@@ -67,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout, stderr, true)
 	case "config":
 		err = cmdConfig(args[1:], stdout, stderr)
+	case "merge":
+		err = cmdMerge(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version())
 		return 0
@@ -110,6 +113,8 @@ type options struct {
 	curve      bool
 	parallel   int
 	progress   string
+	// shardK of shardN: --shard (shard.go); shardN 0: the whole sweep.
+	shardK, shardN int
 }
 
 func parseOptions(args []string, stderr io.Writer, compare bool) (*options, error) {
@@ -152,6 +157,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
+	shard := fs.String("shard", "", "K/N: run only the K-th of N slices of the sweep (workloads x policies x seeds) and print\n"+
+		"its runs as a shard document (JSON) for berth merge")
 	if compare {
 		fs.Usage = usageFunc(fs, stderr, "berth compare [flags]", compareExamples)
 	} else {
@@ -212,6 +219,14 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		return nil, usagef("--racks must not be negative, got %d", o.racks)
 	case o.parallel < 1:
 		return nil, usagef("--parallel must be at least 1, got %d", o.parallel)
+	}
+	if *shard != "" {
+		if o.shardK, o.shardN, err = parseShard(*shard); err != nil {
+			return nil, err
+		}
+		if o.out != "" || o.experiment != "" {
+			return nil, usagef("--shard prints a shard document: no --out or --experiment (plots need the whole sweep)")
+		}
 	}
 	if o.out != "" {
 		// Fail now, not after the whole replay ran.

@@ -175,6 +175,13 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 	}
 
+	if o.shardN > 0 {
+		wOf, rowOf := make([]int, len(keys)), make([]int, len(keys))
+		for i, k := range keys {
+			wOf[i], rowOf[i] = k.w, k.w*len(o.policies)+k.p
+		}
+		return runShard(ctx, o, ws, wOf, rowOf, cfgs, stdout)
+	}
 	done := make([]atomic.Int64, len(cfgs))
 	var total int64
 	for i := range cfgs {

@@ -1,0 +1,67 @@
+package benchmarks
+
+import (
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
+)
+
+// BenchmarkReserve times conservative backfill planning exact
+// reservations from scratch: B2K after random60 (as BenchmarkCycle books
+// it), 1,000 pending jobs of 24 or 32 whole nodes that must share a
+// block (more than any block has free, so none starts), strict priority,
+// conservative backfill with depth 1,000. Each timed cycle follows one
+// running job finishing (so no walk is resumed) and plans every
+// reservation again on the timeline; reservations/cycle reports how many
+// it made (the jobs the timeline can place before the jobs it cannot
+// bound are all of them).
+func BenchmarkReserve(b *testing.B) {
+	b.Run("cluster=B2K/pending=1000", func(b *testing.B) {
+		const pending = 1000
+		e, _, jobs := engineBenchSetup(b, B2K(), engineBenchOpts{
+			pending: pending, queues: 20, blocked: true, policy: queue.StrictPriority(),
+			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending, MaxProbes: 1 << 13},
+		})
+		reserveBench(b, e, jobs)
+	})
+}
+
+func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
+	var ends []engineBenchEnd
+	for id, j := range jobs {
+		if j.RuntimeEstimate > 0 && id[:4] == "run-" {
+			ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+		}
+	}
+	sortEnds(ends)
+	rd := e.Ready()
+	if err := e.Advance(rd, engine.Outcome{}); err != nil {
+		b.Fatal(err)
+	}
+	if len(rd.Binds) > 0 {
+		b.Fatalf("%d blocked jobs started: not the standard work", len(rd.Binds))
+	}
+	now := e.Now()
+	reserved, binds := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		if err := e.Step(engine.Finished(now, ends[0].id)); err != nil {
+			b.Fatal(err)
+		}
+		ends = ends[1:]
+		rd := e.Ready()
+		if err := e.Advance(rd, engine.Outcome{}); err != nil {
+			b.Fatal(err)
+		}
+		reserved += len(rd.Reservations)
+		binds += len(rd.Binds)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/n, "ms/cycle")
+	b.ReportMetric(float64(reserved)/n, "reservations/cycle")
+	b.ReportMetric(float64(binds)/n, "binds/cycle")
+	b.ReportMetric(float64(len(e.View().Pending)), "pending")
+}
