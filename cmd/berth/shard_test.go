@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // TestShardMerge: the shards of a sweep, merged, print exactly what the
@@ -69,4 +73,42 @@ func TestShardFlags(t *testing.T) {
 	code, _, stderr = runCLI(t, "merge", f)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "not a shard document")
+}
+
+// TestSweepManifest checks examples/sweep/indexed-job.yaml: an Indexed
+// Job whose completions equal SHARDS, and whose berth command line parses
+// (with the shell's shard substituted).
+func TestSweepManifest(t *testing.T) {
+	b, err := os.ReadFile("../../examples/sweep/indexed-job.yaml")
+	require.NoError(t, err)
+	var job struct {
+		Kind string
+		Spec struct {
+			CompletionMode string `yaml:"completionMode"`
+			Completions    int
+			Template       struct {
+				Spec struct {
+					Containers []struct {
+						Env  []struct{ Name, Value string }
+						Args []string
+					}
+				}
+			}
+		}
+	}
+	require.NoError(t, yaml.NewDecoder(bytes.NewReader(b)).Decode(&job))
+	assert.Equal(t, "Job", job.Kind)
+	assert.Equal(t, "Indexed", job.Spec.CompletionMode)
+	c := job.Spec.Template.Spec.Containers[0]
+	require.Len(t, c.Env, 1)
+	assert.Equal(t, "SHARDS", c.Env[0].Name)
+	assert.Equal(t, strconv.Itoa(job.Spec.Completions), c.Env[0].Value)
+	require.Len(t, c.Args, 1)
+	cmd, _, _ := strings.Cut(c.Args[0], ">")
+	f := strings.Fields(strings.ReplaceAll(cmd, `"$((JOB_COMPLETION_INDEX + 1))/${SHARDS}"`, "1/"+c.Env[0].Value))
+	require.Equal(t, "berth", f[0])
+	require.Equal(t, "compare", f[1])
+	o, err := parseOptions(f[2:], io.Discard, true)
+	require.NoError(t, err)
+	assert.Equal(t, job.Spec.Completions, o.shardN)
 }
