@@ -108,10 +108,11 @@ type engineBenchOpts struct {
 	pending, queues int
 	backfill        engine.BackfillConfig // zero: EASY
 	policy          queue.Policy          // nil: DRS
-	// blocked: every pending job asks 24 or 32 whole nodes in one block,
-	// more than any block of B2K after random60 has free (23), so none
-	// starts now and each needs a reservation.
-	blocked bool
+	// full: every node's GPUs left free by the fill are booked too, by
+	// one more running job per node (with its own estimate), so every
+	// pending job is blocked and the cohort lends three times the cluster
+	// (GPUs, not quota, block them).
+	full bool
 }
 
 // engineBenchSetup builds the engine: cluster, quota tree, the fill as
@@ -136,8 +137,12 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine
 	// Each queue owns a share of the cluster and the cohort as much again
 	// to lend, so queues borrow (fair share orders them) and GPUs, not
 	// quota, are what runs out.
+	lend := int64(c.NumGPUs())
+	if o.full {
+		lend *= 3
+	}
 	tree := queue.TreeSpec{Cohorts: []queue.CohortSpec{{Name: "all", Quota: map[queue.ResourceName]queue.Quota{
-		queue.GPUMilli: {Nominal: queue.WholeGPUs(int64(c.NumGPUs()))}}}}}
+		queue.GPUMilli: {Nominal: queue.WholeGPUs(lend)}}}}}
 	per := queue.WholeGPUs(int64(c.NumGPUs() / queues))
 	for q := range queues {
 		tree.Queues = append(tree.Queues, queue.QueueSpec{
@@ -167,6 +172,22 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine
 	}
 	for id := range topo.NodeID(c.NumNodes()) {
 		used := c.Node(id).GPUs - s.NodeAvailable(id)
+		if free := c.Node(id).GPUs - used; o.full && free > 0 {
+			gpus := make([]int, free)
+			for i := range gpus {
+				gpus[i] = used + i
+			}
+			est, limit := duration()
+			j := &queue.Job{
+				ID: fmt.Sprintf("top-%05d", id), Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))), Submit: t0,
+				Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: free}}},
+				RuntimeEstimate: est, RuntimeLimit: limit,
+			}
+			jobs[j.ID] = j
+			if err := e.Step(engine.Adopted(t0, j, []engine.Member{{Node: c.NodeName(id), GPUs: gpus}})); err != nil {
+				b.Fatal(err)
+			}
+		}
 		if used == 0 {
 			continue
 		}
@@ -187,9 +208,6 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine
 	}
 	for i := range pending {
 		size := 1 << rng.Draw(9) // 1..256 GPUs
-		if o.blocked {
-			size = 8 * (24 + 8*int(rng.Draw(2))) // 24 or 32 whole nodes
-		}
 		perMember := min(size, 8)
 		req := gang.Request{Groups: []gang.Group{{Members: size / perMember, GPUsPerMember: perMember}}, Preferred: "rack"}
 		if size >= 64 {

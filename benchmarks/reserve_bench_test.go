@@ -21,8 +21,8 @@ func BenchmarkReserve(b *testing.B) {
 	b.Run("cluster=B2K/pending=1000", func(b *testing.B) {
 		const pending = 1000
 		e, _, jobs := engineBenchSetup(b, B2K(), engineBenchOpts{
-			pending: pending, queues: 20, blocked: true, policy: queue.StrictPriority(),
-			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending, MaxProbes: 1 << 13},
+			pending: pending, queues: 20, full: true, policy: queue.StrictPriority(),
+			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending},
 		})
 		reserveBench(b, e, jobs)
 	})
