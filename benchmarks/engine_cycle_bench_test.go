@@ -170,40 +170,30 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine
 		est = time.Duration(10+rng.Draw(24*60-10)) * time.Minute
 		return est, est + time.Duration(rng.Draw(uint64(est/time.Minute)+1))*time.Minute
 	}
-	for id := range topo.NodeID(c.NumNodes()) {
-		used := c.Node(id).GPUs - s.NodeAvailable(id)
-		if free := c.Node(id).GPUs - used; o.full && free > 0 {
-			gpus := make([]int, free)
-			for i := range gpus {
-				gpus[i] = used + i
-			}
-			est, limit := duration()
-			j := &queue.Job{
-				ID: fmt.Sprintf("top-%05d", id), Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))), Submit: t0,
-				Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: free}}},
-				RuntimeEstimate: est, RuntimeLimit: limit,
-			}
-			jobs[j.ID] = j
-			if err := e.Step(engine.Adopted(t0, j, []engine.Member{{Node: c.NodeName(id), GPUs: gpus}})); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if used == 0 {
-			continue
-		}
-		gpus := make([]int, used)
+	// adopt books GPUs lo..lo+n-1 of node id for a running job.
+	adopt := func(name string, id topo.NodeID, lo, n int) {
+		gpus := make([]int, n)
 		for i := range gpus {
-			gpus[i] = i
+			gpus[i] = lo + i
 		}
 		est, limit := duration()
 		j := &queue.Job{
-			ID: fmt.Sprintf("run-%04d", id), Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))), Submit: t0,
-			Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: used}}},
+			ID: name, Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))), Submit: t0,
+			Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: n}}},
 			RuntimeEstimate: est, RuntimeLimit: limit,
 		}
 		jobs[j.ID] = j
 		if err := e.Step(engine.Adopted(t0, j, []engine.Member{{Node: c.NodeName(id), GPUs: gpus}})); err != nil {
 			b.Fatal(err)
+		}
+	}
+	for id := range topo.NodeID(c.NumNodes()) {
+		used := c.Node(id).GPUs - s.NodeAvailable(id)
+		if free := c.Node(id).GPUs - used; o.full && free > 0 {
+			adopt(fmt.Sprintf("top-%05d", id), id, used, free)
+		}
+		if used > 0 {
+			adopt(fmt.Sprintf("run-%04d", id), id, 0, used)
 		}
 	}
 	for i := range pending {
