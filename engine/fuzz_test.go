@@ -259,14 +259,14 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 							ev.Time = e.now
 						}
 						fs := fuzzStep{ev: &ev}
-						d := apply(t, e, fs, m)
+						d := apply(t, e, fs, m) + wakeDigest(e)
 						steps = append(steps, fs)
 						digests = append(digests, d)
 						check(t, e, m)
 					}
 				}
 			}
-			d := apply(t, e, st, m)
+			d := apply(t, e, st, m) + wakeDigest(e)
 			steps = append(steps, st)
 			digests = append(digests, d)
 			check(t, e, m)
@@ -292,7 +292,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 				ev.Job = &cp
 				st.ev = &ev
 			}
-			if d := apply(t, e2, st, m2); d != digests[i] {
+			if d := apply(t, e2, st, m2) + wakeDigest(e2); d != digests[i] {
 				t.Fatalf("replay differs at step %d:\nfirst:  %s\nreplay: %s", i, digests[i], d)
 			}
 		}
@@ -364,6 +364,13 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		t.Fatalf("Advance: %v", err)
 	}
 	return digest(rd) + fmt.Sprintf(" refused=%v", out)
+}
+
+// wakeDigest is NextWake after a step: the caches may not change it
+// either.
+func wakeDigest(e *Engine) string {
+	w, ok := e.NextWake()
+	return fmt.Sprintf(" wake=%v,%v", w.Sub(fuzzT0), ok)
 }
 
 func digest(rd Ready) string {

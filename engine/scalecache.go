@@ -47,10 +47,11 @@ func (e *Engine) neverFitsCached(r *gang.Request, check func() error) error {
 	return err
 }
 
-// jobsIf is e.jobs, or nothing when scan is false.
-func (e *Engine) jobsIf(scan bool) map[string]*job {
-	if !scan {
+// scanIf is m, or nothing when scan is false and the caches are on
+// (NextWake's scans that a counter shows would find nothing).
+func (e *Engine) scanIf(scan bool, m map[string]*job) map[string]*job {
+	if !scan && !e.cfg.DisableCaches {
 		return nil
 	}
-	return e.jobs
+	return m
 }
