@@ -3,6 +3,7 @@
 //
 //	berth replay  [flags]   one workload, one or more policies
 //	berth compare [flags]   several workloads x policies
+//	berth merge SHARD...    the shards of a sweep run with --shard K/N
 //
 // With no flags, `berth replay` runs the default generated workload (2,000
 // jobs after ITP cluster04's statistics, seed 42) on 64 nodes of 8 GPUs
