@@ -108,6 +108,7 @@ type engineBenchOpts struct {
 	pending, queues int
 	backfill        engine.BackfillConfig // zero: EASY
 	policy          queue.Policy          // nil: DRS
+	noCaches bool // engine.Config.DisableCaches
 	// full: every node's GPUs left free by the fill are booked too, by
 	// one more running job per node (with its own estimate), so every
 	// pending job is blocked and the cohort lends three times the cluster
@@ -117,7 +118,7 @@ type engineBenchOpts struct {
 
 // engineBenchSetup builds the engine: cluster, quota tree, the fill as
 // running jobs, and the pending jobs.
-func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine.Engine, FillStats, map[string]*queue.Job) {
+func engineBenchSetup(b testing.TB, sh ClusterShape, o engineBenchOpts) (*engine.Engine, FillStats, map[string]*queue.Job) {
 	pending, queues := o.pending, o.queues
 	jobs := map[string]*queue.Job{}
 	b.Helper()
@@ -161,6 +162,7 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, o engineBenchOpts) (*engine
 		Cluster: spec, Queues: tree, Policy: o.policy, Start: t0,
 		Backfill:       o.backfill,
 		IntakeCapacity: 1 << 17,
+		DisableCaches:  o.noCaches,
 	})
 	if err != nil {
 		b.Fatal(err)

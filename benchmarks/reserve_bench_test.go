@@ -1,6 +1,8 @@
 package benchmarks
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,4 +66,48 @@ func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
 	b.ReportMetric(float64(reserved)/n, "reservations/cycle")
 	b.ReportMetric(float64(binds)/n, "binds/cycle")
 	b.ReportMetric(float64(len(e.View().Pending)), "pending")
+}
+
+// TestReserveCachesOff: on BenchmarkReserve's input, conservative
+// backfill plans the same reservations with the engine's caches (the
+// incremental hold-back of reservehold.go among them) as without, over
+// the first cycle and three cycles after jobs end.
+func TestReserveCachesOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of reservation planning")
+	}
+	var runs [2][]string
+	for k, off := range []bool{false, true} {
+		e, _, jobs := engineBenchSetup(t, B2K(), engineBenchOpts{
+			pending: 1000, queues: 20, full: true, policy: queue.StrictPriority(), noCaches: off,
+			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: 1000},
+		})
+		var ends []engineBenchEnd
+		for id, j := range jobs {
+			if id[:4] == "run-" || id[:4] == "top-" {
+				ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+			}
+		}
+		sortEnds(ends)
+		for c := range 4 {
+			if c > 0 {
+				if err := e.Step(engine.Finished(e.Now().Add(time.Second), ends[c-1].id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rd := e.Ready()
+			if err := e.Advance(rd, engine.Outcome{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rd.Reservations {
+				runs[k] = append(runs[k], fmt.Sprintf("%d %s %v %v", c, r.Job, r.Start, r.GPUs.ToArray()))
+			}
+			for _, p := range rd.Pending {
+				runs[k] = append(runs[k], fmt.Sprintf("%d %s %v %v", c, p.Job, p.Reason, p.Start))
+			}
+		}
+	}
+	if len(runs[0]) == 0 || !slices.Equal(runs[0], runs[1]) {
+		t.Fatalf("reservations differ with caches off (%d vs %d lines)", len(runs[0]), len(runs[1]))
+	}
 }

@@ -60,6 +60,7 @@ type cycleState struct {
 	seen     []uint32
 	seenGen  uint32
 	holdback gang.Holdback
+	inc      overlapHold // enoughFree across one reserve call (reservehold.go)
 	// limMin and limMax are the least and greatest runtime limits of the
 	// jobs considered (zero: none had one).
 	limMin, limMax time.Duration
