@@ -108,7 +108,7 @@ type engineBenchOpts struct {
 	pending, queues int
 	backfill        engine.BackfillConfig // zero: EASY
 	policy          queue.Policy          // nil: DRS
-	noCaches bool // engine.Config.DisableCaches
+	noCaches        bool                  // engine.Config.DisableCaches
 	// full: every node's GPUs left free by the fill are booked too, by
 	// one more running job per node (with its own estimate), so every
 	// pending job is blocked and the cohort lends three times the cluster

@@ -17,9 +17,9 @@ import (
 // HoldN per node with held GPUs, not one step per reserved GPU.
 // Config.DisableCaches uses enoughFree instead (FuzzEngine compares).
 type overlapHold struct {
-	cnt     []int32      // per GPU: overlapping reservations holding it
-	held    []int32      // per node: GPUs with cnt > 0 that are free on w
-	listed  []bool       // per node: in nodes
+	cnt     []int32 // per GPU: overlapping reservations holding it
+	held    []int32 // per node: GPUs with cnt > 0 that are free on w
+	listed  []bool  // per node: in nodes
 	nodes   []topo.NodeID
 	touched []uint32 // GPUs whose cnt was raised in this call
 	in      []bool   // per reservation (cs.res, then cs.yield): overlapping at the last probe
