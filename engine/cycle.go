@@ -466,6 +466,9 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 		cs.held[i] = nil
 	}
 	clear(cs.fits)
+	// The failure memo's verdicts stay true (free GPUs only shrink), but
+	// its reasons count what was free before this placement.
+	clear(cs.fail)
 	return true
 }
 

@@ -66,7 +66,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	w := cs.plan.Clone()
 	var buf []uint32
 	probes := 0
-	cs.inc.begin(w.Cluster(), len(cs.res)+len(cs.yield))
+	cs.inc.begin(w.Cluster(), cs.res, cs.yield)
 	trySticky := func() bool {
 		hasSticky = false
 		if !allFree(e.withOverlapping(w, sticky.start, r), sticky.gpus) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/berthsched/berth/gang"
@@ -23,11 +24,26 @@ type overlapHold struct {
 	nodes   []topo.NodeID
 	touched []uint32 // GPUs whose cnt was raised in this call
 	in      []bool   // per reservation (cs.res, then cs.yield): overlapping at the last probe
-	off     bool     // a release this cannot follow came (shared GPUs): use enoughFree
+	// start and end: per reservation, its start and expected end in Unix
+	// nanoseconds (end: MaxInt64 when unbounded), for overlaps in integers.
+	start, end []int64
+	off        bool // a release this cannot follow came (shared GPUs): use enoughFree
 }
 
-// begin resets h for a reserve call on cluster c.
-func (h *overlapHold) begin(c *topo.Cluster, nres int) {
+// begin resets h for a reserve call on cluster c with the cycle's
+// reservations res and yield.
+func (h *overlapHold) begin(c *topo.Cluster, res, yield []*resv) {
+	nres := len(res) + len(yield)
+	h.start, h.end = h.start[:0], h.end[:0]
+	for _, rs := range [2][]*resv{res, yield} {
+		for _, o := range rs {
+			st, end := o.start.UnixNano(), int64(math.MaxInt64)
+			if o.bounded {
+				end = addSat(st, o.dur)
+			}
+			h.start, h.end = append(h.start, st), append(h.end, end)
+		}
+	}
 	if ng := c.NumGPUs(); len(h.cnt) < ng {
 		h.cnt = make([]int32, ng)
 	}
@@ -82,10 +98,17 @@ func (e *Engine) enoughFreeInc(w *topo.Snapshot, t time.Time, r *resv, req *gang
 		return e.enoughFree(w, t, r, req)
 	}
 	c := w.Cluster()
+	// overlaps(t, r.lim, r.limited, o.start, o.dur, o.bounded), in
+	// nanoseconds: r ends by its limit before o starts, or o ends before t.
+	tNs := t.UnixNano()
+	tEnd := int64(math.MaxInt64)
+	if r.limited {
+		tEnd = addSat(tNs, r.lim)
+	}
 	i := 0
 	for _, rs := range [2][]*resv{cs.res, cs.yield} {
 		for _, o := range rs {
-			now := overlaps(t, r.lim, r.limited, o.start, o.dur, o.bounded)
+			now := !(tEnd <= h.start[i]) && !(h.end[i] <= tNs)
 			if now != h.in[i] {
 				h.in[i] = now
 				for _, g := range o.gpus {
@@ -121,4 +144,15 @@ func (e *Engine) enoughFreeOf(w *topo.Snapshot, t time.Time, r *resv, req *gang.
 		return e.enoughFree(w, t, r, req)
 	}
 	return e.enoughFreeInc(w, t, r, req)
+}
+
+// addSat is a + d, saturated at the int64 bounds.
+func addSat(a int64, d time.Duration) int64 {
+	switch {
+	case d > 0 && a > math.MaxInt64-int64(d):
+		return math.MaxInt64
+	case d < 0 && a < math.MinInt64-int64(d):
+		return math.MinInt64
+	}
+	return a + int64(d)
 }
