@@ -22,8 +22,12 @@ import (
 // job finishing and the clock moving one second, so it binds a little,
 // reserves for the first blocked job, backfills, and explains the ~10,000
 // jobs still pending.
+//
+// cluster=B12K/pending=100000 is the same on B12K with 100,000 pending
+// jobs across 200 queues (issue 17).
 func BenchmarkCycle(b *testing.B) {
-	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000, false) })
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000, 20) })
+	b.Run("cluster=B12K/pending=100000", func(b *testing.B) { engineCycleBench(b, B12K(), 100000, 200) })
 }
 
 // BenchmarkCycleSite is BenchmarkCycle with site rules in use
@@ -32,11 +36,17 @@ func BenchmarkCycle(b *testing.B) {
 // one half, a third in either half, a third in the default; and a per-user
 // job limit over 50 users.
 func BenchmarkCycleSite(b *testing.B) {
-	b.Run("cluster=B2K/pending=10000", func(b *testing.B) { engineCycleBench(b, B2K(), 10000, true) })
+	b.Run("cluster=B2K/pending=10000", func(b *testing.B) {
+		engineCycleBenchOpts(b, B2K(), engineBenchOpts{pending: 10000, queues: 20, site: true})
+	})
 }
 
-func engineCycleBench(b *testing.B, sh ClusterShape, pending int, site bool) {
-	e, stats, jobs := engineBenchSetup(b, sh, pending, site)
+func engineCycleBench(b *testing.B, sh ClusterShape, pending, queues int) {
+	engineCycleBenchOpts(b, sh, engineBenchOpts{pending: pending, queues: queues})
+}
+
+func engineCycleBenchOpts(b *testing.B, sh ClusterShape, o engineBenchOpts) {
+	e, stats, jobs := engineBenchSetup(b, sh, o)
 	// ends tracks running jobs by expected end, so that the job expected
 	// to end first can finish before each timed cycle.
 	var ends []engineBenchEnd
@@ -45,12 +55,7 @@ func engineCycleBench(b *testing.B, sh ClusterShape, pending int, site bool) {
 			j := jobs[bd.Job]
 			ends = append(ends, engineBenchEnd{rd.At.Add(j.RuntimeEstimate), bd.Job})
 		}
-		slices.SortFunc(ends, func(a, b engineBenchEnd) int {
-			if c := a.at.Compare(b.at); c != 0 {
-				return c
-			}
-			return strings.Compare(a.id, b.id)
-		})
+		sortEnds(ends)
 	}
 	for id, j := range jobs {
 		if strings.HasPrefix(id, "run-") {
@@ -97,14 +102,41 @@ func engineCycleBench(b *testing.B, sh ClusterShape, pending int, site bool) {
 	b.ReportMetric(float64(stats.Jobs), "fill-jobs")
 }
 
+// sortEnds sorts by end, then job.
+func sortEnds(ends []engineBenchEnd) {
+	slices.SortFunc(ends, func(a, b engineBenchEnd) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+}
+
 type engineBenchEnd struct {
 	at time.Time
 	id string
 }
 
+// engineBenchOpts varies engineBenchSetup: pending jobs, queues, and
+// for BenchmarkReserve the backfill mode and the job sizes.
+type engineBenchOpts struct {
+	pending, queues int
+	backfill        engine.BackfillConfig // zero: EASY
+	policy          queue.Policy          // nil: DRS
+	noCaches        bool                  // engine.Config.DisableCaches
+	// full: every node's GPUs left free by the fill are booked too, by
+	// one more running job per node (with its own estimate), so every
+	// pending job is blocked and the cohort lends three times the cluster
+	// (GPUs, not quota, block them).
+	full bool
+	// site: BenchmarkCycleSite's partitions and per-user limit.
+	site bool
+}
+
 // engineBenchSetup builds the engine: cluster, quota tree, the fill as
 // running jobs, and the pending jobs.
-func engineBenchSetup(b *testing.B, sh ClusterShape, pending int, site bool) (*engine.Engine, FillStats, map[string]*queue.Job) {
+func engineBenchSetup(b testing.TB, sh ClusterShape, o engineBenchOpts) (*engine.Engine, FillStats, map[string]*queue.Job) {
+	pending, queues := o.pending, o.queues
 	jobs := map[string]*queue.Job{}
 	b.Helper()
 	spec := topo.Uniform(sh.Levels, sh.Fanout, sh.NodesPerLeaf, sh.GPUsPerNode, "H100")
@@ -120,12 +152,15 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int, site bool) (*e
 	if sh.Name == B2K().Name && st.Checksum != 0x7faf8a5b6c63b8e1 {
 		b.Fatalf("random60 checksum %x: not the standard work", st.Checksum)
 	}
-	const queues = 20
-	// Each queue owns a 20th of the cluster and the cohort as much again
+	// Each queue owns a share of the cluster and the cohort as much again
 	// to lend, so queues borrow (fair share orders them) and GPUs, not
 	// quota, are what runs out.
+	lend := int64(c.NumGPUs())
+	if o.full {
+		lend *= 3
+	}
 	tree := queue.TreeSpec{Cohorts: []queue.CohortSpec{{Name: "all", Quota: map[queue.ResourceName]queue.Quota{
-		queue.GPUMilli: {Nominal: queue.WholeGPUs(int64(c.NumGPUs()))}}}}}
+		queue.GPUMilli: {Nominal: queue.WholeGPUs(lend)}}}}}
 	per := queue.WholeGPUs(int64(c.NumGPUs() / queues))
 	for q := range queues {
 		tree.Queues = append(tree.Queues, queue.QueueSpec{
@@ -134,12 +169,19 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int, site bool) (*e
 		})
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cfg := engine.Config{
-		Cluster: spec, Queues: tree, Policy: queue.DRS(), Start: t0,
-		Backfill:       engine.BackfillConfig{Mode: engine.BackfillEASY},
-		IntakeCapacity: 1 << 14,
+	if o.backfill.Mode == engine.BackfillNone {
+		o.backfill.Mode = engine.BackfillEASY
 	}
-	if site {
+	if o.policy == nil {
+		o.policy = queue.DRS()
+	}
+	cfg := engine.Config{
+		Cluster: spec, Queues: tree, Policy: o.policy, Start: t0,
+		Backfill:       o.backfill,
+		IntakeCapacity: 1 << 17,
+		DisableCaches:  o.noCaches,
+	}
+	if o.site {
 		cfg.Site = engineBenchSite(sh)
 	}
 	e, err := engine.New(cfg)
@@ -151,24 +193,30 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int, site bool) (*e
 		est = time.Duration(10+rng.Draw(24*60-10)) * time.Minute
 		return est, est + time.Duration(rng.Draw(uint64(est/time.Minute)+1))*time.Minute
 	}
-	for id := range topo.NodeID(c.NumNodes()) {
-		used := c.Node(id).GPUs - s.NodeAvailable(id)
-		if used == 0 {
-			continue
-		}
-		gpus := make([]int, used)
+	// adopt books GPUs lo..lo+n-1 of node id for a running job.
+	adopt := func(name string, id topo.NodeID, lo, n int) {
+		gpus := make([]int, n)
 		for i := range gpus {
-			gpus[i] = i
+			gpus[i] = lo + i
 		}
 		est, limit := duration()
 		j := &queue.Job{
-			ID: fmt.Sprintf("run-%04d", id), Queue: engineBenchQueue(int(rng.Draw(queues))), Submit: t0,
-			Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: used}}},
+			ID: name, Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))), Submit: t0,
+			Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: n}}},
 			RuntimeEstimate: est, RuntimeLimit: limit,
 		}
 		jobs[j.ID] = j
 		if err := e.Step(engine.Adopted(t0, j, []engine.Member{{Node: c.NodeName(id), GPUs: gpus}})); err != nil {
 			b.Fatal(err)
+		}
+	}
+	for id := range topo.NodeID(c.NumNodes()) {
+		used := c.Node(id).GPUs - s.NodeAvailable(id)
+		if free := c.Node(id).GPUs - used; o.full && free > 0 {
+			adopt(fmt.Sprintf("top-%05d", id), id, used, free)
+		}
+		if used > 0 {
+			adopt(fmt.Sprintf("run-%04d", id), id, 0, used)
 		}
 	}
 	for i := range pending {
@@ -180,11 +228,11 @@ func engineBenchSetup(b *testing.B, sh ClusterShape, pending int, site bool) (*e
 		}
 		est, limit := duration()
 		j := &queue.Job{
-			ID: fmt.Sprintf("job-%05d", i), Queue: engineBenchQueue(int(rng.Draw(queues))),
+			ID: fmt.Sprintf("job-%05d", i), Queue: engineBenchQueue(int(rng.Draw(uint64(queues)))),
 			Priority: int32(rng.Draw(4)), Submit: t0.Add(time.Duration(i) * time.Millisecond),
 			Request: req, RuntimeEstimate: est, RuntimeLimit: limit,
 		}
-		if site {
+		if o.site {
 			j.User = fmt.Sprintf("u%02d", i%50)
 			j.Partitions = [][]string{{"half0"}, {"half0", "half1"}, nil}[i%3]
 		}

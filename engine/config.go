@@ -167,6 +167,12 @@ type Config struct {
 	// Site holds partitions, per-user and per-account limits and the
 	// dependency policy (see SiteConfig); the zero value: none.
 	Site SiteConfig
+	// DisableCaches turns off every cache of the cycle: resumed walks, the
+	// per-cycle placement memos by job shape, and the submission check's
+	// memo by request (see docs/scale.md). Decisions are the same either
+	// way (FuzzEngine and the replay tests compare both); it exists to
+	// prove that, and to measure what the caches save.
+	DisableCaches bool
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap

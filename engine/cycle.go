@@ -60,6 +60,7 @@ type cycleState struct {
 	seen     []uint32
 	seenGen  uint32
 	holdback gang.Holdback
+	inc      overlapHold // enoughFree across one reserve call (reservehold.go)
 	// limMin and limMax are the least and greatest runtime limits of the
 	// jobs considered (zero: none had one).
 	limMin, limMax time.Duration
@@ -68,7 +69,7 @@ type cycleState struct {
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
 	holdsBy     map[string]string // Ready.Holds (site rules), made when needed
-	unplanned   NoEstimate // why the last reserve found no start (estimate.go)
+	unplanned   NoEstimate        // why the last reserve found no start (estimate.go)
 }
 
 type resv struct {
@@ -281,7 +282,7 @@ type sinceCycle struct {
 //   - a running job's expected end or a reservation's start has come, or
 //     a reservation entered or left the span that a job with a limit
 //     overlaps;
-//   - tests turned it off (noResume).
+//   - tests turned it off (noResume), or Config.DisableCaches.
 //
 // The order check (the policy still orders the walk's jobs first and as
 // before) is resume's, since it needs the cursor.
@@ -289,7 +290,7 @@ func (e *Engine) resumable(now time.Time) bool {
 	cs := &e.cyc
 	const allowed = 1<<EventTick | 1<<EventJobSubmitted
 	if !e.quiet || e.since.events&^allowed != 0 || e.since.shaped || e.noResume || !e.siteResumable() ||
-		e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
+		e.cfg.DisableCaches || e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
 		return false
 	}
 	if len(e.tl) > 0 && e.tl[0].at <= now.UnixNano() {
@@ -475,6 +476,9 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 		cs.held[i] = nil
 	}
 	clear(cs.fits)
+	// The failure memo's verdicts stay true (free GPUs only shrink), but
+	// its reasons count what was free before this placement.
+	clear(cs.fail)
 	return true
 }
 
@@ -843,13 +847,13 @@ func (e *Engine) fitsAt(js *job, p int) bool {
 		return false // fewer free GPUs than it needs
 	}
 	key := js.shape<<16 | uint64(p)
-	if js.shape != 0 && !e.advApplies(js, cs.now) {
+	if js.shape != 0 && !e.advApplies(js, cs.now) && !e.cfg.DisableCaches {
 		if n, ok := cs.fits[key]; ok && js.members0 <= n {
 			return true
 		}
 	}
 	_, _, ok := e.tryPlace(js, p)
-	if ok && js.shape != 0 && js.members0 > cs.fits[key] {
+	if ok && js.shape != 0 && !e.cfg.DisableCaches && js.members0 > cs.fits[key] {
 		cs.fits[key] = js.members0
 	}
 	return ok
@@ -860,7 +864,7 @@ func (e *Engine) fitsAt(js *job, p int) bool {
 func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 	cs := &e.cyc
 	held := e.advApplies(js, cs.now) // an advance reservation keeps js off GPUs: no memo
-	key, cacheable := js.shape<<16|uint64(p), js.shape != 0 && !held
+	key, cacheable := js.shape<<16|uint64(p), js.shape != 0 && !held && !e.cfg.DisableCaches
 	members := 0
 	if cacheable {
 		members = js.members0

@@ -74,6 +74,8 @@ type Engine struct {
 	lastPend []PendingStatus
 	noResume bool
 	resumed  int // cycles that resumed (tests)
+	// fitsOK: requests that passed the never-fits check (scalecache.go).
+	fitsOK fitsMemo
 
 	now   time.Time
 	dirty bool

@@ -260,14 +260,14 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 							ev.Time = e.now
 						}
 						fs := fuzzStep{ev: &ev}
-						d := apply(t, e, fs, m)
+						d := apply(t, e, fs, m) + wakeDigest(e)
 						steps = append(steps, fs)
 						digests = append(digests, d)
 						check(t, e, m)
 					}
 				}
 			}
-			d := apply(t, e, st, m)
+			d := apply(t, e, st, m) + wakeDigest(e)
 			steps = append(steps, st)
 			digests = append(digests, d)
 			check(t, e, m)
@@ -276,15 +276,15 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		// decides as this one does from here (a tick, then a cycle).
 		checkRestore(t, e, seed, shared)
 		// Replay: the same inputs give the same decisions, also with every
-		// cycle a full one (no resumed walk).
+		// cycle a full one and every cache off (Config.DisableCaches).
 		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
 		cfg2 := fuzzConfig(rng2, shared)
 		cfg2.Policy = fuzzPolicy(seed)
+		cfg2.DisableCaches = true // every cache off: resumption, memos
 		e2, err := New(cfg2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2.noResume = true
 		m2 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
 		for i, st := range steps {
 			if st.ev != nil && st.ev.Job != nil {
@@ -293,7 +293,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 				ev.Job = &cp
 				st.ev = &ev
 			}
-			if d := apply(t, e2, st, m2); d != digests[i] {
+			if d := apply(t, e2, st, m2) + wakeDigest(e2); d != digests[i] {
 				t.Fatalf("replay differs at step %d:\nfirst:  %s\nreplay: %s", i, digests[i], d)
 			}
 		}
@@ -373,6 +373,13 @@ func (st fuzzStep) outcome(rd Ready) Outcome {
 		}
 	}
 	return out
+}
+
+// wakeDigest is NextWake after a step: the caches may not change it
+// either.
+func wakeDigest(e *Engine) string {
+	w, ok := e.NextWake()
+	return fmt.Sprintf(" wake=%v,%v", w.Sub(fuzzT0), ok)
 }
 
 func digest(rd Ready) string {

@@ -156,5 +156,5 @@ func (e *Engine) checkFits(j *queue.Job) error {
 		r.Groups = append([]gang.Group(nil), r.Groups...)
 		r.Groups[0].Members = j.Elastic.MinMembers
 	}
-	return e.neverFits(j, &r)
+	return e.neverFitsCached(&r, func() error { return e.neverFits(j, &r) })
 }

@@ -66,6 +66,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	w := cs.plan.Clone()
 	var buf []uint32
 	probes := 0
+	cs.inc.begin(w.Cluster(), cs.res, cs.yield)
 	trySticky := func() bool {
 		hasSticky = false
 		if !allFree(e.withOverlapping(w, sticky.start, r), sticky.gpus) {
@@ -107,6 +108,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		}
 		for i < len(tl) && tl[i].at <= t.UnixNano() {
 			buf = e.releaseOn(w, tl[i].js, buf)
+			cs.inc.released(w, buf, tl[i].js.place.shared)
 			i++
 		}
 		for k < len(resEnds) && !resEnds[k].After(t) {
@@ -128,7 +130,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			cs.unplanned = NoEstimateProbes
 			break
 		}
-		if !e.enoughFree(w, t, r, &js.req) {
+		if !e.enoughFreeOf(w, t, r, &js.req) {
 			continue // Place would fail: too few GPUs free at t
 		}
 		s := e.withOverlapping(w, t, r)

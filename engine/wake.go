@@ -19,8 +19,10 @@ import (
 //
 // A driver waits until the earliest of NextWake and the next event, then
 // steps a Tick (or the event) and runs Ready; backends.Runner does so.
-// Ticking earlier is harmless, only wasted work. Cost: O(jobs) for the
-// bind backoffs, O(log running) for the timeline.
+// Ticking earlier is harmless, only wasted work. Cost: O(log running) for
+// the timeline, plus the claims and the last cycle's reservations; the
+// scans for stopping jobs (O(running)) and bind backoffs (O(jobs)) run
+// only when a counter shows there is one.
 func (e *Engine) NextWake() (time.Time, bool) {
 	now := e.now
 	var w time.Time
@@ -32,12 +34,17 @@ func (e *Engine) NextWake() (time.Time, bool) {
 	for _, c := range e.claims {
 		take(c.start)
 	}
-	for _, js := range e.active {
+	// e.stopping counts the stopping jobs: with none, the O(running) scan
+	// would find nothing.
+	for _, js := range e.scanIf(e.stopping != 0, e.active) {
 		if js.st == stateStopping {
 			take(js.deadline)
 		}
 	}
-	for _, js := range e.jobs {
+	// retryAt zero: no pending job's backoff ends after now (the last
+	// walk noted every one that did, Advance every new one), so the
+	// O(jobs) scan below would find nothing.
+	for _, js := range e.scanIf(e.retryAt != 0, e.jobs) {
 		if js.st == statePending && js.notBefore != 0 {
 			take(time.Unix(0, js.notBefore).In(now.Location()))
 		}

@@ -125,3 +125,13 @@ func (h *Holdback) heldNodes() []topo.NodeID {
 	}
 	return h.nodes
 }
+
+// HoldN holds back k free GPUs of node id (k <= 0: none): Hold k times.
+func (h *Holdback) HoldN(id topo.NodeID, k int) {
+	if k <= 0 {
+		return
+	}
+	h.Hold(id)
+	h.took[id] += int32(k - 1)
+	h.total += k - 1
+}

@@ -146,6 +146,10 @@ type Config struct {
 	// Recorder, if set, receives the replay's job records
 	// (backends.RunnerConfig.Recorder), e.g. an accounting.Writer.
 	Recorder backends.Recorder
+	// DisableCaches runs the engine with every cycle cache off
+	// (engine.Config.DisableCaches): the same results, slower. Tests use
+	// it to check that the caches change nothing.
+	DisableCaches bool
 }
 
 // fractional reports whether the cluster takes fractional members: MIG
@@ -386,6 +390,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Dropped, res.NoRuntime, res.ClusterGPUs = dropped, noRuntime, gpus
 	ecfg.Queues = replayQueues(queues, gpus)
+	ecfg.DisableCaches = cfg.DisableCaches
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
 	for _, j := range jobs {

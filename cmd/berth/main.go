@@ -3,6 +3,7 @@
 //
 //	berth replay  [flags]   one workload, one or more policies
 //	berth compare [flags]   several workloads x policies
+//	berth merge SHARD...    the shards of a sweep run with --shard K/N
 //
 // With no flags, `berth replay` runs the default generated workload (2,000
 // jobs after ITP cluster04's statistics, seed 42) on 64 nodes of 8 GPUs
@@ -52,6 +53,7 @@ Usage:
   berth config check FILE check a configuration file, print the effective settings
   berth account [flags]   GPU-hours by account, queue, partition or user (accounting database)
   berth audit [flags] JOB where and why jobs ran: nodes, GPUs, driver, image, every step
+  berth merge SHARD...    merge the shard documents of a sweep (replay or compare --shard K/N)
   berth version           print the version
 
 Run 'berth COMMAND -h' for the flags of a command.
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdAccount(ctx, args[1:], stdout, stderr)
 	case "audit":
 		err = cmdAudit(ctx, args[1:], stdout, stderr)
+	case "merge":
+		err = cmdMerge(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version())
 		return 0
@@ -120,6 +124,8 @@ type options struct {
 	parallel   int
 	progress   string
 	accounting string // --accounting FILE: the replay's records into a new SQLite file
+	// shardK of shardN: --shard (shard.go); shardN 0: the whole sweep.
+	shardK, shardN int
 }
 
 func parseOptions(args []string, stderr io.Writer, compare bool) (*options, error) {
@@ -165,6 +171,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
+	shard := fs.String("shard", "", "K/N: run only the K-th of N slices of the sweep (workloads x policies x seeds) and print\n"+
+		"its runs as a shard document (JSON) for berth merge")
 	if compare {
 		fs.Usage = usageFunc(fs, stderr, "berth compare [flags]", compareExamples)
 	} else {
@@ -225,6 +233,14 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		return nil, usagef("--racks must not be negative, got %d", o.racks)
 	case o.parallel < 1:
 		return nil, usagef("--parallel must be at least 1, got %d", o.parallel)
+	}
+	if *shard != "" {
+		if o.shardK, o.shardN, err = parseShard(*shard); err != nil {
+			return nil, err
+		}
+		if o.out != "" || o.experiment != "" {
+			return nil, usagef("--shard prints a shard document: no --out or --experiment (plots need the whole sweep)")
+		}
 	}
 	if o.out != "" {
 		// Fail now, not after the whole replay ran.

@@ -174,6 +174,16 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 	}
 
+	if o.shardN > 0 && o.accounting != "" {
+		return usagef("--accounting records one replay; it does not go with --shard")
+	}
+	if o.shardN > 0 {
+		wOf, rowOf := make([]int, len(keys)), make([]int, len(keys))
+		for i, k := range keys {
+			wOf[i], rowOf[i] = k.w, k.w*len(o.policies)+k.p
+		}
+		return runShard(ctx, o, ws, wOf, rowOf, cfgs, stdout)
+	}
 	var sink *accountingSink
 	if o.accounting != "" {
 		if len(cfgs) != 1 {

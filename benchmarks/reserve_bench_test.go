@@ -1,0 +1,113 @@
+package benchmarks
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
+)
+
+// BenchmarkReserve times conservative backfill planning exact
+// reservations from scratch: B2K after random60 (as BenchmarkCycle books
+// it), 1,000 pending jobs of 24 or 32 whole nodes that must share a
+// block (more than any block has free, so none starts), strict priority,
+// conservative backfill with depth 1,000. Each timed cycle follows one
+// running job finishing (so no walk is resumed) and plans every
+// reservation again on the timeline; reservations/cycle reports how many
+// it made (the jobs the timeline can place before the jobs it cannot
+// bound are all of them).
+func BenchmarkReserve(b *testing.B) {
+	b.Run("cluster=B2K/pending=1000", func(b *testing.B) {
+		const pending = 1000
+		e, _, jobs := engineBenchSetup(b, B2K(), engineBenchOpts{
+			pending: pending, queues: 20, full: true, policy: queue.StrictPriority(),
+			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending},
+		})
+		reserveBench(b, e, jobs)
+	})
+}
+
+func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
+	var ends []engineBenchEnd
+	for id, j := range jobs {
+		if j.RuntimeEstimate > 0 && id[:4] == "run-" {
+			ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+		}
+	}
+	sortEnds(ends)
+	rd := e.Ready()
+	if err := e.Advance(rd, engine.Outcome{}); err != nil {
+		b.Fatal(err)
+	}
+	if len(rd.Binds) > 0 {
+		b.Fatalf("%d blocked jobs started: not the standard work", len(rd.Binds))
+	}
+	now := e.Now()
+	reserved, binds := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		if err := e.Step(engine.Finished(now, ends[0].id)); err != nil {
+			b.Fatal(err)
+		}
+		ends = ends[1:]
+		rd := e.Ready()
+		if err := e.Advance(rd, engine.Outcome{}); err != nil {
+			b.Fatal(err)
+		}
+		reserved += len(rd.Reservations)
+		binds += len(rd.Binds)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/n, "ms/cycle")
+	b.ReportMetric(float64(reserved)/n, "reservations/cycle")
+	b.ReportMetric(float64(binds)/n, "binds/cycle")
+	b.ReportMetric(float64(len(e.View().Pending)), "pending")
+}
+
+// TestReserveCachesOff: on BenchmarkReserve's input, conservative
+// backfill plans the same reservations with the engine's caches (the
+// incremental hold-back of reservehold.go among them) as without, over
+// the first cycle and three cycles after jobs end.
+func TestReserveCachesOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of reservation planning")
+	}
+	var runs [2][]string
+	for k, off := range []bool{false, true} {
+		e, _, jobs := engineBenchSetup(t, B2K(), engineBenchOpts{
+			pending: 1000, queues: 20, full: true, policy: queue.StrictPriority(), noCaches: off,
+			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: 1000},
+		})
+		var ends []engineBenchEnd
+		for id, j := range jobs {
+			if id[:4] == "run-" || id[:4] == "top-" {
+				ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+			}
+		}
+		sortEnds(ends)
+		for c := range 4 {
+			if c > 0 {
+				if err := e.Step(engine.Finished(e.Now().Add(time.Second), ends[c-1].id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rd := e.Ready()
+			if err := e.Advance(rd, engine.Outcome{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rd.Reservations {
+				runs[k] = append(runs[k], fmt.Sprintf("%d %s %v %v", c, r.Job, r.Start, r.GPUs.ToArray()))
+			}
+			for _, p := range rd.Pending {
+				runs[k] = append(runs[k], fmt.Sprintf("%d %s %v %v", c, p.Job, p.Reason, p.Start))
+			}
+		}
+	}
+	if len(runs[0]) == 0 || !slices.Equal(runs[0], runs[1]) {
+		t.Fatalf("reservations differ with caches off (%d vs %d lines)", len(runs[0]), len(runs[1]))
+	}
+}
