@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berthsched/berth/backends/sim"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/queue"
-	"github.com/berthsched/berth/backends/sim"
 	"github.com/berthsched/berth/topo"
 )
 
