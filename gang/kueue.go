@@ -2,6 +2,7 @@ package gang
 
 import (
 	"slices"
+	"sort"
 
 	"github.com/berthsched/berth/topo"
 )
@@ -41,6 +42,7 @@ type Kueue struct {
 	racks []kueueRack
 	pick  []int32 // rack positions in pick order
 	npick []int32 // node positions in pick order
+	ord   []int32 // scratch of greedyPick
 }
 
 type kueueRack struct {
@@ -76,7 +78,7 @@ func (k *Kueue) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []
 	}
 	need := g.Members
 	rooms := func(i int32) int { return k.racks[i].room }
-	k.pick = greedyPick(k.pick[:0], int32(len(k.racks)), rooms, need)
+	k.pick, k.ord = greedyPick(k.pick[:0], k.ord, int32(len(k.racks)), rooms, need)
 
 	k.npick = k.npick[:0]
 	left := need
@@ -85,7 +87,7 @@ func (k *Kueue) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []
 		want := min(r.room, left)
 		left -= want
 		lo, from := r.lo, len(k.npick)
-		k.npick = greedyPick(k.npick, r.hi-r.lo, func(i int32) int { return int(k.caps[lo+i]) }, want)
+		k.npick, k.ord = greedyPick(k.npick, k.ord, r.hi-r.lo, func(i int32) int { return int(k.caps[lo+i]) }, want)
 		for j := from; j < len(k.npick); j++ {
 			k.npick[j] += lo // rack-local position to position in nodes
 		}
@@ -106,33 +108,34 @@ func (k *Kueue) Score(s *topo.Snapshot, g *Group, nodes []topo.NodeID, scores []
 // first until the rest fits in one position, which is then the tightest
 // that holds the rest (ties: the lower position). Positions with no room
 // are never taken; if all of them together hold less than need, every
-// position with room is appended, the largest first.
-func greedyPick(dst []int32, n int32, room func(int32) int, need int) []int32 {
-	start := len(dst)
-	taken := func(i int32) bool { return slices.Contains(dst[start:], i) }
-	for left := need; left > 0; {
-		// The tightest position holding the rest.
-		best := int32(-1)
-		for i := range n {
-			if r := room(i); r >= left && !taken(i) && (best < 0 || r < room(best)) {
-				best = i
-			}
+// position with room is appended, the largest first. ord is scratch.
+func greedyPick(dst, ord []int32, n int32, room func(int32) int, need int) ([]int32, []int32) {
+	ord = ord[:0]
+	for i := range n {
+		if room(i) > 0 {
+			ord = append(ord, i)
 		}
-		if best >= 0 {
-			return append(dst, best)
-		}
-		// Else the largest.
-		big := int32(-1)
-		for i := range n {
-			if r := room(i); r > 0 && !taken(i) && (big < 0 || r > room(big)) {
-				big = i
-			}
-		}
-		if big < 0 {
-			return dst
-		}
-		dst = append(dst, big)
-		left -= room(big)
 	}
-	return dst
+	// Largest room first, the lower position first on ties.
+	slices.SortFunc(ord, func(a, b int32) int {
+		if ra, rb := room(a), room(b); ra != rb {
+			return rb - ra
+		}
+		return int(a - b)
+	})
+	for i, left := 0, need; left > 0 && i < len(ord); {
+		// ord[i:] is what is left, by room descending: the positions
+		// holding the rest are a prefix of it, the tightest of them the
+		// first of the prefix's last room value.
+		k := i + sort.Search(len(ord)-i, func(j int) bool { return room(ord[i+j]) < left })
+		if k > i {
+			r := room(ord[k-1])
+			first := i + sort.Search(k-i, func(j int) bool { return room(ord[i+j]) <= r })
+			return append(dst, ord[first]), ord
+		}
+		dst = append(dst, ord[i])
+		left -= room(ord[i])
+		i++
+	}
+	return dst, ord
 }
