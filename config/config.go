@@ -184,7 +184,8 @@ type MIG struct {
 }
 
 // Scorer is gang.ScorerSpec by name: empty (packing), random, dotprod,
-// packing, bestfit, fgd, berth. fgd and berth need Target.
+// packing, bestfit, fgd, berth, kueue (a Kueue-like baseline). fgd and
+// berth need Target.
 type Scorer struct {
 	Name   string  `json:"name,omitempty" yaml:"name,omitempty"`
 	Seed   int64   `json:"seed,omitempty" yaml:"seed,omitempty"`

@@ -53,7 +53,9 @@
 // DotProd, GpuClustering, GpuPacking, BestFit and FGD (fragmentation
 // gradient descent against a Target workload, NewTarget); and Berth,
 // berth's own fragmentation-aware scorer (the best allocation measured on
-// the openb experiment, see docs/fgd.md). ScorerSpec names one as plain
+// the openb experiment, see docs/fgd.md). Kueue is a baseline for
+// replays: the greedy topology-aware placement of Kueue, not a node score
+// (docs/price.md). ScorerSpec names one as plain
 // data (it round-trips through JSON; engine.Config.Scorer is one) and
 // NewScorer builds it:
 //

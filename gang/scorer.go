@@ -73,7 +73,7 @@ const (
 
 // ScorerNames lists the names NewScorer accepts.
 func ScorerNames() []string {
-	return []string{ScorerRandom, ScorerDotProd, ScorerClustering, ScorerPacking, ScorerBestFit, ScorerFGD, ScorerBerth}
+	return []string{ScorerRandom, ScorerDotProd, ScorerClustering, ScorerPacking, ScorerBestFit, ScorerFGD, ScorerBerth, ScorerKueue}
 }
 
 // ErrBadScorer is returned by NewScorer for an unknown name or a spec that
@@ -131,6 +131,8 @@ func NewScorer(spec ScorerSpec) (Scorer, error) {
 			return nil, err
 		}
 		return NewBerth(Target{Shapes: slices.Clone(spec.Target)}), nil
+	case ScorerKueue:
+		return &Kueue{}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown scorer %q (want one of %s)", ErrBadScorer, spec.Name, strings.Join(ScorerNames(), ", "))
 }

@@ -150,6 +150,14 @@ type Config struct {
 	// (engine.Config.DisableCaches): the same results, slower. Tests use
 	// it to check that the caches change nothing.
 	DisableCaches bool
+	// Placement, when set, is one of Placements: berth's placement with
+	// gangs preferring one rack, a topology-blind one, or a Kueue-like
+	// greedy one (see PlacementBerth). Empty: the engine's default
+	// placement, no preferred level.
+	Placement string
+	// Price, when set (Price.On), lengthens each run by the racks and
+	// blocks it spans (see Price); Result.Price says what it did.
+	Price Price
 }
 
 // fractional reports whether the cluster takes fractional members: MIG
@@ -227,6 +235,9 @@ type Result struct {
 	// thousandths held x whole milliseconds run, summed (what accounting
 	// charges for the same replay).
 	GPUMicroseconds int64
+	// Price summarises the price of placement (zero unless Config.Price
+	// is on).
+	Price PriceStats
 }
 
 // ReservationDelay is a reserved job that started later than promised.
@@ -389,6 +400,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.Dropped, res.NoRuntime, res.ClusterGPUs = dropped, noRuntime, gpus
+	pl, err := newPlaced(&cfg, spec)
+	if err != nil {
+		return res, err
+	}
+	spec, ecfg.Scorer = pl.spec, pl.scorer
 	ecfg.Queues = replayQueues(queues, gpus)
 	ecfg.DisableCaches = cfg.DisableCaches
 	// The clocks start at the first submission (offsets may be negative).
@@ -398,12 +414,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			ecfg.Start = j.q.Submit
 		}
 	}
-	s, err := sim.New(sim.Config{Cluster: spec, Start: ecfg.Start})
+	s, err := sim.New(sim.Config{Cluster: spec, Start: ecfg.Start, RuntimeFactor: pl.factor()})
 	if err != nil {
 		return res, err
 	}
 	minPer := make(map[string]int, len(jobs))
 	for _, j := range jobs {
+		pl.request(&j.q.Request)
 		if err := s.Submit(j.q, j.runtime); err != nil {
 			return res, err
 		}
@@ -462,6 +479,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Violations = s.Violations()
 	res.MIGDecided = ob.migDecided
 	res.Sim = s.Stats()
+	res.Price = pl.stats()
 	res.Waits = metrics.Waits(mo)
 	step := cfg.Step
 	if step <= 0 {

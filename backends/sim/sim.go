@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +37,14 @@ type Config struct {
 	Cluster topo.Spec
 	// Start is the virtual clock before the first event.
 	Start time.Time
+	// RuntimeFactor, if set, stretches a run by where it landed: the run
+	// of a job bound on the named nodes (one entry per member, in bind
+	// order) lasts its runtime times the factor returned (at least 1;
+	// NaN or less counts as 1). It is asked again as each member of the
+	// run binds in the instant the run began, so the factor sees the
+	// whole gang. It must be deterministic. Nil: runs last their runtime.
+	// The replay's price of placement (replay.Price) is built on it.
+	RuntimeFactor func(job string, nodes []string) float64
 }
 
 // Outcome is what happened to one job.
@@ -91,6 +100,9 @@ type Sim struct {
 	viol      []error
 	mig       []engine.MIGReconfiguration
 	stats     Stats
+
+	factor func(job string, nodes []string) float64
+	fnodes []string // scratch for factor
 }
 
 type node struct {
@@ -213,7 +225,7 @@ func New(cfg Config) (*Sim, error) {
 	s := &Sim{
 		spec: cloneSpec(cfg.Cluster), nodeIdx: map[string]int{}, now: cfg.Start,
 		jobs: map[string]*job{}, refuse: map[injKey]int{}, fail: map[injKey]int{},
-		refMIG: map[migKey]int{}, failMIG: map[migKey]int{},
+		refMIG: map[migKey]int{}, failMIG: map[migKey]int{}, factor: cfg.RuntimeFactor,
 	}
 	for i, n := range s.spec.Nodes {
 		s.nodeIdx[n.Name] = i
@@ -768,11 +780,16 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
-		s.push(event{at: s.now.Add(js.runtime), kind: evFinish, job: js, gen: js.gen})
+		if s.factor == nil {
+			s.push(event{at: s.now.Add(js.runtime), kind: evFinish, job: js, gen: js.gen})
+		}
 	}
 	b := m
 	b.GPUs = slices.Clone(m.GPUs)
 	js.members = append(js.members, b)
+	if s.factor != nil && js.out.Start.Equal(s.now) {
+		s.stretch(js)
+	}
 	if !m.Fractional {
 		js.gpus += len(m.GPUs)
 	}
@@ -1002,3 +1019,27 @@ var (
 	_ backends.Backend = (*Sim)(nil)
 	_ backends.Clock   = (*Sim)(nil)
 )
+
+// stretch (re)schedules the end of js's run, which began now, from the
+// runtime factor of the members bound so far (Config.RuntimeFactor): the
+// previous end event is made stale by the generation.
+func (s *Sim) stretch(js *job) {
+	s.fnodes = s.fnodes[:0]
+	for _, b := range js.members {
+		s.fnodes = append(s.fnodes, b.Node)
+	}
+	f := s.factor(js.j.ID, s.fnodes)
+	if !(f > 1) { // NaN too
+		f = 1
+	}
+	if len(js.members) > 1 {
+		js.gen++ // the end pushed for fewer members is stale
+	}
+	d := js.runtime
+	if x := math.Round(float64(js.runtime) * f); x < math.MaxInt64/4 {
+		d = max(d, time.Duration(x))
+	} else {
+		d = math.MaxInt64 / 4 // an absurd factor: a run that never ends in practice
+	}
+	s.push(event{at: s.now.Add(d), kind: evFinish, job: js, gen: js.gen})
+}

@@ -126,6 +126,10 @@ type options struct {
 	accounting string // --accounting FILE: the replay's records into a new SQLite file
 	// shardK of shardN: --shard (shard.go); shardN 0: the whole sweep.
 	shardK, shardN int
+	// placements are --placement's (nil: the engine's default only);
+	// price is --price.
+	placements []string
+	price      replay.Price
 }
 
 func parseOptions(args []string, stderr io.Writer, compare bool) (*options, error) {
@@ -168,6 +172,14 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		fs.StringVar(&o.accounting, "accounting", "", "write the replay's accounting records (one policy, one seed) into this new SQLite file,\n"+
 			"for berth account and berth audit")
 		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
+	}
+	placement := ""
+	price := "off"
+	if !compare {
+		fs.StringVar(&placement, "placement", "", "compare placements (rows per placement and policy): comma list of berth (gangs prefer one rack),\n"+
+			"blind (topology-blind), kueue (Kueue-like greedy); empty: the engine's default placement (docs/price.md)")
+		fs.StringVar(&price, "price", "off", "price of placement: off, on (10% runtime per extra rack, 25% per extra block),\n"+
+			"or rack=F,block=F (fractions of runtime); runs last longer the more racks they span (docs/price.md)")
 	}
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
@@ -217,6 +229,12 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		return nil, err
 	}
 	if o.format, err = parseFormat(o.format); err != nil {
+		return nil, err
+	}
+	if o.placements, err = parsePlacements(placement); err != nil {
+		return nil, err
+	}
+	if o.price, err = parsePrice(price); err != nil {
 		return nil, err
 	}
 	switch o.progress {
@@ -293,6 +311,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	}
 	if o.via != "" && o.via != "placer" && o.experiment != "fgd" {
 		return nil, usagef("--via is for --experiment fgd")
+	}
+	if (len(o.placements) > 0 || o.price.On()) && o.experiment == "fgd" {
+		return nil, usagef("--placement and --price are for time replays, not --experiment fgd")
 	}
 	if o.via == "engine" && slices.Contains(o.policies, "clustering") {
 		return nil, usagef("--via engine: policy clustering counts the kinds bound on each node, which the engine does not report to scorers")

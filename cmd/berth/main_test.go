@@ -136,6 +136,13 @@ func TestBadCommandLines(t *testing.T) {
 		"via clustering":   {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "engine", "--policy", "clustering"},
 		"models no exper":  {"replay", "--gpu-models", "third"},
 		"models bad":       {"replay", "--experiment", "fgd", "--trace", "openb", "--gpu-models", "half"},
+		"bad placement":    {"replay", "--placement", "berth,spread"},
+		"placement twice":  {"replay", "--placement", "blind,blind"},
+		"bad price":        {"replay", "--price", "rack=-1"},
+		"price key":        {"replay", "--price", "node=0.1"},
+		"price not number": {"replay", "--price", "rack=x"},
+		"price for fgd":    {"replay", "--experiment", "fgd", "--trace", "openb", "--price", "on"},
+		"compare price":    {"compare", "--price", "on"},
 	} {
 		code, stdout, stderr := runCLI(t, args...)
 		assert.Equal(t, 2, code, "%s: stderr %q", name, stderr)
@@ -405,4 +412,34 @@ func TestReplayOutUnwritableFailsEarly(t *testing.T) {
 	assert.Equal(t, 2, code, stderr)
 	assert.Contains(t, stderr, "--out")
 	assert.Empty(t, stdout, "no replay ran")
+}
+
+func TestReplayPlacementsAndPrice(t *testing.T) {
+	args := []string{"replay", "--trace", "synthetic:120", "--nodes", "8", "--racks", "4", "--policy", "easy",
+		"--placement", "berth,blind,kueue", "--price", "rack=0.5,block=0"}
+	code, stdout, stderr := runCLI(t, args...)
+	require.Equal(t, 0, code, stderr)
+	for _, want := range []string{"easy/berth", "easy/blind", "easy/kueue",
+		"price of placement: runtime x (1 + 0.5 x extra racks + 0 x extra blocks)", "runs on more than one rack"} {
+		assert.Contains(t, stdout, want)
+	}
+	for _, l := range strings.Split(stdout, "\n") {
+		assert.LessOrEqual(t, len(l), 120, "the table fits 120 columns: %q", l)
+	}
+	code, stdout, stderr = runCLI(t, append(args, "--format", "json")...)
+	require.Equal(t, 0, code, stderr)
+	var raw []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &raw))
+	require.Len(t, raw, 3)
+	for i, p := range []string{"berth", "blind", "kueue"} {
+		assert.Equal(t, p, raw[i]["placement"])
+		assert.Equal(t, "easy", raw[i]["policy"])
+	}
+	code, stdout, stderr = runCLI(t, append(args, "--format", "csv")...)
+	require.Equal(t, 0, code, stderr)
+	recs, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, recs, 4)
+	assert.Equal(t, "placement", recs[0][len(recs[0])-1])
+	assert.Equal(t, "kueue", recs[3][len(recs[3])-1])
 }

@@ -24,7 +24,7 @@ func writeRows(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.D
 	case "json":
 		return writeJSON(w, o.compare, rows)
 	case "csv":
-		return writeCSV(w, o.compare, rows)
+		return writeCSV(w, o.compare, len(o.placements) > 0, rows)
 	}
 	return writeTable(w, o, ws, rows, elapsed)
 }
@@ -50,6 +50,9 @@ func writeJSON(w io.Writer, compare bool, rows []row) error {
 			return err
 		}
 		b = append(b[:len(b)-1], fmt.Sprintf(`,"dropped":%d,"dropped_reasons":%s}`, r.dropped, by)...)
+		if r.placement != "" {
+			b = append(b[:len(b)-1], fmt.Sprintf(`,"placement":%q}`, r.placement)...)
+		}
 		buf.WriteString("  ")
 		buf.Write(b)
 		if i < len(rows)-1 {
@@ -62,9 +65,12 @@ func writeJSON(w io.Writer, compare bool, rows []row) error {
 	return err
 }
 
-func writeCSV(w io.Writer, compare bool, rows []row) error {
+func writeCSV(w io.Writer, compare, placements bool, rows []row) error {
 	cw := csv.NewWriter(w)
 	header := append(metrics.CSVHeader(), "dropped", "dropped_reasons")
+	if placements {
+		header = append(header, "placement")
+	}
 	if compare {
 		header = append([]string{"workload"}, header...)
 	}
@@ -73,6 +79,9 @@ func writeCSV(w io.Writer, compare bool, rows []row) error {
 	}
 	for _, r := range rows {
 		rec := append(r.res.CSVRecord(), strconv.Itoa(r.dropped), r.reasonText(";"))
+		if placements {
+			rec = append(rec, r.placement)
+		}
 		if compare {
 			rec = append([]string{r.workload}, rec...)
 		}
@@ -127,7 +136,7 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	for _, r := range rows {
 		s := r.res
 		line := fmt.Sprintf("%s\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t%d\t%.1f\t%d\t%d/%d",
-			s.Policy, 100*s.Utilization, wait.format(s.AvgWait), p95.format(s.P95Wait), jct.format(s.AvgJCT), s.AvgBSLD,
+			placementLabel(s.Policy, r.placement), 100*s.Utilization, wait.format(s.AvgWait), p95.format(s.P95Wait), jct.format(s.AvgJCT), s.AvgBSLD,
 			mk.format(s.Makespan), s.Preemptions, s.FragFreeGPUs, s.LargestPlaceableGang, s.Finished, s.Jobs)
 		if o.compare {
 			line = r.workload + "\t" + line
@@ -136,6 +145,17 @@ func writeTable(w io.Writer, o *options, ws []*loaded, rows []row, elapsed time.
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if o.price.On() {
+		fmt.Fprintf(&b, "\nprice of placement: runtime x (1 + %g x extra racks + %g x extra blocks); first seed's runs:\n",
+			o.price.PerRack, o.price.PerBlock)
+		for _, r := range rows {
+			name := placementLabel(r.res.Policy, r.placement)
+			if o.compare {
+				name = r.workload + " " + name
+			}
+			b.WriteString(wrap(priceNote(name, r.first.Price), "  ", helpWidth))
+		}
 	}
 	fractional := false
 	for _, r := range rows {

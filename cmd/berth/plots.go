@@ -82,8 +82,8 @@ func plotReplays(dir string, rows []row) ([]string, error) {
 				u[i] = plotter.XY{X: h, Y: 100 * s.Utilization}
 				q[i] = plotter.XY{X: h, Y: s.Queued}
 			}
-			util = append(util, series{r.res.Policy, u})
-			queue = append(queue, series{r.res.Policy, q})
+			util = append(util, series{placementLabel(r.res.Policy, r.placement), u})
+			queue = append(queue, series{placementLabel(r.res.Policy, r.placement), q})
 			ws := r.first.Waits
 			c := make(plotter.XYs, 0, len(ws)+1)
 			if len(ws) > 0 {
@@ -96,7 +96,7 @@ func plotReplays(dir string, rows []row) ([]string, error) {
 				}
 				c = append(c, plotter.XY{X: d.Hours(), Y: float64(i+1) / float64(len(ws))})
 			}
-			cdf = append(cdf, series{r.res.Policy, c})
+			cdf = append(cdf, series{placementLabel(r.res.Policy, r.placement), c})
 		}
 		base := fileName(w)
 		for _, p := range []struct {

@@ -137,6 +137,7 @@ type row struct {
 	// droppedBy counts dropped by reason (loader's, then the replay's).
 	droppedBy map[string]int
 	first     replay.Result // the first seed's run, for plots
+	placement string        // --placement's, or empty
 }
 
 func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error {
@@ -151,7 +152,11 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 		ws = append(ws, l)
 	}
-	type key struct{ w, p int }
+	type key struct{ w, pl, p int }
+	placements := o.placements
+	if len(placements) == 0 {
+		placements = []string{""}
+	}
 	var cfgs []replay.Config
 	var keys []key
 	for wi, l := range ws {
@@ -159,23 +164,29 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		if !l.seedDependent(o) {
 			seeds = seeds[:1]
 		}
-		for pi, p := range o.policies {
-			for _, seed := range seeds {
-				jobs, err := l.jobs(seed, l.cluster.GPUs())
-				if err != nil {
-					return err
+		for li, pl := range placements {
+			for pi, p := range o.policies {
+				for _, seed := range seeds {
+					jobs, err := l.jobs(seed, l.cluster.GPUs())
+					if err != nil {
+						return err
+					}
+					cfgs = append(cfgs, replay.Config{
+						Workload: l.name, Jobs: jobs, Cluster: l.cluster, Spec: l.topo, Policy: p,
+						EstimateFactor: o.estFactor, EstimateSeed: uint64(seed),
+						Placement: pl, Price: o.price,
+					})
+					keys = append(keys, key{wi, li, pi})
 				}
-				cfgs = append(cfgs, replay.Config{
-					Workload: l.name, Jobs: jobs, Cluster: l.cluster, Spec: l.topo, Policy: p,
-					EstimateFactor: o.estFactor, EstimateSeed: uint64(seed),
-				})
-				keys = append(keys, key{wi, pi})
 			}
 		}
 	}
 
 	if o.shardN > 0 && o.accounting != "" {
 		return usagef("--accounting records one replay; it does not go with --shard")
+	}
+	if o.shardN > 0 && len(o.placements) > 0 {
+		return usagef("--placement does not go with --shard (the shard documents carry no placement)")
 	}
 	if o.shardN > 0 {
 		wOf, rowOf := make([]int, len(keys)), make([]int, len(keys))
@@ -226,25 +237,28 @@ func runReplays(ctx context.Context, o *options, stdout, stderr io.Writer) error
 
 	var rows []row
 	for wi, l := range ws {
-		for pi := range o.policies {
-			var rs []metrics.Result
-			var first *replay.Result
-			for i, k := range keys {
-				if k == (key{wi, pi}) {
-					rs = append(rs, results[i].Result)
-					if first == nil {
-						first = &results[i]
+		for li, pl := range placements {
+			for pi := range o.policies {
+				var rs []metrics.Result
+				var first *replay.Result
+				for i, k := range keys {
+					if k == (key{wi, li, pi}) {
+						rs = append(rs, results[i].Result)
+						if first == nil {
+							first = &results[i]
+						}
 					}
 				}
+				by := map[string]int{}
+				for k, v := range l.droppedBy {
+					by[k] += v
+				}
+				for k, v := range first.DroppedBy {
+					by[k] += v
+				}
+				rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped,
+					droppedBy: by, first: *first, placement: pl})
 			}
-			by := map[string]int{}
-			for k, v := range l.droppedBy {
-				by[k] += v
-			}
-			for k, v := range first.DroppedBy {
-				by[k] += v
-			}
-			rows = append(rows, row{workload: l.name, res: replay.MeanResult(rs), dropped: l.dropped + first.Dropped, droppedBy: by, first: *first})
 		}
 	}
 	if err := writeRows(stdout, o, ws, rows, elapsed); err != nil {

@@ -166,7 +166,7 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *format == "csv" {
-		return writeCSV(stdout, compare, rows)
+		return writeCSV(stdout, compare, false, rows)
 	}
 	return writeJSON(stdout, compare, rows)
 }
