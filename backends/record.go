@@ -175,13 +175,13 @@ func (rc *recorder) base(kind RecordKind, at time.Time, id string, j *recJob) Jo
 	return r
 }
 
-// chosenPartition is the partition a job runs in.
-//
-// PARTITION PLUG-IN: the engine does not report the partition it chose
-// yet; a job naming exactly one partition runs in it, otherwise it is
-// unknown here. When engine.Bind (or the View) carries the chosen
-// partition, return it from here: every start record takes it.
-func chosenPartition(j *recJob, _ *engine.Bind) string {
+// chosenPartition is the partition a job runs in: the one the engine
+// chose for its bind (engine.Bind.Partition), else, with no bind at hand
+// (adoption, restore), the job's only partition when it names exactly one.
+func chosenPartition(j *recJob, b *engine.Bind) string {
+	if b != nil && b.Partition != "" {
+		return b.Partition
+	}
 	if len(j.partitions) == 1 {
 		return j.partitions[0]
 	}

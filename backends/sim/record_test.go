@@ -68,11 +68,17 @@ func TestRecordsPreemptionAndRequeue(t *testing.T) {
 	low := wholeJob("low", 0, 1, 4)
 	low.Preemptible, low.GracePeriod, low.User, low.Account = true, time.Minute, "ann", ""
 	high := wholeJob("high", 10*time.Minute, 1, 4)
-	high.Priority, high.Partitions = 10, []string{"gpu-8x"}
+	high.Priority, high.Partitions = 10, []string{"gpu-dev", "gpu-8x"}
 	require.NoError(t, s.Submit(low, time.Hour))
 	require.NoError(t, s.Submit(high, 10*time.Minute))
 	cfg := engine.Config{Policy: queue.StrictPriority()}
 	cfg.Preemption.Priority = true
+	// Two partitions over the one node: high names both, and the engine
+	// picks the higher tier; the start record takes the engine's choice.
+	cfg.Site.Partitions = []engine.Partition{
+		{Name: "gpu-8x", Nodes: []string{"n0"}, PriorityTier: 2},
+		{Name: "gpu-dev", Nodes: []string{"n0"}, PriorityTier: 1},
+	}
 	by := record(t, attrSim{s}, s, cfg)
 
 	lr := by["low"]
@@ -90,7 +96,7 @@ func TestRecordsPreemptionAndRequeue(t *testing.T) {
 	hr := by["high"]
 	require.Equal(t, "submit start end", kinds(hr))
 	st := hr[1]
-	assert.Equal(t, "gpu-8x", st.Partition, "a job naming one partition runs in it")
+	assert.Equal(t, "gpu-8x", st.Partition, "the partition the engine chose for the bind")
 	assert.Equal(t, "n0:0=GPU-n0-0,n0:1=GPU-n0-1,n0:2=GPU-n0-2,n0:3=GPU-n0-3", backends.FormatGPUs(st.GPUs))
 	assert.Equal(t, "550.54.15", st.Driver)
 	assert.Equal(t, "img:high", st.Image)
