@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -127,11 +126,7 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 	}
 	switch o.format {
 	case "json":
-		b, err := json.MarshalIndent(rows, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(b, '\n')); err != nil {
+		if err := writeIndentedJSON(stdout, rows); err != nil {
 			return err
 		}
 	case "csv":

@@ -276,3 +276,14 @@ func (r *row) reasonText(sep string) string {
 	}
 	return strings.Join(parts, sep)
 }
+
+// writeIndentedJSON writes v as JSON indented by two spaces, with a final
+// newline: the experiments' --format json.
+func writeIndentedJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
