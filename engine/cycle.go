@@ -155,7 +155,8 @@ func (e *Engine) cycle() Ready {
 
 	e.retryAt = 0 // noted again by the walk and by Advance
 
-	// 1. Drain.
+	// 1. Drain (and replace service replicas that ended).
+	e.topUp(now)
 	e.drain(&rd)
 	resumed := e.resume(now, &rd)
 	if !resumed {
@@ -242,6 +243,7 @@ func (e *Engine) cycle() Ready {
 	rd.Failed, e.failed = e.failed, nil
 	rd.Holds = e.takeHolds(resumed)
 	rd.Rejected, e.rejected = e.rejected, nil
+	rd.Stops, e.stops = e.stops, nil
 	e.publish(&rd, e.pending.Publish(now))
 	return rd
 }
@@ -519,6 +521,9 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	if err != nil {
 		st.Reason = ReasonInvalid
 		return st, true
+	}
+	if fit.OK && fit.Borrowing && js.svc != nil && js.svc.spec.QoS == QoSGuaranteed && !e.guaranteedOK(j) {
+		fit.OK = false // guaranteed replicas never borrow
 	}
 	if !fit.OK {
 		js.quotaWait = true

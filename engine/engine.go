@@ -103,6 +103,13 @@ type Engine struct {
 	runDirty bool                   // running changed since the last View
 	cyc      cycleState
 	site     *siteState // site rules (site.go); nil while none is used
+
+	// services (service.go): by name; svcTopUp: a replica ended on its
+	// own and is to be replaced; stops: replicas removed, reported with
+	// the next Ready.
+	svcs     map[string]*service
+	svcTopUp bool
+	stops    []Stop
 }
 
 // New validates cfg and returns an engine with the cluster and queues of
@@ -201,6 +208,12 @@ func (e *Engine) Step(ev Event) error {
 		err = e.setReservation(ev.Reservation)
 	case EventReservationDeleted:
 		err = e.deleteReservation(ev.Reservation)
+	case EventServiceSet:
+		err = e.setService(ev.Service, ev.Time)
+	case EventServiceScaled:
+		err = e.scaleService(ev.ServiceName, ev.Desired, ev.Time)
+	case EventServiceDeleted:
+		err = e.deleteService(ev.ServiceName, ev.Time)
 	default:
 		err = fmt.Errorf("%w: kind %v", ErrInvalidEvent, ev.Kind)
 	}
@@ -209,6 +222,7 @@ func (e *Engine) Step(ev Event) error {
 	}
 	e.now = ev.Time
 	e.dirty = true
+	e.topUp(ev.Time)
 	if e.jn != nil {
 		e.recordEvent(ev)
 	}

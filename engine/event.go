@@ -54,6 +54,15 @@ const (
 	// EventReservationDeleted deletes the advance reservation named
 	// Reservation.Name.
 	EventReservationDeleted
+	// EventServiceSet creates the service Service or replaces its spec
+	// (see ServiceSet).
+	EventServiceSet
+	// EventServiceScaled sets the desired replica count Desired of the
+	// service named ServiceName.
+	EventServiceScaled
+	// EventServiceDeleted deletes the service named ServiceName and its
+	// replicas.
+	EventServiceDeleted
 )
 
 func (k EventKind) String() string {
@@ -84,6 +93,12 @@ func (k EventKind) String() string {
 		return "reservation-set"
 	case EventReservationDeleted:
 		return "reservation-deleted"
+	case EventServiceSet:
+		return "service-set"
+	case EventServiceScaled:
+		return "service-scaled"
+	case EventServiceDeleted:
+		return "service-deleted"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -117,6 +132,12 @@ type Event struct {
 	Tasks, Throttle int
 	// Reservation: EventReservationSet, EventReservationDeleted (Name).
 	Reservation *AdvanceReservation
+	// Service: EventServiceSet. Ownership passes to the engine.
+	Service *Service
+	// ServiceName: EventServiceScaled, EventServiceDeleted.
+	ServiceName string
+	// Desired: EventServiceScaled.
+	Desired int
 }
 
 // Tick returns a clock event.

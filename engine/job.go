@@ -70,6 +70,7 @@ type job struct {
 	hasRes    bool     // it is in lastRes
 	gpuN      int      // whole GPUs req asks for
 	site      *siteJob // site rules' facts (site.go); nil: none apply
+	svc       *service // the service of a replica; nil: not one
 }
 
 // gpus is the number of GPUs the job holds.
@@ -267,6 +268,9 @@ func (e *Engine) forget(js *job) {
 	if e.site != nil {
 		e.siteForget(js)
 	}
+	if js.svc != nil {
+		e.replicaGone(js)
+	}
 }
 
 func (e *Engine) checkpointed(id string, at time.Time) error {
@@ -290,8 +294,13 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at, started time.Time) error {
 	if err := e.tree.ValidateJob(j); err != nil {
 		return err
 	}
-	if _, dup := e.jobs[j.ID]; dup {
-		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
+	// A pending replica of the same ID is replaced by the running one.
+	var pendRep *job
+	if old, dup := e.jobs[j.ID]; dup {
+		if old.svc == nil || old.st != statePending {
+			return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
+		}
+		pendRep = old
 	}
 	if err := e.checkLevels(j); err != nil {
 		return err
@@ -329,9 +338,19 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at, started time.Time) error {
 	e.runs++
 	js.run = e.runs
 	js.members = countGroup(p, 0)
+	if pendRep != nil {
+		e.pending.Remove(j.ID)
+		delete(e.claims, j.ID)
+		delete(e.byPtr, pendRep.j)
+		if e.site != nil {
+			e.siteForget(pendRep)
+		}
+		delete(pendRep.svc.reps, j.ID)
+	}
 	e.jobs[j.ID] = js
 	e.siteAttach(js)
 	e.activate(js)
+	e.adoptReplica(js, at)
 	return nil
 }
 

@@ -68,12 +68,21 @@ func (e *Engine) candidates(p *job) []victim {
 		if !v.lastPreempted.IsZero() && cs.now.Sub(v.lastPreempted) < j.MinRuntime {
 			continue
 		}
+		if v.svc != nil && v.svc.spec.QoS == QoSBurstable && !e.borrowing(j.Queue) {
+			continue // burstable replicas are preemptible only while borrowing
+		}
 		var cause PreemptCause
 		switch {
 		case pc.Priority && j.Priority < p.j.Priority:
 			cause = PreemptPriority
 		case reclaim && j.Queue != p.j.Queue && e.borrowing(j.Queue):
 			cause = PreemptReclaim
+		case v.svc != nil && v.svc.spec.QoS == QoSBestEffort && !bestEffort(p) && (pc.Priority || pc.Reclaim):
+			// best-effort replicas yield to any other work
+			cause = PreemptPriority
+			if !pc.Priority {
+				cause = PreemptReclaim
+			}
 		default:
 			continue
 		}
@@ -84,6 +93,9 @@ func (e *Engine) candidates(p *job) []victim {
 		out = append(out, victim{js: v, cause: cause, cost: v.place.weight() * cs.now.Sub(since).Seconds()})
 	}
 	slices.SortFunc(out, func(a, b victim) int {
+		if c := cmp.Compare(qosRank(a.js), qosRank(b.js)); c != 0 {
+			return c // best-effort replicas first, then borrowing burstable ones
+		}
 		if c := cmp.Compare(a.cost, b.cost); c != 0 {
 			return c
 		}
@@ -362,4 +374,22 @@ func bookBack(s *topo.Snapshot, pl *placement, gpus []uint32) error {
 		}
 	}
 	return nil
+}
+
+// bestEffort reports whether js is a best-effort replica.
+func bestEffort(js *job) bool { return js.svc != nil && js.svc.spec.QoS == QoSBestEffort }
+
+// qosRank orders victims: best-effort replicas (0), then burstable ones
+// (1, candidates only while their queue borrows), then all other jobs (2).
+func qosRank(js *job) int {
+	if js.svc == nil {
+		return 2
+	}
+	switch js.svc.spec.QoS {
+	case QoSBestEffort:
+		return 0
+	case QoSBurstable:
+		return 1
+	}
+	return 2
 }

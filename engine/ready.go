@@ -303,11 +303,15 @@ type Ready struct {
 	Holds map[string]string
 	// Rejected lists submissions that could not be accepted.
 	Rejected []Rejection
+	// Stops lists service replicas removed (scaled down or deleted) by
+	// the events since the last cycle, in event order; their GPUs are
+	// already free (see Stop).
+	Stops []Stop
 }
 
 // Empty reports whether the Ready asks nothing of the backend.
 func (rd *Ready) Empty() bool {
-	return len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 && len(rd.Binds) == 0 && len(rd.MIG) == 0
+	return len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 && len(rd.Binds) == 0 && len(rd.MIG) == 0 && len(rd.Stops) == 0
 }
 
 // Outcome tells Advance which decisions the backend refused. A refused

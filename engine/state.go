@@ -14,7 +14,7 @@ import (
 
 // StateVersion is the version of the State format that Save writes and
 // Restore reads.
-const StateVersion = 1
+const StateVersion = 2
 
 // ErrInvalidState: Restore was given a state of another version, or one
 // whose records the engine rejects (it was saved under another Config).
@@ -66,6 +66,10 @@ type SavedEvent struct {
 	Tasks       int                 `json:",omitempty"`
 	Throttle    int                 `json:",omitempty"`
 	Reservation *AdvanceReservation `json:",omitempty"`
+	// Service, ServiceName, Desired: see Event (version 2).
+	Service     *Service `json:",omitempty"`
+	ServiceName string   `json:",omitempty"`
+	Desired     int      `json:",omitempty"`
 }
 
 // SavedMember is a Member as data.
@@ -141,7 +145,7 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil state", ErrInvalidState)
 	}
-	if st.Version != StateVersion {
+	if st.Version != StateVersion && st.Version != 1 { // version 1: no service events
 		return nil, fmt.Errorf("%w: version %d, this engine reads %d", ErrInvalidState, st.Version, StateVersion)
 	}
 	cfg.Cluster, cfg.Start = cloneSpec(st.Cluster), st.Start
@@ -201,7 +205,8 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 
 func (e *Engine) recordEvent(ev Event) {
 	se := &SavedEvent{Kind: ev.Kind, Time: ev.Time, Job: ev.Job, JobID: ev.JobID, Started: ev.Started, NodeName: ev.NodeName,
-		Failed: ev.Failed, Tasks: ev.Tasks, Throttle: ev.Throttle, Reservation: cloneAdv(ev.Reservation)}
+		Failed: ev.Failed, Tasks: ev.Tasks, Throttle: ev.Throttle, Reservation: cloneAdv(ev.Reservation),
+		Service: cloneService(ev.Service), ServiceName: ev.ServiceName, Desired: ev.Desired}
 	if ev.Kind == EventNodeAdded || ev.Kind == EventNodeChanged {
 		n := ev.Node
 		n.Labels = cloneLabels(n.Labels)
@@ -220,7 +225,8 @@ func (e *Engine) recordEvent(ev Event) {
 
 func (se *SavedEvent) event() (Event, error) {
 	ev := Event{Kind: se.Kind, Time: se.Time, Job: se.Job, JobID: se.JobID, Started: se.Started, NodeName: se.NodeName,
-		Failed: se.Failed, Tasks: se.Tasks, Throttle: se.Throttle, Reservation: cloneAdv(se.Reservation)}
+		Failed: se.Failed, Tasks: se.Tasks, Throttle: se.Throttle, Reservation: cloneAdv(se.Reservation),
+		Service: cloneService(se.Service), ServiceName: se.ServiceName, Desired: se.Desired}
 	if se.Node != nil {
 		ev.Node = *se.Node
 	}
@@ -280,4 +286,14 @@ func (e *Engine) JobIDs() (pending, running []string) {
 	sort.Strings(pending)
 	sort.Strings(running)
 	return pending, running
+}
+
+func cloneService(s *Service) *Service {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Replica.Request.Groups = slices.Clone(s.Replica.Request.Groups)
+	c.Replica.Partitions = slices.Clone(s.Replica.Partitions)
+	return &c
 }

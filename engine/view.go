@@ -24,6 +24,9 @@ type View struct {
 	Holds map[string]string
 	// FreeGPUs and TotalGPUs count allocatable free GPUs and all GPUs.
 	FreeGPUs, TotalGPUs int
+	// Services: every service, by name, with its replica counts and why
+	// its pending replicas wait.
+	Services []ServiceStatus
 	queues              *queue.Snapshot
 	running             *btree.BTreeG[*runRec] // copy-on-write clone; records never change
 	x                   viewExtra              // what Estimates and Explain read (explain.go)
@@ -107,6 +110,7 @@ func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 	if rd != nil {
 		v.Seq, v.Pending, v.Reservations, v.Holds = rd.Seq, rd.Pending, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
 	}
+	v.Services = e.serviceStatuses(v.Pending)
 	if e.running != nil {
 		// Clone only when a job started, stopped or changed since the last
 		// View: an unchanged tree is shared, and the owner's next change
