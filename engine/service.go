@@ -210,7 +210,7 @@ type ServiceStatus struct {
 	// Min, Max and Desired are the spec's; Running counts bound replicas,
 	// Stopping those preempted and in their grace period, Pending those
 	// waiting to be placed.
-	Min, Max, Desired         int
+	Min, Max, Desired          int
 	Running, Stopping, Pending int
 	// Reason is why the first pending replica (in the policy's order) is
 	// pending, and Detail says it in words; ReasonNone when none is.

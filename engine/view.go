@@ -27,9 +27,9 @@ type View struct {
 	// Services: every service, by name, with its replica counts and why
 	// its pending replicas wait.
 	Services []ServiceStatus
-	queues              *queue.Snapshot
-	running             *btree.BTreeG[*runRec] // copy-on-write clone; records never change
-	x                   viewExtra              // what Estimates and Explain read (explain.go)
+	queues   *queue.Snapshot
+	running  *btree.BTreeG[*runRec] // copy-on-write clone; records never change
+	x        viewExtra              // what Estimates and Explain read (explain.go)
 }
 
 // runRec is a running job as the View keeps it; ExpectedEnd is computed
