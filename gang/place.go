@@ -267,9 +267,24 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	}
 	k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
 	if gi.frac && k > 0 {
+		if !p.sharedNode(n, gi) {
+			return 0
+		}
 		k = min(k, p.shareFits(n, gi, k))
 	}
 	return k
+}
+
+// sharedNode reports whether node n can hold a member of fractional group
+// gi at all: a MIG member needs GPUs in MIG mode, a fraction needs shared
+// GPUs (or plain ones under Spec.ShareFreeGPUs). It keeps the capacity
+// scan of a MIG or fractional request off the other nodes' GPUs.
+func (p *Placer) sharedNode(n topo.NodeID, gi *groupInfo) bool {
+	cfg, ok := p.c.NodeGPUConfig(n)
+	if gi.mreq.Profile != "" {
+		return ok && cfg.MIG
+	}
+	return ok || p.c.SharesFreeGPUs()
 }
 
 // shareFits is the sum of SharedFits over the GPUs of node n for group

@@ -30,8 +30,15 @@ func (p *Pool) FitCount(g uint32, r Request, mode AllocMode) int {
 			}
 		}
 		if mode == MayCreate {
+			// Instances that could still be created (BestStart and Place,
+			// not Alloc: a failed Alloc formats an error, and this loop
+			// ends on one for every GPU it counts).
 			for l := st.layout; ; n++ {
-				nl, _, err := l.Alloc(pr)
+				s, ok := l.BestStart(pr)
+				if !ok {
+					break
+				}
+				nl, err := l.Place(Instance{Profile: pr, Start: uint8(s)})
 				if err != nil {
 					break
 				}

@@ -75,6 +75,13 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 		}
 		fmt.Fprintf(&b, "failed %s (node %s)\n", f.Job, f.Node)
 	}
+	for _, st := range rd.Stops {
+		was := "pending"
+		if st.Running {
+			was = "running"
+		}
+		fmt.Fprintf(&b, "stop %s (%v, was %s)\n", st.Job, st.Cause, was)
+	}
 	for _, r := range rd.Rejected {
 		fmt.Fprintf(&b, "rejected %s: %v\n", r.Job, r.Err)
 	}

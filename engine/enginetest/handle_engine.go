@@ -37,16 +37,10 @@ func (h *Harness) engine(d *datadriven.TestData) error {
 		return strconv.Atoi(v)
 	}
 	p, _ := arg(d, "policy")
-	switch p {
-	case "", "drs":
-		cfg.Policy = queue.DRS()
-	case "priority":
-		cfg.Policy = queue.StrictPriority()
-	case "fairtree":
-		cfg.Policy = queue.FairTree()
-	default:
+	if cfg.Policy = newPolicy(p); cfg.Policy == nil {
 		return fmt.Errorf("unknown policy %q", p)
 	}
+	h.policyName = p
 	b, _ := arg(d, "backfill")
 	switch b {
 	case "", "easy":
@@ -102,5 +96,25 @@ func (h *Harness) engine(d *datadriven.TestData) error {
 		return err
 	}
 	h.E, err = engine.New(cfg)
-	return err
+	if err != nil {
+		return err
+	}
+	h.cfg = cfg
+	if _, ok := arg(d, "journal"); ok {
+		return h.E.EnableJournal()
+	}
+	return nil
+}
+
+// newPolicy returns the policy named p; nil if unknown.
+func newPolicy(p string) queue.Policy {
+	switch p {
+	case "", "drs":
+		return queue.DRS()
+	case "priority":
+		return queue.StrictPriority()
+	case "fairtree":
+		return queue.FairTree()
+	}
+	return nil
 }

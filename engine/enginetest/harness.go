@@ -26,6 +26,9 @@ type Harness struct {
 	last   engine.Ready
 	haveRd bool
 	site   engine.SiteConfig // the "site" command's, for the next "engine"
+	// cfg and policyName: the engine's Config, for "restart".
+	cfg        engine.Config
+	policyName string
 }
 
 // New returns an empty harness.
@@ -76,6 +79,12 @@ var handlers = map[string]handler{
 	"advance":    {true, (*Harness).handleAdvance},
 	"view":       {true, (*Harness).handleView},
 	"explain":    {true, (*Harness).handleExplain},
+
+	"service-set":    {true, (*Harness).handleServiceSet},
+	"service-scale":  {true, (*Harness).handleServiceScale},
+	"service-delete": {true, (*Harness).handleServiceDelete},
+	"services":       {true, (*Harness).handleServices},
+	"restart":        {true, (*Harness).handleRestart},
 }
 
 func (h *Harness) handle(d *datadriven.TestData) (string, error) {
