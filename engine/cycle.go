@@ -68,8 +68,9 @@ type cycleState struct {
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
-	holdsBy     map[string]string // Ready.Holds (site rules), made when needed
-	unplanned   NoEstimate        // why the last reserve found no start (estimate.go)
+	holdsBy     map[string]string      // Ready.Holds (site rules), made when needed
+	unplanned   NoEstimate             // why the last reserve found no start (estimate.go)
+	batches     map[*service]*svcBatch // replicas placed at once (svcbatch.go)
 }
 
 type resv struct {
@@ -125,6 +126,7 @@ func (cs *cycleState) reset(now time.Time) {
 	cs.fracBlocked = cs.fracBlocked[:0]
 	clear(cs.ahead)
 	clear(cs.resAt)
+	clear(cs.batches)
 }
 
 // cycle is one scheduling cycle. Its steps, in order:
@@ -558,6 +560,17 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		why gang.Reason
 		ok  bool
 	)
+	if len(cs.yield) == 0 && js.svc != nil && e.batchable(js) {
+		// Identical replicas: one placement for all (svcbatch.go).
+		if pl := e.batchNext(js, p); pl != nil {
+			if !(js.frac && cs.sharesReservedPl(pl, p)) && pl.book(cs.plan) == nil {
+				if e.started(js, pl, len(cs.res) > 0, rd) {
+					return st, false
+				}
+			}
+			delete(cs.batches, js.svc)
+		}
+	}
 	if len(cs.yield) == 0 {
 		res, why, ok = e.tryPlace(js, p)
 	} else {
@@ -916,6 +929,7 @@ func (cs *cycleState) addRes(r *resv) {
 		return 1
 	})
 	cs.res = slices.Insert(cs.res, i, r)
+	clear(cs.batches)
 	for i := range cs.held {
 		cs.held[i] = nil
 	}

@@ -71,6 +71,7 @@ type job struct {
 	gpuN      int      // whole GPUs req asks for
 	site      *siteJob // site rules' facts (site.go); nil: none apply
 	svc       *service // the service of a replica; nil: not one
+	tmpl      uint64   // the service template generation it was built from
 }
 
 // gpus is the number of GPUs the job holds.

@@ -222,6 +222,7 @@ type ServiceStatus struct {
 type service struct {
 	spec Service
 	next int             // index of the next replica
+	gen  uint64          // template generation (one per ServiceSet)
 	reps map[string]*job // live replicas (pending, running, stopping)
 }
 
@@ -349,6 +350,7 @@ func (e *Engine) setService(s *Service, at time.Time) error {
 		}
 	}
 	sv.spec = spec
+	sv.gen++
 	e.scaleTo(sv, at)
 	return nil
 }
@@ -407,7 +409,7 @@ func (e *Engine) addReplica(sv *service, at time.Time) {
 			return
 		}
 		js := e.jobs[j.ID]
-		js.svc = sv
+		js.svc, js.tmpl = sv, sv.gen
 		sv.reps[j.ID] = js
 		return
 	}
