@@ -524,8 +524,8 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		st.Reason = ReasonInvalid
 		return st, true
 	}
-	if fit.OK && fit.Borrowing && js.svc != nil && js.svc.spec.QoS == QoSGuaranteed && !e.guaranteedOK(j) {
-		fit.OK = false // guaranteed replicas never borrow
+	if fit.OK && fit.Borrowing && js.svc != nil && js.svc.spec.QoS == QoSGuaranteed {
+		fit = e.guaranteedFit(j) // guaranteed replicas never borrow
 	}
 	if !fit.OK {
 		js.quotaWait = true

@@ -35,7 +35,7 @@ type pmember struct {
 // sharedRequest is the MIG / share request of a fractional group.
 func sharedRequest(g *gang.Group) (mig.Request, bool) {
 	if g.GPUMilli > 0 || g.MIGProfile != "" {
-		return mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile}, true
+		return mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile, MemoryMiB: g.GPUMemoryMiB}, true
 	}
 	return mig.Request{}, false
 }

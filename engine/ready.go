@@ -305,7 +305,8 @@ type Ready struct {
 	Rejected []Rejection
 	// Stops lists service replicas removed (scaled down or deleted) by
 	// the events since the last cycle, in event order; their GPUs are
-	// already free (see Stop).
+	// already free (see Stop), and Binds may use them: a backend stops
+	// them first, like preemption victims.
 	Stops []Stop
 }
 

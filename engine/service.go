@@ -584,18 +584,20 @@ func (e *Engine) unuse(js *job, used map[int32]int) {
 	}
 }
 
-// guaranteedOK reports whether a guaranteed replica fits its queue's own
-// quota (no borrowing). Queues without governed resources always fit.
-func (e *Engine) guaranteedOK(j *queue.Job) bool {
+// guaranteedFit says whether a guaranteed replica fits its queue's own
+// quota (no borrowing); when not, the resource, the need and what is left
+// of the queue's own quota. Queues without governed resources always fit.
+func (e *Engine) guaranteedFit(j *queue.Job) queue.Fit {
 	for _, q := range j.Demand() {
 		if !slices.Contains(e.tree.Resources(), q.Name) {
 			continue
 		}
-		if e.tree.Usage(j.Queue, q.Name).Add(q.Amount) > e.tree.SubtreeQuota(j.Queue, q.Name) {
-			return false
+		used, own := e.tree.Usage(j.Queue, q.Name), e.tree.SubtreeQuota(j.Queue, q.Name)
+		if used.Add(q.Amount) > own {
+			return queue.Fit{Resource: q.Name, Need: q.Amount, Available: max(own.Sub(used), 0)}
 		}
 	}
-	return true
+	return queue.Fit{OK: true}
 }
 
 // serviceStatuses is the View's Services, from the cycle's pending list.

@@ -217,7 +217,7 @@ func (p *Placer) resolve(r *Request) error {
 				return fmt.Errorf("%w: group %d: fractional and MIG members only in single-group gangs", ErrUnsupported, i)
 			}
 			gi.frac = true
-			gi.mreq = mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile}
+			gi.mreq = mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile, MemoryMiB: g.GPUMemoryMiB}
 		}
 		if g.GPUModel != "" {
 			m, ok := p.c.ModelIndex(g.GPUModel)

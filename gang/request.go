@@ -38,6 +38,12 @@ type Group struct {
 	// MIGProfile asks for one MIG instance of this profile per member
 	// (e.g. "1g.10gb").
 	MIGProfile string
+	// GPUMemoryMiB is the device memory each fractional member (GPUMilli)
+	// needs, 0 for none: on a MIG GPU the instance's memory must hold it, on
+	// an MPS GPU it is the client's pinned memory limit, on a time-slicing
+	// GPU that accounts memory (mig.Sharing.MemoryMiB) it is booked, so
+	// that the bookings of a GPU's shares never pass its memory.
+	GPUMemoryMiB int
 	// CPUMilli and MemoryMiB are per-member host resources; zero means none.
 	CPUMilli  int64
 	MemoryMiB int64
@@ -105,6 +111,10 @@ func (g *Group) validate(i int) error {
 		return bad("CPUMilli", "must not be negative, got %d", g.CPUMilli)
 	case g.MemoryMiB < 0:
 		return bad("MemoryMiB", "must not be negative, got %d", g.MemoryMiB)
+	case g.GPUMemoryMiB < 0 || g.GPUMemoryMiB > 1<<31-1:
+		return bad("GPUMemoryMiB", "must be in 0..%d, got %d", 1<<31-1, g.GPUMemoryMiB)
+	case g.GPUMemoryMiB > 0 && g.GPUMilli == 0:
+		return bad("GPUMemoryMiB", "only for fractional members (GPUMilli)")
 	}
 	kinds := 0
 	if g.GPUsPerMember > 0 {

@@ -86,6 +86,8 @@ func (st *gpuState) shareFits(r Request) (units, mem uint32, ok bool) {
 		units = uint32((r.Milli*int(st.units) + 999) / 1000)
 	case MPS:
 		units = uint32(r.Milli)
+	}
+	if st.mode == MPS || st.memTotal > 0 {
 		mem = uint32(r.MemoryMiB)
 		if mem == 0 {
 			mem = uint32(uint64(r.Milli) * uint64(st.memTotal) / 1000)
@@ -279,6 +281,7 @@ func (p *Pool) shareOf(i int32) Share {
 	case TimeSlicing:
 		s.Replicas = int(r.units)
 		s.Milli = int(r.units) * 1000 / int(st.units)
+		s.BookedMemoryMiB = int(r.memMiB)
 	case MPS:
 		s.Milli = int(r.milli)
 		s.ActiveThreadPercent = min(100, max(1, (int(r.milli)+9)/10))

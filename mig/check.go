@@ -56,7 +56,7 @@ func (p *Pool) Check() error {
 				g, st.free, units, st.units, st.clients, clients, st.maxClients)
 		}
 		if st.memTotal > 0 && st.memFree+mem != st.memTotal {
-			return fmt.Errorf("GPU %d: MPS memory: free %d + held %d != %d", g, st.memFree, mem, st.memTotal)
+			return fmt.Errorf("GPU %d: %v memory: free %d + held %d != %d", g, st.mode, st.memFree, mem, st.memTotal)
 		}
 		want.update(g, (&gpuState{head: -1}).key(), st.key())
 	}

@@ -52,7 +52,7 @@ func (p *Pool) FitCount(g uint32, r Request, mode AllocMode) int {
 		return 0
 	}
 	n := min(int(st.free)/int(units), int(st.maxClients)-int(st.clients))
-	if st.mode == MPS && st.memTotal > 0 && mem > 0 {
+	if st.memTotal > 0 && mem > 0 {
 		n = min(n, int(st.memFree/mem))
 	}
 	return n

@@ -83,7 +83,7 @@ type gpuState struct {
 	// units/free: time-slicing replicas, or MPS milli (units = 1000).
 	units, free         uint16
 	clients, maxClients uint16
-	memTotal, memFree   uint32 // MPS pinned-memory budget, MiB
+	memTotal, memFree   uint32 // MPS pinned / time-slicing booked memory budget, MiB
 	head                int32  // first share record, -1 when none
 }
 
@@ -179,6 +179,7 @@ func (p *Pool) Configure(g uint32, c GPUConfig) error {
 		case TimeSlicing:
 			ns.units, ns.free = uint16(c.Sharing.Replicas), uint16(c.Sharing.Replicas)
 			ns.maxClients = uint16(c.Sharing.Replicas)
+			ns.memTotal, ns.memFree = uint32(c.Sharing.MemoryMiB), uint32(c.Sharing.MemoryMiB)
 		case MPS:
 			ns.units, ns.free = 1000, 1000
 			ns.maxClients = uint16(c.Sharing.Replicas)

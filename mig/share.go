@@ -41,8 +41,12 @@ type Sharing struct {
 	// Replicas: for TimeSlicing, the number of replicas (1..1000); for MPS,
 	// the most clients (1..MaxMPSClients). Ignored for Exclusive.
 	Replicas int
-	// MemoryMiB: for MPS, the device memory split by pinned limits; 0 turns
-	// memory accounting off. Ignored otherwise.
+	// MemoryMiB: the device memory shares are accounted in; 0 turns memory
+	// accounting off. For MPS it is split by pinned limits (a hard limit
+	// per client); for time-slicing each share books its memory against it
+	// (the device does not enforce it, but no share is placed where the
+	// bookings would pass it, so one tenant cannot over-book a neighbour's
+	// memory). Ignored for Exclusive.
 	MemoryMiB int
 }
 
@@ -54,6 +58,9 @@ func (s Sharing) Validate() error {
 	case TimeSlicing:
 		if s.Replicas < 1 || s.Replicas > 1000 {
 			return fmt.Errorf("%w: time-slicing replicas %d outside 1..1000", ErrBadConfig, s.Replicas)
+		}
+		if s.MemoryMiB < 0 || s.MemoryMiB > 1<<31-1 {
+			return fmt.Errorf("%w: time-slicing memory %d MiB", ErrBadConfig, s.MemoryMiB)
 		}
 	case MPS:
 		if s.Replicas < 1 || s.Replicas > MaxMPSClients {
@@ -90,6 +97,11 @@ type Share struct {
 	// (MPS only): the request's MemoryMiB, or Milli/1000 of the GPU's MPS
 	// memory when the request names none.
 	PinnedMemoryMiB int
+	// BookedMemoryMiB is the device memory booked for a time-slicing share
+	// when the GPU accounts memory (Sharing.MemoryMiB): the request's
+	// MemoryMiB, or Milli/1000 of the GPU's memory when it names none. The
+	// backend should pass it to the workload as its memory limit.
+	BookedMemoryMiB int
 }
 
 type shareRec struct {

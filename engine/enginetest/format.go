@@ -15,6 +15,13 @@ import (
 // Format renders a Ready for scenario files.
 func Format(e *engine.Engine, rd engine.Ready) string {
 	var b strings.Builder
+	for _, st := range rd.Stops {
+		was := "pending"
+		if st.Running {
+			was = "running"
+		}
+		fmt.Fprintf(&b, "stop %s (%v, was %s)\n", st.Job, st.Cause, was)
+	}
 	for _, p := range rd.Preemptions {
 		fmt.Fprintf(&b, "preempt %s for %s (%v) deadline %s cost %.0f GPU-s\n", p.Victim, p.For, p.Cause, rel(p.Deadline), p.CostGPUSeconds)
 	}
@@ -74,13 +81,6 @@ func Format(e *engine.Engine, rd engine.Ready) string {
 			continue
 		}
 		fmt.Fprintf(&b, "failed %s (node %s)\n", f.Job, f.Node)
-	}
-	for _, st := range rd.Stops {
-		was := "pending"
-		if st.Running {
-			was = "running"
-		}
-		fmt.Fprintf(&b, "stop %s (%v, was %s)\n", st.Job, st.Cause, was)
 	}
 	for _, r := range rd.Rejected {
 		fmt.Fprintf(&b, "rejected %s: %v\n", r.Job, r.Err)
@@ -187,6 +187,9 @@ func fracMember(m engine.Member) string {
 		if m.Created {
 			what += " new"
 		}
+	}
+	if m.Share.BookedMemoryMiB > 0 {
+		what += fmt.Sprintf(", booked %dMiB", m.Share.BookedMemoryMiB)
 	}
 	return fmt.Sprintf("%s[%d]{%s}", m.Node, m.GPUs[0], what)
 }

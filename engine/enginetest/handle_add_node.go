@@ -63,6 +63,13 @@ func sharing(d *datadriven.TestData, n *topo.NodeSpec) error {
 			n.Sharing = mig.Sharing{Mode: mig.MPS, Replicas: r}
 		}
 	}
+	if v, ok := arg(d, "gpumem"); ok {
+		m, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("gpumem: %v", err)
+		}
+		n.Sharing.MemoryMiB = m
+	}
 	return nil
 }
 

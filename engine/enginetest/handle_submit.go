@@ -62,6 +62,8 @@ func (h *Harness) Job(line string) (*queue.Job, error) {
 		case "milli":
 			g.GPUMilli, err = strconv.Atoi(v)
 			g.GPUsPerMember = 0
+		case "gpumem":
+			g.GPUMemoryMiB, err = strconv.Atoi(v)
 		case "profile":
 			g.MIGProfile = v
 			g.GPUsPerMember = 0
