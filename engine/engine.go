@@ -108,6 +108,7 @@ type Engine struct {
 	// own and is to be replaced; stops: replicas removed, reported with
 	// the next Ready.
 	svcs     map[string]*service
+	svcNext  map[string]int // next replica index of deleted services
 	svcTopUp bool
 	stops    []Stop
 }

@@ -150,6 +150,9 @@ func FuzzEngine(f *testing.F) {
 	f.Add(uint64(3), []byte{0, 9, 0, 9, 0, 9, 4, 4, 9, 0, 0, 0, 9, 1, 1, 9, 5, 9, 10, 9})
 	f.Add(uint64(42), []byte{0, 0, 0, 0, 9, 4, 0, 0, 9, 4, 9, 3, 9, 6, 9, 0, 0, 9, 4, 4, 9, 1, 9})
 	f.Add(uint64(7), []byte{0, 0, 0, 0, 0, 9, 250, 250, 9, 7, 250, 9, 2, 250, 0, 0, 9, 250, 6, 250, 9})
+	// services (232..249): set, scale, delete amid jobs, failures, refusals
+	f.Add(uint64(11), []byte{232, 233, 9, 0, 0, 240, 9, 4, 241, 9, 2, 3, 9, 6, 9, 235, 236, 9, 4, 9, 245, 9, 0, 9})
+	f.Add(uint64(12), []byte{232, 9, 234, 9, 0, 0, 0, 9, 238, 9, 4, 4, 9, 239, 237, 9, 3, 9, 7, 9, 248, 9, 4, 9})
 	f.Fuzz(runFuzzBody)
 }
 
@@ -162,6 +165,8 @@ func FuzzEngine(f *testing.F) {
 func FuzzEngineShared(f *testing.F) {
 	f.Add(uint64(1), []byte{0, 0, 0, 9, 9, 1, 9, 2, 9, 3, 0, 0, 9, 4, 9})
 	f.Add(uint64(5), []byte{0, 0, 0, 0, 0, 0, 9, 4, 9, 4, 9, 6, 9, 8, 9, 8, 9, 2, 9})
+	f.Add(uint64(13), []byte{232, 233, 9, 0, 0, 240, 9, 4, 241, 9, 2, 3, 9, 6, 9, 235, 236, 9, 4, 9, 245, 9, 0, 9})
+	f.Add(uint64(14), []byte{232, 9, 234, 9, 0, 0, 0, 9, 238, 9, 4, 4, 9, 239, 237, 9, 3, 9, 7, 9, 248, 9, 4, 9})
 	f.Fuzz(func(t *testing.T, seed uint64, ops []byte) { runFuzz(t, seed, ops, true) })
 }
 
@@ -196,6 +201,10 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 				if ev, ok := fuzzDevices(rng, e, now); ok {
 					st.ev = &ev
 				}
+			} else if op >= 232 { // a service is set, scaled or deleted
+				kind = -1
+				ev := fuzzService(rng, e, now, shared)
+				st.ev = &ev
 			}
 			switch kind {
 			case -1:
@@ -332,13 +341,15 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 				delete(m.known, f.Job)
 			}
 		}
-		return fmt.Sprintf("%v %s err=%v", ev.Kind, ev.JobID, err)
+		syncReplicas(e, m)
+		return fmt.Sprintf("%v %s%s err=%v", ev.Kind, ev.JobID, ev.ServiceName, err)
 	}
 	m.prevClaims = maps.Clone(e.claims)
 	rd := e.Ready()
 	for _, f := range rd.Failed {
 		delete(m.known, f.Job)
 	}
+	syncReplicas(e, m)
 	checkReady(t, e, rd, m)
 	out := st.outcome(rd)
 	if err := e.Advance(rd, out); err != nil {
@@ -403,7 +414,7 @@ func digest(rd Ready) string {
 	for _, x := range rd.Pending {
 		fmt.Fprintf(&b, " W(%s,%v,%v,%v,%+v)", x.Job, x.Reason, x.Start, x.Place, x.Quota)
 	}
-	fmt.Fprintf(&b, " Q%v F%v X%d", rd.Requeued, rd.Failed, len(rd.Rejected))
+	fmt.Fprintf(&b, " Q%v F%v X%d S%v", rd.Requeued, rd.Failed, len(rd.Rejected), rd.Stops)
 	return b.String()
 }
 
@@ -580,6 +591,7 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 			t.Fatalf("job %q lost", id)
 		}
 	}
+	checkServices(t, e)
 	if len(e.jobs) != e.pending.Len()+len(e.active) {
 		t.Fatalf("%d jobs, %d pending + %d active", len(e.jobs), e.pending.Len(), len(e.active))
 	}
@@ -776,5 +788,84 @@ func checkClaimFits(t *testing.T, e *Engine, id string) {
 	}
 	if err := c.place.whatIf().book(s); err != nil {
 		t.Fatalf("claim of %q cannot be booked once its victims %v are gone: %v", id, c.victims, err)
+	}
+}
+
+// fuzzService returns a service event: a new or replaced spec (QoS,
+// shape, bounds at random; fractional and MIG replicas with shared), a
+// scale (sometimes out of range: an error), or a delete.
+func fuzzService(rng *rand.Rand, e *Engine, now time.Time, shared bool) Event {
+	name := []string{"s0", "s1"}[rng.IntN(2)]
+	sv := e.svcs[name]
+	switch r := rng.IntN(8); {
+	case sv == nil || r == 0:
+		g := gang.Group{Members: 1, GPUsPerMember: []int{1, 1, 2}[rng.IntN(3)]}
+		if shared && rng.IntN(2) == 0 {
+			g = []gang.Group{{Members: 1, GPUMilli: 250}, {Members: 1, MIGProfile: "1g"}, {Members: 1, GPUMilli: 500, GPUMemoryMiB: 8192}}[rng.IntN(3)]
+		}
+		mx := 1 + rng.IntN(6)
+		s := &Service{
+			Name: name, Queue: []string{"a", "b", "c"}[rng.IntN(3)], QoS: QoS(rng.IntN(3)),
+			Replica: queue.Job{Request: gang.Request{Groups: []gang.Group{g}}, MinRuntime: time.Duration(rng.IntN(2)) * 10 * time.Minute},
+			Min:     rng.IntN(2), Max: mx, Desired: rng.IntN(mx + 1),
+			Priority: int32(rng.IntN(4)), GracePeriod: time.Duration(rng.IntN(3)) * 5 * time.Minute,
+		}
+		return ServiceSet(now, s)
+	case r == 1:
+		return ServiceDeleted(now, name)
+	default:
+		return ServiceScaled(now, name, rng.IntN(sv.spec.Max+2))
+	}
+}
+
+// syncReplicas adds the live replicas to the model's known jobs and drops
+// the removed ones (the engine creates and removes them itself).
+func syncReplicas(e *Engine, m *fuzzModel) {
+	for _, s := range e.stops {
+		delete(m.known, s.Job)
+	}
+	for _, sv := range e.svcs {
+		for id := range sv.reps {
+			m.known[id] = true
+		}
+	}
+	for id := range m.known {
+		if js := e.jobs[id]; js == nil && strings.Contains(id, "/") {
+			delete(m.known, id) // a replica removed and reported in an earlier Ready
+		}
+	}
+}
+
+// checkServices: every service has its desired count of live replicas,
+// each a tracked job pointing back to it; no other job claims a service.
+func checkServices(t *testing.T, e *Engine) {
+	t.Helper()
+	n := 0
+	for name, sv := range e.svcs {
+		if len(sv.reps) != sv.spec.Desired {
+			t.Fatalf("service %s: %d replicas, desired %d", name, len(sv.reps), sv.spec.Desired)
+		}
+		for id, js := range sv.reps {
+			if e.jobs[id] != js || js.svc != sv {
+				t.Fatalf("service %s: replica %q not tracked as its replica", name, id)
+			}
+		}
+		n += len(sv.reps)
+	}
+	for id, js := range e.jobs {
+		if js.svc != nil {
+			n--
+			if js.svc.reps[id] != js {
+				t.Fatalf("job %q claims a service that does not list it", id)
+			}
+		}
+	}
+	if n != 0 {
+		t.Fatalf("replica count mismatch %d", n)
+	}
+	for _, s := range e.stops {
+		if js := e.jobs[s.Job]; js != nil && js.svc == nil {
+			t.Fatalf("stopped replica %q still tracked", s.Job)
+		}
 	}
 }

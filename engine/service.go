@@ -329,7 +329,9 @@ func (e *Engine) setService(s *Service, at time.Time) error {
 	}
 	sv := e.svcs[s.Name]
 	if sv == nil {
-		sv = &service{next: 1, reps: map[string]*job{}}
+		// A service set again after a delete goes on numbering where
+		// the old one stopped: no replica ID is reused.
+		sv = &service{next: max(1, e.svcNext[s.Name]), reps: map[string]*job{}}
 		e.svcs[s.Name] = sv
 		// Jobs already named like its replicas (adopted before the
 		// service was set, e.g. after a backend restart) are its replicas.
@@ -377,6 +379,10 @@ func (e *Engine) deleteService(name string, at time.Time) error {
 		e.removeReplica(sv, sv.reps[id], at, StopServiceDeleted)
 	}
 	delete(e.svcs, name)
+	if e.svcNext == nil {
+		e.svcNext = map[string]int{}
+	}
+	e.svcNext[name] = sv.next
 	return nil
 }
 
