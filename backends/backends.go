@@ -73,6 +73,20 @@ type Actuator interface {
 	ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error
 }
 
+// ReplicaStopper is an optional Actuator method for backends that run
+// services (engine.Service): StopReplica stops a replica the engine
+// removed (engine.Ready.Stops: its service shrank or was deleted). The
+// engine no longer tracks it and its GPUs are already free, so the
+// backend must not report it finished; a replica that is not running
+// (st.Running false, or already gone) is deleted if the backend keeps an
+// object for it, else nothing happens (nil). The Runner calls it before
+// preemptions and binds, since binds may reuse the GPUs. A backend
+// without it cannot run services: the Runner reports each stop as an
+// error.
+type ReplicaStopper interface {
+	StopReplica(ctx context.Context, st engine.Stop) error
+}
+
 // GangBinder is an optional Actuator method for backends where a gang is
 // one unit (a SLURM job): the Runner calls BindGang once per gang instead
 // of BindMember per member, and never rolls a gang back member by member.

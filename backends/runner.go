@@ -403,13 +403,27 @@ func (r *Runner) nextWake(now, lastTick time.Time) time.Time {
 
 // ---------------------------------------------------------------- applying
 
-// apply carries out rd: preemptions first (victims stop before GPUs are
-// reused), then resizes, binds and MIG changes. It returns the refusals
+// apply carries out rd: replica stops and preemptions first (victims stop
+// before GPUs are reused), then resizes, binds and MIG changes. It returns the refusals
 // for Advance and the errors no refusal can report.
 func (r *Runner) apply(ctx context.Context, rd *engine.Ready) (engine.Outcome, []error) {
 	var out engine.Outcome
 	var errs []error
 	act := r.cfg.Backend
+
+	// Stops of service replicas (before anything reuses their GPUs).
+	if len(rd.Stops) > 0 {
+		rs, ok := act.(ReplicaStopper)
+		for _, st := range rd.Stops {
+			if !ok {
+				errs = append(errs, fmt.Errorf("backends: stop of replica %q: the backend cannot stop replicas (no StopReplica)", st.Job))
+				continue
+			}
+			if err := r.retry(ctx, func(ctx context.Context) error { return rs.StopReplica(ctx, st) }); err != nil {
+				errs = append(errs, fmt.Errorf("backends: stop of replica %q: %w", st.Job, err))
+			}
+		}
+	}
 
 	// Preemptions.
 	perr := make([]error, len(rd.Preemptions))

@@ -103,6 +103,9 @@ type Sim struct {
 
 	factor func(job string, nodes []string) float64
 	fnodes []string // scratch for factor
+
+	svcs     map[string]*engine.Service // service specs (service.go)
+	replicas []*job                     // replicas, by first bind
 }
 
 type node struct {
@@ -150,6 +153,8 @@ type job struct {
 	// submitted: its submission was delivered (Next); until it ends it is
 	// running or pending.
 	submitted bool
+	// replica: a service replica (service.go): no runtime, never finishes.
+	replica bool
 }
 
 type injKey struct{ job, node string }
@@ -184,6 +189,7 @@ const (
 	evNodeFail
 	evNodeRecover
 	evSubmit
+	evService
 )
 
 type event struct {
@@ -193,6 +199,7 @@ type event struct {
 	job  *job
 	gen  uint64
 	node string
+	svc  *engine.Event // evService
 }
 
 type evHeap []event
@@ -415,7 +422,8 @@ func (s *Sim) Pending(ctx context.Context) ([]*queue.Job, error) {
 	return out, nil
 }
 
-// Running returns the jobs with bound members, by ID.
+// Running returns the jobs with bound members, in submission order, then
+// the running service replicas in order of their first bind.
 func (s *Sim) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -423,9 +431,11 @@ func (s *Sim) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []backends.RunningJob
-	for _, js := range s.order {
-		if len(js.members) > 0 {
-			out = append(out, backends.RunningJob{Job: js.j, Members: slices.Clone(js.members), Start: js.out.Start})
+	for _, l := range [][]*job{s.order, s.replicas} {
+		for _, js := range l {
+			if len(js.members) > 0 {
+				out = append(out, backends.RunningJob{Job: js.j, Members: slices.Clone(js.members), Start: js.out.Start})
+			}
 		}
 	}
 	return out, nil
@@ -535,6 +545,8 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 			js.gen++
 		}
 		return engine.NodeFailed(s.now, e.node), true
+	case evService:
+		return s.fireService(*e.svc), true
 	case evNodeRecover:
 		n := &s.nodes[s.nodeIdx[e.node]]
 		n.down = false
@@ -750,6 +762,9 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	defer s.mu.Unlock()
 	js := s.jobs[jobID]
 	if js == nil {
+		js = s.replicaJob(jobID)
+	}
+	if js == nil {
 		return refused("unknown job %q", jobID)
 	}
 	ni, ok := s.nodeIdx[m.Node]
@@ -780,14 +795,14 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
-		if s.factor == nil {
+		if s.factor == nil && !js.replica {
 			s.push(event{at: s.now.Add(js.runtime), kind: evFinish, job: js, gen: js.gen})
 		}
 	}
 	b := m
 	b.GPUs = slices.Clone(m.GPUs)
 	js.members = append(js.members, b)
-	if s.factor != nil && js.out.Start.Equal(s.now) {
+	if s.factor != nil && js.out.Start.Equal(s.now) && !js.replica {
 		s.stretch(js)
 	}
 	if !m.Fractional {
