@@ -46,7 +46,7 @@ func TestSimServiceScaleUpDown(t *testing.T) {
 	}
 	var cycles []cyc
 	r, err := backends.NewRunner(backends.RunnerConfig{
-		Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "infer"}, {Name: "train"}}}},
+		Engine:  engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "infer"}, {Name: "train"}}}},
 		Backend: s, Clock: s,
 		Observe: func(c backends.Cycle) {
 			running := 0
