@@ -555,38 +555,45 @@ func (a removalKey) better(b removalKey) bool {
 	return a.index > b.index
 }
 
-// usedByNode counts, per node, the GPUs in use (whole or shared).
-func (e *Engine) usedByNode() map[int32]int {
-	used := map[int32]int{}
+// usedByNode counts, per node (by NodeID), the GPUs in use: whole GPUs,
+// and one for each member holding a MIG instance or a share.
+func (e *Engine) usedByNode() []int32 {
+	used := make([]int32, e.cluster.NumNodes())
 	for _, js := range e.active {
 		if js.place == nil {
 			continue
 		}
 		for _, m := range js.place.members {
-			used[int32(m.node)] += max(len(m.gpus), 1)
+			used[m.node] += int32(max(len(m.gpus), 1))
 		}
 	}
 	return used
 }
 
-func (e *Engine) removalKeyOf(js *job, used map[int32]int) removalKey {
+func (e *Engine) removalKeyOf(js *job, used []int32) removalKey {
 	key := removalKey{start: js.start, index: replicaIndex(js.j.ID)}
-	mine := map[int32]int{}
-	for _, m := range js.place.members {
-		mine[int32(m.node)] += max(len(m.gpus), 1)
-	}
-	for n, c := range mine {
-		if used[n] <= c {
+	ms := js.place.members
+	for i, m := range ms {
+		if slices.ContainsFunc(ms[:i], func(o pmember) bool { return o.node == m.node }) {
+			continue // counted with the node's first member
+		}
+		mine := int32(0)
+		for _, o := range ms[i:] {
+			if o.node == m.node {
+				mine += int32(max(len(o.gpus), 1))
+			}
+		}
+		if used[m.node] <= mine {
 			key.empties++
 		}
-		key.inUse += used[n]
+		key.inUse += int(used[m.node])
 	}
 	return key
 }
 
-func (e *Engine) unuse(js *job, used map[int32]int) {
+func (e *Engine) unuse(js *job, used []int32) {
 	for _, m := range js.place.members {
-		used[int32(m.node)] -= max(len(m.gpus), 1)
+		used[m.node] -= int32(max(len(m.gpus), 1))
 	}
 }
 
