@@ -14,8 +14,9 @@ func TestFitCountMatchesAllocations(t *testing.T) {
 	h100, err := mig.LookupModel("H100-80GB")
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(5, 6))
-	reqs := []mig.Request{{Milli: 100}, {Milli: 333}, {Milli: 500}, {Profile: "1g"}, {Profile: "2g"}, {Profile: "3g"}, {Milli: 1000}}
-	for iter := range 400 {
+	reqs := []mig.Request{{Milli: 100}, {Milli: 333}, {Milli: 500}, {Profile: "1g"}, {Profile: "2g"}, {Profile: "3g"}, {Milli: 1000},
+		{Milli: 250, MemoryMiB: 20000}, {Milli: 100, MemoryMiB: 30000}}
+	for iter := range 2000 {
 		pool := mig.NewPool(1)
 		cfg := mig.GPUConfig{Model: h100}
 		switch rng.IntN(3) {
@@ -24,7 +25,7 @@ func TestFitCountMatchesAllocations(t *testing.T) {
 			layouts := h100.Layouts()
 			cfg.Layout = layouts[rng.IntN(len(layouts))]
 		case 1:
-			cfg.Sharing = mig.Sharing{Mode: mig.TimeSlicing, Replicas: 1 + rng.IntN(10)}
+			cfg.Sharing = mig.Sharing{Mode: mig.TimeSlicing, Replicas: 1 + rng.IntN(10), MemoryMiB: rng.IntN(2) * 81920}
 		case 2:
 			cfg.Sharing = mig.Sharing{Mode: mig.MPS, Replicas: 1 + rng.IntN(48), MemoryMiB: rng.IntN(2) * 81920}
 		}
