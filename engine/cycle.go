@@ -336,6 +336,7 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 	cs.now, cs.nowNs = now, now.UnixNano()
 	cs.held = cs.held[:0]
 	cs.plan = e.snap.Clone()
+	clear(cs.batches) // computed on the last cycle's plan
 	// The last cycle's statuses, shared: Ready and View hold them with no
 	// spare capacity, and they are never written again, so new statuses
 	// go after them in the same array while there is room.

@@ -333,10 +333,11 @@ func (e *Engine) setService(s *Service, at time.Time) error {
 		// the old one stopped: no replica ID is reused.
 		sv = &service{next: max(1, e.svcNext[s.Name]), reps: map[string]*job{}}
 		e.svcs[s.Name] = sv
-		// Jobs already named like its replicas (adopted before the
-		// service was set, e.g. after a backend restart) are its replicas.
+		// Running jobs already named like its replicas (adopted before
+		// the service was set, e.g. after a backend restart) are its
+		// replicas; pending ones stay ordinary jobs.
 		for _, id := range sortedKeys(e.jobs) {
-			if o, n := e.serviceOf(id); o == sv {
+			if o, n := e.serviceOf(id); o == sv && e.jobs[id].st != statePending {
 				js := e.jobs[id]
 				js.svc = sv
 				sv.reps[id] = js
