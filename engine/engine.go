@@ -59,6 +59,7 @@ type Engine struct {
 	elastic   int                 // active elastic jobs
 	stopping  int                 // jobs in their grace period
 	shapes    map[string]uint64
+	keyBuf    []byte // shapeID's scratch
 	claims    map[string]*claim
 	// sticky reservations of the last cycle: a job keeps its GPU set and
 	// start while they stay valid.

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/berthsched/berth/gang"
@@ -208,11 +209,25 @@ func (e *Engine) shapeID(r *gang.Request) uint64 {
 	if len(g.Selector) > 0 || g.GPUsPerMember == 0 {
 		return 0
 	}
-	key := fmt.Sprintf("%d/%d/%d/%s/%s/%s", g.GPUsPerMember, g.CPUMilli, g.MemoryMiB, g.GPUModel, r.Required, r.Preferred)
-	id, ok := e.shapes[key]
+	// The key is "%d/%d/%d/%s/%s/%s" of the fields below, built without
+	// fmt (every submission pays for it; the lookup does not allocate).
+	b := e.keyBuf[:0]
+	b = strconv.AppendInt(b, int64(g.GPUsPerMember), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, g.CPUMilli, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, g.MemoryMiB, 10)
+	b = append(b, '/')
+	b = append(b, g.GPUModel...)
+	b = append(b, '/')
+	b = append(b, r.Required...)
+	b = append(b, '/')
+	b = append(b, r.Preferred...)
+	e.keyBuf = b
+	id, ok := e.shapes[string(b)]
 	if !ok {
 		id = uint64(len(e.shapes) + 1)
-		e.shapes[key] = id
+		e.shapes[string(b)] = id
 	}
 	return id
 }

@@ -410,7 +410,7 @@ func (e *Engine) addReplica(sv *service, at time.Time) {
 		if _, dup := e.jobs[j.ID]; dup {
 			continue
 		}
-		if err := e.submit(j); err != nil {
+		if err := e.submitReplica(j); err != nil {
 			// checkService vetted the template; report rather than lose it.
 			e.rejected = append(e.rejected, Rejection{Job: j.ID, Err: err})
 			return
@@ -675,4 +675,27 @@ func (e *Engine) adoptReplica(js *job, at time.Time) {
 			e.removeReplica(sv, r, at, StopScaledDown)
 		}
 	}
+}
+
+// submitReplica is submit for a replica built from a template that
+// checkService vetted against this engine: the checks that depend only on
+// the request and on what never changes after New (the topology levels,
+// the never-fits check) passed for the template and are not repeated per
+// replica; the queue's own checks are (Pending.Add), and so are the site
+// rules' when a site is in use (they fill in per-job facts). A scale-up
+// of hundreds of replicas pays for one never-fits check.
+func (e *Engine) submitReplica(j *queue.Job) error {
+	if err := e.siteCheck(j); err != nil {
+		return err
+	}
+	if err := e.pending.Add(j); err != nil {
+		return err
+	}
+	js := e.newJob(j)
+	e.jobs[j.ID] = js
+	e.siteAttach(js)
+	if js.frac {
+		e.since.shaped = true
+	}
+	return nil
 }
