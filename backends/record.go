@@ -281,10 +281,17 @@ func (rc *recorder) end(id string, at time.Time, reason string) {
 	rc.out.Record(r)
 }
 
-// cycle records what a cycle applied: rejections, requeues, failures,
-// preemptions, resizes, starts and new pending reasons.
+// cycle records what a cycle applied: replica stops, rejections, requeues,
+// failures, preemptions, resizes, starts and new pending reasons.
 func (rc *recorder) cycle(rd *engine.Ready, out *engine.Outcome) {
 	at := rd.At
+	for _, st := range rd.Stops {
+		// A replica the engine removed (its service shrank or was
+		// deleted) ends; one never bound was never recorded.
+		if rc.jobs[st.Job] != nil {
+			rc.end(st.Job, at, "stopped: "+st.Cause.String())
+		}
+	}
 	for _, rj := range rd.Rejected {
 		r := rc.base(RecordReject, at, rj.Job, rc.jobs[rj.Job])
 		if rj.Err != nil {

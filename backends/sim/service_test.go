@@ -45,7 +45,9 @@ func TestSimServiceScaleUpDown(t *testing.T) {
 		running, errs int
 	}
 	var cycles []cyc
+	var recs []backends.JobRecord
 	r, err := backends.NewRunner(backends.RunnerConfig{
+		Recorder: backends.RecorderFunc(func(rec backends.JobRecord) { recs = append(recs, rec) }),
 		Engine:  engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "infer"}, {Name: "train"}}}},
 		Backend: s, Clock: s,
 		Observe: func(c backends.Cycle) {
@@ -114,6 +116,27 @@ func TestSimServiceScaleUpDown(t *testing.T) {
 	}
 	if v := s.Violations(); len(v) > 0 {
 		t.Fatalf("violations: %v", v)
+	}
+	// Accounting: six replica starts, three ends for the scale-down.
+	starts, ends := 0, 0
+	for _, rec := range recs {
+		if rec.Job == "train" {
+			continue
+		}
+		switch rec.Kind {
+		case backends.RecordStart:
+			starts++
+		case backends.RecordEnd:
+			ends++
+			// The newest replicas go (started at +10m): 10 minutes of one GPU.
+			if rec.Reason != "stopped: scaled-down" || rec.Time.Sub(start) != 20*time.Minute ||
+				rec.RunStart.Sub(start) != 10*time.Minute || rec.GPUMicroseconds != 10*60*1e6 {
+				t.Errorf("end record %+v", rec)
+			}
+		}
+	}
+	if starts != 6 || ends != 3 {
+		t.Fatalf("%d start and %d end records of replicas, want 6 and 3", starts, ends)
 	}
 	for _, o := range s.Outcomes() {
 		if o.ID == "train" && (!o.Finished || o.Start.Sub(start) != 30*time.Minute) {
