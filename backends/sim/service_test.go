@@ -48,8 +48,8 @@ func TestSimServiceScaleUpDown(t *testing.T) {
 	var recs []backends.JobRecord
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Recorder: backends.RecorderFunc(func(rec backends.JobRecord) { recs = append(recs, rec) }),
-		Engine:  engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "infer"}, {Name: "train"}}}},
-		Backend: s, Clock: s,
+		Engine:   engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "infer"}, {Name: "train"}}}},
+		Backend:  s, Clock: s,
 		Observe: func(c backends.Cycle) {
 			running := 0
 			for _, sv := range c.View.Services {
