@@ -646,3 +646,54 @@ func TestRunnerSkipsJobThatNeverFits(t *testing.T) {
 	assert.Contains(t, logs.String(), `job=huge`)
 	assert.Contains(t, logs.String(), `can never fit the cluster`)
 }
+
+// stopperFake is fake with StopReplica (backends.ReplicaStopper).
+type stopperFake struct {
+	*fake
+	stopped []string
+}
+
+func (f *stopperFake) StopReplica(_ context.Context, st engine.Stop) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, st.Job)
+	delete(f.bound, st.Job)
+	return nil
+}
+
+func serviceScript() [][]engine.Event {
+	svc := &engine.Service{
+		Name: "web", Queue: "q", Max: 4, Desired: 3,
+		Replica: queue.Job{Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1}}}},
+	}
+	return [][]engine.Event{{engine.ServiceSet(t0, svc)}, {engine.ServiceScaled(t0.Add(time.Minute), "web", 1)}}
+}
+
+// Stops of replicas reach a backend with StopReplica before the cycle's
+// binds; a backend without it gets an error per stop.
+func TestRunnerStopsReplicas(t *testing.T) {
+	f := &stopperFake{fake: newFake(1, 4)}
+	f.script, f.closeAtEnd = serviceScript(), true
+	var cycles []backends.Cycle
+	cfg := config(f.fake, &clock{}, &cycles)
+	cfg.Backend = f
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.Len(t, cycles, 2)
+	assert.Len(t, cycles[0].Ready.Binds, 3)
+	assert.Len(t, cycles[1].Ready.Stops, 2)
+	assert.Empty(t, cycles[1].Errors)
+	assert.ElementsMatch(t, []string{"web/2", "web/3"}, f.stopped)
+	assert.Equal(t, []string{"web/1"}, f.boundJobs())
+
+	g := newFake(1, 4)
+	g.script, g.closeAtEnd = serviceScript(), true
+	cycles = nil
+	r, err = backends.NewRunner(config(g, &clock{}, &cycles))
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.Len(t, cycles, 2)
+	require.Len(t, cycles[1].Errors, 2)
+	assert.ErrorContains(t, cycles[1].Errors[0], "cannot stop replicas")
+}
