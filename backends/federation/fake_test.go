@@ -144,4 +144,20 @@ func (f *fakeMember) BindMember(ctx context.Context, job string, m engine.Member
 	return f.Sim.BindMember(ctx, job, m)
 }
 
-var _ federation.NodeLender = (*fakeMember)(nil)
+// RequeueJob stops a running job (the simulator releases its GPUs, as a
+// preemption does) and records it.
+func (f *fakeMember) RequeueJob(ctx context.Context, job string) error {
+	defer f.done("requeue", job)
+	f.mu.Lock()
+	fail := f.failing("requeue")
+	f.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%s: requeue %s: %w", f.name, job, errInjected)
+	}
+	return f.Sim.Preempt(ctx, engine.Preemption{Victim: job})
+}
+
+var (
+	_ federation.NodeLender = (*fakeMember)(nil)
+	_ federation.Requeuer   = (*fakeMember)(nil)
+)

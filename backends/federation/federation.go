@@ -48,6 +48,13 @@ type Pool struct {
 type Config struct {
 	Pools     []Pool
 	Rebalance RebalanceConfig
+	// PreemptOnReclaim lets a reclaim (Federation.Reclaim, and the
+	// rebalancer's drain moves of busy nodes) empty the node by requeueing
+	// the jobs that run on it in the lending system, when that member is a
+	// Requeuer, instead of waiting for them to end. Off: a busy node moves
+	// only once its jobs have ended (or the move is rolled back after
+	// DrainTimeout).
+	PreemptOnReclaim bool
 	// DrainTimeout bounds how long a lent node may stay busy before the
 	// move is rolled back; default 10 minutes.
 	DrainTimeout time.Duration
@@ -115,6 +122,9 @@ type MoveRecord struct {
 	Move
 	At  time.Time
 	Err error // nil: done
+	// Preempted are the jobs requeued to empty the node (Reclaim with
+	// Config.PreemptOnReclaim).
+	Preempted []string
 }
 
 // New checks cfg and returns a federation. Members are not called until
