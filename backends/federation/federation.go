@@ -66,6 +66,11 @@ type Config struct {
 	Clock backends.Clock
 	// Logger receives every move with its reason; default slog.Default().
 	Logger *slog.Logger
+	// PoolQueues charges every job of a pool to the leaf queue named
+	// after the pool (QuotaTree builds that tree), whatever queue its
+	// system gave it; jobs any of several pools may take go to AnyQueue.
+	// Off: jobs keep their own queues.
+	PoolQueues bool
 	// Demand, when set, adds what only the engine knows to each round
 	// (reserved starts), by pool. It may read a Runner's View.
 	Demand func() map[string]PoolDemand
@@ -101,6 +106,7 @@ type Federation struct {
 	jobPool  map[string]string
 	jobHosts map[string][]string
 	pending  map[string]pendingJob
+	own      map[string]ownJob // jobs submitted with Submit
 	moves    []MoveRecord
 	wg       sync.WaitGroup
 
@@ -164,7 +170,7 @@ func New(cfg Config) (*Federation, error) {
 	}
 	f := &Federation{cfg: cfg, byName: map[string]*member{}, hosts: map[string]*host{},
 		jobPool: map[string]string{}, jobHosts: map[string][]string{}, pending: map[string]pendingJob{},
-		feed: backends.NewFeed()}
+		own: map[string]ownJob{}, feed: backends.NewFeed()}
 	for _, p := range cfg.Pools {
 		if p.Name == "" || strings.Contains(p.Name, "/") {
 			return nil, fmt.Errorf("%w: pool name %q (empty or with '/')", ErrInvalidConfig, p.Name)
@@ -343,7 +349,7 @@ func (f *Federation) Running(ctx context.Context) ([]backends.RunningJob, error)
 		for _, r := range rs {
 			r.Members = renameMembers(m.Name, r.Members)
 			if r.Job != nil {
-				r.Job = pinJob(r.Job, m.Name)
+				r.Job = f.pin(r.Job, m.Name)
 				f.noteRunning(m.Name, r.Job.ID, r.Members)
 			}
 			out = append(out, r)
@@ -373,6 +379,15 @@ func pinJob(j *queue.Job, pool string) *queue.Job {
 		g.Selector = sel
 	}
 	return &c
+}
+
+// pin is pinJob, charging the job to the pool's queue under PoolQueues.
+func (f *Federation) pin(j *queue.Job, pool string) *queue.Job {
+	c := pinJob(j, pool)
+	if f.cfg.PoolQueues {
+		c.Queue = pool
+	}
+	return c
 }
 
 func jobGPUs(r gang.Request) float64 {
@@ -456,9 +471,16 @@ func (f *Federation) BindMember(ctx context.Context, job string, m engine.Member
 	if err := f.checkOwner(mem.Name, n); err != nil {
 		return err
 	}
+	launched, err := f.launch(ctx, mem, job)
+	if err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
 	lm := m
 	lm.Node = n
 	if err := mem.Backend.BindMember(ctx, job, lm); err != nil {
+		if launched {
+			f.unlaunch(ctx, mem, job)
+		}
 		return err
 	}
 	f.noteRunning(mem.Name, job, []engine.Member{m})
@@ -489,8 +511,15 @@ func (f *Federation) BindGang(ctx context.Context, job string, ms []engine.Membe
 		local[i] = m
 		local[i].Node = n
 	}
+	launched, err := f.launch(ctx, mem, job)
+	if err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
 	if gb, ok := mem.Backend.(backends.GangBinder); ok {
 		if err := gb.BindGang(ctx, job, local); err != nil {
+			if launched {
+				f.unlaunch(ctx, mem, job)
+			}
 			return err
 		}
 	} else {
@@ -501,6 +530,9 @@ func (f *Federation) BindGang(ctx context.Context, job string, ms []engine.Membe
 					if uerr := mem.Backend.UnbindMember(ctx, job, b); uerr != nil {
 						errs = append(errs, uerr)
 					}
+				}
+				if launched && len(errs) == 0 {
+					f.unlaunch(ctx, mem, job)
 				}
 				return errors.Join(append([]error{err}, errs...)...)
 			}
