@@ -185,7 +185,10 @@ func TestHybridFederation(t *testing.T) {
 			{Name: "kube", Backend: kb, Quota: 0.5},
 		},
 		DrainTimeout: 3 * time.Second, PollInterval: 200 * time.Millisecond,
-		Rebalance: federation.RebalanceConfig{Cooldown: time.Millisecond},
+		// A reclaim empties a busy SLURM node by requeueing its jobs
+		// (MoveNode still waits for them).
+		PreemptOnReclaim: true,
+		Rebalance:        federation.RebalanceConfig{Cooldown: time.Millisecond},
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
@@ -223,12 +226,16 @@ func TestHybridFederation(t *testing.T) {
 		TickInterval: time.Second,
 		Parallelism:  16,
 		Observe: func(c backends.Cycle) {
+			fed.Observe(c) // pending pods get berth's reason in federated mode too
 			if os.Getenv("BERTH_HYBRID_TRACE") != "" {
 				t.Logf("cycle %d: binds %d pending %+v refused %v errors %v", c.Ready.Seq, len(c.Ready.Binds), c.Ready.Pending, c.Outcome.RefusedBinds, c.Errors)
 			}
 		},
 		OnStepError: func(ev engine.Event, err error) error {
 			t.Logf("step %v %s: %v", ev.Kind, ev.JobID, err)
+			if ferr := fed.OnStepError(ev, err); ferr != nil {
+				t.Logf("step error not handled by its member: %v", ferr)
+			}
 			return nil
 		},
 	})
@@ -282,6 +289,14 @@ func TestHybridFederation(t *testing.T) {
 	eventually(t, 10*time.Second, "the burst to be booked pending", func() bool {
 		return len(fed.PlanRound(time.Now())) > 0
 	})
+	// Pending on the Kubernetes side, the pod shows berth's reason.
+	eventually(t, 10*time.Second, "the pending burst pod to show berth's reason", func() bool {
+		reason, msg, _, ok := kb.Written(w.ns, "burst")
+		if ok {
+			t.Logf("burst pending: %s: %s", reason, msg)
+		}
+		return ok && reason != "" && strings.HasPrefix(msg, "berth: ")
+	})
 	moved, err := fed.Rebalance(ctx)
 	require.NoError(t, err)
 	require.Len(t, moved, 1, "moves: %+v", moved)
@@ -331,6 +346,27 @@ func TestHybridFederation(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, kn.Spec.Unschedulable)
 	assert.True(t, strings.Contains(mustSlurm(t, conf, "squeue", "-h", "-j", train, "-o", "%T"), "RUNNING"))
+
+	// A reclaim of the busy node under PreemptOnReclaim: the training job
+	// is requeued in SLURM, the node drains there and goes to Kubernetes,
+	// and the job starts again on the SLURM node that is left.
+	require.NoError(t, fed.Reclaim(ctx, trainNode, "kube", "test: reclaim a busy node"))
+	check("after the reclaim")
+	mvs := fed.Moves()
+	last := mvs[len(mvs)-1]
+	assert.NoError(t, last.Err)
+	assert.Equal(t, []string{train}, last.Preempted)
+	owner, _, _ = fed.Owner(trainNode)
+	assert.Equal(t, "kube", owner)
+	assert.Contains(t, slurmNode(t, conf, trainNode), "drain")
+	kn, err = cs.CoreV1().Nodes().Get(ctx, trainNode, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.False(t, kn.Spec.Unschedulable)
+	eventually(t, 90*time.Second, "the requeued training job to run again on the other SLURM node", func() bool {
+		out, _ := slurmCmd(conf, "squeue", "-h", "-j", train, "-o", "%T %N")
+		return strings.HasPrefix(out, "RUNNING") && strings.HasSuffix(out, idle)
+	})
+	check("after the training job restarted")
 
 	stopSampling()
 	swg.Wait()
