@@ -189,7 +189,7 @@ func TestHybridFederation(t *testing.T) {
 		// (MoveNode still waits for them).
 		PreemptOnReclaim: true,
 		Rebalance:        federation.RebalanceConfig{Cooldown: time.Millisecond},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
 
