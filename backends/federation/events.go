@@ -149,6 +149,11 @@ func (f *Federation) Translate(pool string, evs []engine.Event) []engine.Event {
 			f.mu.Unlock()
 		case engine.EventNodeFailed:
 			ev.NodeName = NodeName(pool, ev.NodeName)
+		case engine.EventJobFinished, engine.EventJobCancelled:
+			// A job the federation launched that ends here is the
+			// member's from now on: a later submission of it (a
+			// requeue, in this same batch too) is passed on.
+			f.forgetOwn(ev.JobID)
 		}
 		out = append(out, ev)
 	}

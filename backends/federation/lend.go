@@ -62,4 +62,7 @@ var (
 	// ErrUnknownNode: a node name that no pool knows, or that is not in
 	// "pool/node" form.
 	ErrUnknownNode = errors.New("federation: unknown node")
+	// ErrUnknownJob: Cancel of a job the federation was not given with
+	// Submit (or that has ended).
+	ErrUnknownJob = errors.New("federation: unknown job")
 )

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/queue"
 )
@@ -348,4 +349,26 @@ func (f *Federation) forgetOwn(job string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.own, job)
+}
+
+// Cancel withdraws a job submitted with Submit that no pool has launched
+// yet: the engine gets its cancellation through Next. A job launched in a
+// pool belongs to that pool's system from then on, and is cancelled there
+// (backends.ErrRefused here); an unknown job is ErrUnknownJob.
+func (f *Federation) Cancel(job string) error {
+	f.mu.Lock()
+	oj, ok := f.own[job]
+	if ok && oj.launched == "" {
+		delete(f.own, job)
+		delete(f.pending, job)
+	}
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s was not submitted to the federation (or has ended)", ErrUnknownJob, job)
+	case oj.launched != "":
+		return fmt.Errorf("%w: job %s runs in pool %s: cancel it in that system", backends.ErrRefused, job, oj.launched)
+	}
+	f.push(engine.Cancelled(f.cfg.Clock.Now(), job))
+	return nil
 }

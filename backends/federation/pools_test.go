@@ -149,8 +149,31 @@ func TestSubmitAnyPool(t *testing.T) {
 		assert.True(t, m.launched[id], "%s launched in %s", id, pool)
 	}
 	// A member's report of a job the federation launched is dropped.
-	evs := f.Translate("slurm", []engine.Event{engine.Submitted(t0, job("any1"))})
+	launchedIn := where["any1"]
+	evs := f.Translate(launchedIn, []engine.Event{engine.Submitted(t0, job("any1"))})
 	assert.Empty(t, evs)
+	// Once it ended there, a submission of it (a requeue by that system,
+	// in the same batch) is the member's, passed on pinned to the pool.
+	evs = f.Translate(launchedIn, []engine.Event{engine.Finished(t0, "any1"), engine.Submitted(t0, job("any1"))})
+	require.Len(t, evs, 2)
+	assert.Equal(t, launchedIn, evs[1].Job.Request.Groups[0].Selector[federation.LabelPool])
+	// Cancel: the waiting kube-only job is withdrawn through the stream;
+	// a launched one is its pool's; an unknown one is an error.
+	require.NoError(t, f.Cancel("k"))
+	require.ErrorIs(t, f.Cancel("k"), federation.ErrUnknownJob)
+	for _, id := range []string{"any2"} {
+		require.ErrorIs(t, f.Cancel(id), backends.ErrRefused)
+	}
+	for {
+		evs, err := f.Next(ctx, time.Now().Add(time.Second))
+		require.NoError(t, err)
+		if len(evs) > 0 {
+			require.Len(t, evs, 1)
+			assert.Equal(t, engine.EventJobCancelled, evs[0].Kind)
+			assert.Equal(t, "k", evs[0].JobID)
+			break
+		}
+	}
 	// Submit refuses a pool whose member cannot launch jobs.
 	g, err := federation.New(federation.Config{Pools: []federation.Pool{{Name: "p", Backend: noLaunch{a.Sim}}}})
 	require.NoError(t, err)

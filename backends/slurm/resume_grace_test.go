@@ -1,11 +1,13 @@
 package slurm
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -28,4 +30,14 @@ func TestNodeStateResumeGrace(t *testing.T) {
 	assert.Equal(t, topo.Down, b.nodeStateAt(flaky, t0.Add(time.Second)), "the grace is spent once over")
 	other := nodeRec{Name: "n2", State: "idle", StateFlags: []string{"NOT_RESPONDING"}}
 	assert.Equal(t, topo.Down, b.nodeStateAt(other, t0.Add(time.Second)))
+}
+
+// RequeueJob refuses a job berth does not run (before calling SLURM) and
+// a bad ID.
+func TestRequeueJobRefuses(t *testing.T) {
+	b := &Backend{jobs: map[string]*tracked{"7": {state: inPending}}}
+	for _, id := range []string{"7", "8", "x; rm"} {
+		err := b.RequeueJob(context.Background(), id)
+		assert.ErrorIs(t, err, backends.ErrRefused, id)
+	}
 }
