@@ -40,19 +40,23 @@ func (f *Federation) Observe(c backends.Cycle) {
 // an event the engine refused goes to the handler of the member it came
 // from (by the job's pool, or the node's), with the member's own names, so
 // that a Kubernetes pod whose submission berth refused says why. An event
-// of no member, or of a member without a handler, returns err (the Runner
-// stops, as without OnStepError).
+// of no member, or of a member without a handler, is logged
+// (Config.Logger, Warn) and skipped, as the Runner does without an
+// OnStepError.
 func (f *Federation) OnStepError(ev engine.Event, err error) error {
 	pool := f.eventPool(ev)
-	m := f.byName[pool]
-	if m == nil {
-		return err
+	if m := f.byName[pool]; m != nil {
+		if h, ok := m.Backend.(StepErrorHandler); ok {
+			return h.OnStepError(localEvent(pool, ev), err)
+		}
 	}
-	h, ok := m.Backend.(StepErrorHandler)
-	if !ok {
-		return err
+	id := ev.JobID
+	if ev.Job != nil {
+		id = ev.Job.ID
 	}
-	return h.OnStepError(localEvent(pool, ev), err)
+	f.cfg.Logger.Warn("federation: event rejected by the engine, skipped", "event", ev.Kind.String(), "pool", pool, "job", id,
+		"node", ev.NodeName+ev.Node.Name, "err", err)
+	return nil
 }
 
 // eventPool is the pool a translated event came from.

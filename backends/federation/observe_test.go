@@ -53,14 +53,15 @@ func TestObserveAndStepErrors(t *testing.T) {
 	assert.Empty(t, ku.cycles[0].Ready.Reservations, "GPU indices of the federation's inventory are not the member's")
 
 	// A refused submission of a kube job goes to kube's handler; one of a
-	// slurm job (no handler) is returned.
+	// slurm job (no handler) is logged and skipped.
 	refused := errors.New("refused")
 	kev := f.Translate("kube", []engine.Event{engine.Submitted(t0, &queueJob)})[0]
 	require.NoError(t, f.OnStepError(kev, refused))
 	require.Len(t, ku.errs, 1)
 	assert.Equal(t, "j", ku.errs[0].Job.ID)
 	sev := f.Translate("slurm", []engine.Event{engine.Submitted(t0, &queueJob)})[0]
-	require.ErrorIs(t, f.OnStepError(sev, refused), refused)
+	require.NoError(t, f.OnStepError(sev, refused))
+	assert.Len(t, ku.errs, 1, "not kube's")
 	// A node event goes back with the member's own node name.
 	nev := f.Translate("kube", []engine.Event{engine.NodeChanged(t0.Add(time.Second), "n1", topo.Ready, nil)})[0]
 	require.NoError(t, f.OnStepError(nev, refused))

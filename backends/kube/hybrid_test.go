@@ -233,10 +233,7 @@ func TestHybridFederation(t *testing.T) {
 		},
 		OnStepError: func(ev engine.Event, err error) error {
 			t.Logf("step %v %s: %v", ev.Kind, ev.JobID, err)
-			if ferr := fed.OnStepError(ev, err); ferr != nil {
-				t.Logf("step error not handled by its member: %v", ferr)
-			}
-			return nil
+			return fed.OnStepError(ev, err)
 		},
 	})
 	require.NoError(t, err)
