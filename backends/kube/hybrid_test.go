@@ -106,6 +106,13 @@ func TestHybridFederation(t *testing.T) {
 	needAPI(t)
 	conf := hybridSlurm(t)
 	w := newWorld(t)
+	// Pods bound to the shared node names would outlive the test (no
+	// kubelet, no namespace controller) and hold their GPUs for the next
+	// test that names its nodes the same (-count 2): delete them.
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
