@@ -38,5 +38,21 @@
 // and a cooldown per node, and drifts them back toward the quotas when
 // demand is met. Federation.Rebalance runs a round; RunRebalancer runs one
 // every interval (default 15 minutes). Every move is logged with its
-// reason. See docs/backends/federation.md.
+// reason. Federation.Reclaim is the move of a pool taking a node back; with
+// Config.PreemptOnReclaim it requeues the jobs on a busy node through the
+// owner's Requeuer instead of waiting for them.
+//
+// # Pools in the queue tree, and jobs for any pool
+//
+// QuotaTree gives the engine a queue per pool with its quota's share of
+// the GPUs (SplitGPUs), under one cohort; Config.PoolQueues charges every
+// job to its pool's queue. The tree is fixed for the engine's life: node
+// moves change ownership at once and the nominal quotas at the next start.
+// Submit takes jobs submitted to the federation itself with the pools that
+// may take them (AnyPool for any); the engine picks one through the pools'
+// Partitions, and the bind launches the job there (Launcher).
+//
+// Observe and OnStepError are for the Runner: they hand cycles and refused
+// events to members that have their own (backends/kube's pending pod
+// conditions). See docs/backends/federation.md.
 package federation

@@ -120,11 +120,14 @@ func (f *Federation) Translate(pool string, evs []engine.Event) []engine.Event {
 		switch ev.Kind {
 		case engine.EventJobSubmitted:
 			if ev.Job != nil {
-				ev.Job = pinJob(ev.Job, pool)
+				if f.ownSubmitted(ev.Job.ID) {
+					continue // launched by the federation: the engine has it
+				}
+				ev.Job = f.pin(ev.Job, pool)
 			}
 		case engine.EventJobAdopted:
 			if ev.Job != nil {
-				ev.Job = pinJob(ev.Job, pool)
+				ev.Job = f.pin(ev.Job, pool)
 			}
 			ev.Members = renameMembers(pool, ev.Members)
 		case engine.EventDevicesReported:
@@ -146,6 +149,11 @@ func (f *Federation) Translate(pool string, evs []engine.Event) []engine.Event {
 			f.mu.Unlock()
 		case engine.EventNodeFailed:
 			ev.NodeName = NodeName(pool, ev.NodeName)
+		case engine.EventJobFinished, engine.EventJobCancelled:
+			// A job the federation launched that ends here is the
+			// member's from now on: a later submission of it (a
+			// requeue, in this same batch too) is passed on.
+			f.forgetOwn(ev.JobID)
 		}
 		out = append(out, ev)
 	}
@@ -173,6 +181,7 @@ func (f *Federation) Account(evs []engine.Event) {
 			}
 		case engine.EventJobFinished, engine.EventJobCancelled:
 			f.noteEnded(ev.JobID)
+			f.forgetOwn(ev.JobID)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/berthsched/berth/backends/federation"
 	"github.com/berthsched/berth/backends/sim"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -30,11 +31,12 @@ type fakeMember struct {
 	name  string
 	nodes []string
 
-	mu      sync.Mutex
-	lent    map[string]bool
-	fail    map[string]int // "lend"/"reclaim"/"status" -> failures left (<0: always)
-	partial bool           // a failed reclaim still makes the node schedulable
-	after   func(op, node string)
+	mu       sync.Mutex
+	lent     map[string]bool
+	fail     map[string]int // "lend"/"reclaim"/"status" -> failures left (<0: always)
+	partial  bool           // a failed reclaim still makes the node schedulable
+	launched map[string]bool
+	after    func(op, node string)
 }
 
 var errInjected = errors.New("injected failure")
@@ -144,4 +146,48 @@ func (f *fakeMember) BindMember(ctx context.Context, job string, m engine.Member
 	return f.Sim.BindMember(ctx, job, m)
 }
 
-var _ federation.NodeLender = (*fakeMember)(nil)
+// RequeueJob stops a running job (the simulator releases its GPUs, as a
+// preemption does) and records it.
+func (f *fakeMember) RequeueJob(ctx context.Context, job string) error {
+	defer f.done("requeue", job)
+	f.mu.Lock()
+	fail := f.failing("requeue")
+	f.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%s: requeue %s: %w", f.name, job, errInjected)
+	}
+	return f.Sim.Preempt(ctx, engine.Preemption{Victim: job})
+}
+
+// LaunchJob submits a job of the federation's to the simulator (one
+// hour's run), once; WithdrawJob forgets that it did (the simulator keeps
+// the job, never bound).
+func (f *fakeMember) LaunchJob(_ context.Context, j *queue.Job) error {
+	defer f.done("launch", j.ID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.launched == nil {
+		f.launched = map[string]bool{}
+	}
+	if f.launched[j.ID] {
+		return nil
+	}
+	c := *j
+	c.Submit = f.Sim.Now()
+	if err := f.Sim.Submit(&c, time.Hour); err != nil {
+		return err
+	}
+	f.launched[j.ID] = true
+	return nil
+}
+
+func (f *fakeMember) WithdrawJob(_ context.Context, job string) error {
+	defer f.done("withdraw", job)
+	return nil
+}
+
+var (
+	_ federation.Launcher   = (*fakeMember)(nil)
+	_ federation.NodeLender = (*fakeMember)(nil)
+	_ federation.Requeuer   = (*fakeMember)(nil)
+)

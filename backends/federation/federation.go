@@ -48,6 +48,13 @@ type Pool struct {
 type Config struct {
 	Pools     []Pool
 	Rebalance RebalanceConfig
+	// PreemptOnReclaim lets a reclaim (Federation.Reclaim, and the
+	// rebalancer's drain moves of busy nodes) empty the node by requeueing
+	// the jobs that run on it in the lending system, when that member is a
+	// Requeuer, instead of waiting for them to end. Off: a busy node moves
+	// only once its jobs have ended (or the move is rolled back after
+	// DrainTimeout).
+	PreemptOnReclaim bool
 	// DrainTimeout bounds how long a lent node may stay busy before the
 	// move is rolled back; default 10 minutes.
 	DrainTimeout time.Duration
@@ -59,6 +66,11 @@ type Config struct {
 	Clock backends.Clock
 	// Logger receives every move with its reason; default slog.Default().
 	Logger *slog.Logger
+	// PoolQueues charges every job of a pool to the leaf queue named
+	// after the pool (QuotaTree builds that tree), whatever queue its
+	// system gave it; jobs any of several pools may take go to AnyQueue.
+	// Off: jobs keep their own queues.
+	PoolQueues bool
 	// Demand, when set, adds what only the engine knows to each round
 	// (reserved starts), by pool. It may read a Runner's View.
 	Demand func() map[string]PoolDemand
@@ -94,6 +106,7 @@ type Federation struct {
 	jobPool  map[string]string
 	jobHosts map[string][]string
 	pending  map[string]pendingJob
+	own      map[string]ownJob // jobs submitted with Submit
 	moves    []MoveRecord
 	wg       sync.WaitGroup
 
@@ -115,6 +128,9 @@ type MoveRecord struct {
 	Move
 	At  time.Time
 	Err error // nil: done
+	// Preempted are the jobs requeued to empty the node (Reclaim with
+	// Config.PreemptOnReclaim).
+	Preempted []string
 }
 
 // New checks cfg and returns a federation. Members are not called until
@@ -154,7 +170,7 @@ func New(cfg Config) (*Federation, error) {
 	}
 	f := &Federation{cfg: cfg, byName: map[string]*member{}, hosts: map[string]*host{},
 		jobPool: map[string]string{}, jobHosts: map[string][]string{}, pending: map[string]pendingJob{},
-		feed: backends.NewFeed()}
+		own: map[string]ownJob{}, feed: backends.NewFeed()}
 	for _, p := range cfg.Pools {
 		if p.Name == "" || strings.Contains(p.Name, "/") {
 			return nil, fmt.Errorf("%w: pool name %q (empty or with '/')", ErrInvalidConfig, p.Name)
@@ -333,7 +349,7 @@ func (f *Federation) Running(ctx context.Context) ([]backends.RunningJob, error)
 		for _, r := range rs {
 			r.Members = renameMembers(m.Name, r.Members)
 			if r.Job != nil {
-				r.Job = pinJob(r.Job, m.Name)
+				r.Job = f.pin(r.Job, m.Name)
 				f.noteRunning(m.Name, r.Job.ID, r.Members)
 			}
 			out = append(out, r)
@@ -363,6 +379,15 @@ func pinJob(j *queue.Job, pool string) *queue.Job {
 		g.Selector = sel
 	}
 	return &c
+}
+
+// pin is pinJob, charging the job to the pool's queue under PoolQueues.
+func (f *Federation) pin(j *queue.Job, pool string) *queue.Job {
+	c := pinJob(j, pool)
+	if f.cfg.PoolQueues {
+		c.Queue = pool
+	}
+	return c
 }
 
 func jobGPUs(r gang.Request) float64 {
@@ -446,9 +471,16 @@ func (f *Federation) BindMember(ctx context.Context, job string, m engine.Member
 	if err := f.checkOwner(mem.Name, n); err != nil {
 		return err
 	}
+	launched, err := f.launch(ctx, mem, job)
+	if err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
 	lm := m
 	lm.Node = n
 	if err := mem.Backend.BindMember(ctx, job, lm); err != nil {
+		if launched {
+			f.unlaunch(ctx, mem, job)
+		}
 		return err
 	}
 	f.noteRunning(mem.Name, job, []engine.Member{m})
@@ -479,8 +511,15 @@ func (f *Federation) BindGang(ctx context.Context, job string, ms []engine.Membe
 		local[i] = m
 		local[i].Node = n
 	}
+	launched, err := f.launch(ctx, mem, job)
+	if err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
 	if gb, ok := mem.Backend.(backends.GangBinder); ok {
 		if err := gb.BindGang(ctx, job, local); err != nil {
+			if launched {
+				f.unlaunch(ctx, mem, job)
+			}
 			return err
 		}
 	} else {
@@ -491,6 +530,9 @@ func (f *Federation) BindGang(ctx context.Context, job string, ms []engine.Membe
 					if uerr := mem.Backend.UnbindMember(ctx, job, b); uerr != nil {
 						errs = append(errs, uerr)
 					}
+				}
+				if launched && len(errs) == 0 {
+					f.unlaunch(ctx, mem, job)
 				}
 				return errors.Join(append([]error{err}, errs...)...)
 			}

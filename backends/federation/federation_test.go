@@ -21,9 +21,14 @@ import (
 // fixture: four hosts known to both pools; slurm owns them all at first
 // (kube's copies start schedulable too, so Cluster must lend them).
 func fixture(t *testing.T) (*federation.Federation, *fakeMember, *fakeMember) {
+	return fixtureWith(t, nil)
+}
+
+// fixtureWith is fixture with a change to the config.
+func fixtureWith(t *testing.T, change func(*federation.Config)) (*federation.Federation, *fakeMember, *fakeMember) {
 	t.Helper()
 	sl, ku := newFake(t, "slurm", 4), newFake(t, "kube", 4)
-	f, err := federation.New(federation.Config{
+	cfg := federation.Config{
 		Pools: []federation.Pool{
 			{Name: "slurm", Backend: sl},
 			{Name: "kube", Backend: ku},
@@ -31,7 +36,11 @@ func fixture(t *testing.T) (*federation.Federation, *fakeMember, *fakeMember) {
 		Clock:        sl.Sim,
 		DrainTimeout: time.Minute, PollInterval: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	f, err := federation.New(cfg)
 	require.NoError(t, err)
 	return f, sl, ku
 }
@@ -267,6 +276,60 @@ func TestMoveDrainTimeout(t *testing.T) {
 	owner, _, _ := f.Owner("n3")
 	assert.Equal(t, "slurm", owner)
 	require.NoError(t, f.CheckExclusive(ctx))
+}
+
+// A reclaim under PreemptOnReclaim requeues the jobs on the node in the
+// lending system and moves it at once; a failed requeue rolls back; without
+// the policy, a reclaim waits for the jobs as MoveNode does.
+func TestReclaimPreempts(t *testing.T) {
+	busy := func(t *testing.T, preempt bool) (*federation.Federation, *fakeMember, *fakeMember) {
+		f, sl, ku := fixtureWith(t, func(c *federation.Config) { c.PreemptOnReclaim = preempt })
+		ctx := context.Background()
+		_, err := f.Cluster(ctx)
+		require.NoError(t, err)
+		require.NoError(t, sl.Submit(&queue.Job{ID: "long", Queue: "q", Submit: t0,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 8}}}}, 10*time.Hour))
+		_, err = sl.Next(ctx, time.Time{})
+		require.NoError(t, err)
+		require.NoError(t, f.BindMember(ctx, "long", member("slurm/n3", 0, 1, 2, 3, 4, 5, 6, 7)))
+		return f, sl, ku
+	}
+	ctx := context.Background()
+	t.Run("preempt", func(t *testing.T) {
+		f, sl, ku := busy(t, true)
+		steps := watch(t, f, sl, ku)
+		require.NoError(t, f.Reclaim(ctx, "n3", "kube", "reclaim"))
+		assert.Equal(t, []string{"slurm:lend n3", "slurm:requeue long", "kube:reclaim n3"}, *steps)
+		owner, _, _ := f.Owner("n3")
+		assert.Equal(t, "kube", owner)
+		mv := f.Moves()
+		require.Len(t, mv, 1)
+		assert.NoError(t, mv[0].Err)
+		assert.Equal(t, []string{"long"}, mv[0].Preempted)
+		require.NoError(t, f.CheckExclusive(ctx))
+	})
+	t.Run("requeue fails", func(t *testing.T) {
+		f, sl, ku := busy(t, true)
+		sl.fail["requeue"] = 1
+		steps := watch(t, f, sl, ku)
+		err := f.Reclaim(ctx, "n3", "kube", "reclaim")
+		require.ErrorIs(t, err, federation.ErrMove)
+		require.ErrorIs(t, err, errInjected)
+		assert.Equal(t, []string{"slurm:lend n3", "slurm:requeue long", "slurm:reclaim n3"}, *steps)
+		owner, moving, _ := f.Owner("n3")
+		assert.Equal(t, "slurm", owner)
+		assert.False(t, moving)
+		st, err := sl.NodeStatus(ctx, "n3")
+		require.NoError(t, err)
+		assert.True(t, st.Busy, "the job still runs")
+		require.NoError(t, f.CheckExclusive(ctx))
+	})
+	t.Run("no policy", func(t *testing.T) {
+		f, sl, ku := busy(t, false)
+		steps := watch(t, f, sl, ku)
+		require.ErrorIs(t, f.Reclaim(ctx, "n3", "kube", "reclaim"), federation.ErrDrainTimeout)
+		assert.Equal(t, []string{"slurm:lend n3", "slurm:reclaim n3"}, *steps)
+	})
 }
 
 // The federation's event stream merges both members' in time order, on

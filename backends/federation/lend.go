@@ -25,6 +25,17 @@ type NodeLender interface {
 	NodeStatus(ctx context.Context, node string) (NodeStatus, error)
 }
 
+// Requeuer is the optional interface a member backend implements so that
+// a reclaim can empty a busy node (Config.PreemptOnReclaim):
+// backends/slurm implements it with scontrol requeue.
+type Requeuer interface {
+	// RequeueJob stops the running job (the member's own job ID) and puts
+	// it back in its queue in this system, as an administrator's requeue
+	// does: the member's event stream then reports it finished and
+	// submitted again, so the engine places it anew.
+	RequeueJob(ctx context.Context, job string) error
+}
+
 // NodeStatus is a node as one member system sees it.
 type NodeStatus struct {
 	// Schedulable: the system may start new work on the node (not
@@ -51,4 +62,7 @@ var (
 	// ErrUnknownNode: a node name that no pool knows, or that is not in
 	// "pool/node" form.
 	ErrUnknownNode = errors.New("federation: unknown node")
+	// ErrUnknownJob: Cancel of a job the federation was not given with
+	// Submit (or that has ended).
+	ErrUnknownJob = errors.New("federation: unknown job")
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -59,6 +60,22 @@ func (f *Federation) Moves() []MoveRecord {
 // owner's system reports its own unschedulable. The move is logged with
 // reason.
 func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) error {
+	return f.move(ctx, host, to, reason, false)
+}
+
+// Reclaim is MoveNode for a pool taking a node back (the rebalancer's
+// drain moves use it): with Config.PreemptOnReclaim, once the node is lent
+// in its owner's system the jobs running on it there are requeued through
+// the owner's Requeuer (they go back to their queue in that system and
+// start again elsewhere), so that the move does not wait for them to end.
+// Without PreemptOnReclaim, or when the owner's member is not a Requeuer,
+// it waits for them as MoveNode does. A failed requeue rolls the move
+// back (ErrMove).
+func (f *Federation) Reclaim(ctx context.Context, host, to, reason string) error {
+	return f.move(ctx, host, to, reason, f.cfg.PreemptOnReclaim)
+}
+
+func (f *Federation) move(ctx context.Context, host, to, reason string, preempt bool) error {
 	f.mu.Lock()
 	h := f.hosts[host]
 	if h == nil {
@@ -80,6 +97,7 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 
 	mv := Move{Host: host, From: from, To: to, Reason: reason}
 	log := f.cfg.Logger.With("host", host, "from", from, "to", to, "reason", reason)
+	var preempted []string
 	finish := func(owner string, err error) error {
 		f.mu.Lock()
 		h.moving, h.movingTo = false, ""
@@ -87,7 +105,7 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		if err == nil {
 			h.lastMove = f.cfg.Clock.Now()
 		}
-		f.moves = append(f.moves, MoveRecord{Move: mv, At: f.cfg.Clock.Now(), Err: err})
+		f.moves = append(f.moves, MoveRecord{Move: mv, At: f.cfg.Clock.Now(), Err: err, Preempted: preempted})
 		f.mu.Unlock()
 		if err != nil {
 			log.Warn("federation: node move failed", "err", err)
@@ -112,6 +130,19 @@ func (f *Federation) MoveNode(ctx context.Context, host, to, reason string) erro
 		return rollbackSrc(fmt.Errorf("lend in %s: %w", from, err))
 	}
 	f.nodeEvent(from, host, topo.Cordoned)
+	// 2b. With the preemption policy, requeue what runs there.
+	if rq, ok := src.Backend.(Requeuer); ok && preempt {
+		f.mu.Lock()
+		jobs := slices.Sorted(maps.Keys(h.jobs))
+		f.mu.Unlock()
+		for _, j := range jobs {
+			if err := rq.RequeueJob(ctx, j); err != nil {
+				return rollbackSrc(fmt.Errorf("requeue job %s in %s: %w", j, from, err))
+			}
+			preempted = append(preempted, j)
+			log.Info("federation: job requeued to empty a reclaimed node", "job", j)
+		}
+	}
 	// 3. Wait until it is unschedulable and empty there.
 	tries := int(f.cfg.DrainTimeout / f.cfg.PollInterval)
 	for i := 0; ; i++ {
@@ -207,7 +238,7 @@ func (f *Federation) Rebalance(ctx context.Context) ([]Move, error) {
 			f.wg.Add(1)
 			go func() {
 				defer f.wg.Done()
-				_ = f.MoveNode(ctx, mv.Host, mv.To, mv.Reason) // logged and recorded
+				_ = f.Reclaim(ctx, mv.Host, mv.To, mv.Reason) // logged and recorded
 			}()
 			continue
 		}

@@ -212,3 +212,42 @@ func TestReservedDemand(t *testing.T) {
 	assert.Equal(t, map[string]federation.PoolDemand{"kube": {Pool: "kube", ReservedGPUs: 4}}, f.ReservedDemand(v, t0, 15*time.Minute))
 	assert.Nil(t, f.ReservedDemand(nil, t0, time.Minute))
 }
+
+// The rebalancer's drain moves are reclaims: under PreemptOnReclaim the
+// busy node's job is requeued and the node moves in the same round.
+func TestRebalanceReclaimPreempts(t *testing.T) {
+	f, sl, ku := fixtureWith(t, func(c *federation.Config) { c.PreemptOnReclaim = true })
+	ctx := context.Background()
+	_, err := f.Cluster(ctx) // slurm owns all four hosts: over its 60% quota
+	require.NoError(t, err)
+	for i := range 4 {
+		id := "train" + string(rune('0'+i))
+		require.NoError(t, sl.Submit(&queue.Job{ID: id, Queue: "q", Submit: t0,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 8}}}}, 10*time.Hour))
+		_, err = sl.Next(ctx, time.Time{})
+		require.NoError(t, err)
+		require.NoError(t, f.BindMember(ctx, id, member("slurm/n"+string(rune('0'+i)), 0, 1, 2, 3, 4, 5, 6, 7)))
+	}
+	steps := watch(t, f, sl, ku)
+	j := &queue.Job{ID: "svc", Queue: "q", Submit: t0, Class: queue.ClassInference, RuntimeEstimate: 2 * time.Hour,
+		Request: gang.Request{Groups: []gang.Group{{Members: 2, GPUsPerMember: 8}}}}
+	f.Account(f.Translate("kube", []engine.Event{engine.Submitted(t0, j)}))
+	done, err := f.Rebalance(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, done, "busy nodes move in the background")
+	f.Wait()
+	var preempted []string
+	moved := 0
+	for _, mv := range f.Moves() {
+		require.NoError(t, mv.Err)
+		assert.Contains(t, mv.Reason, "reclaim")
+		preempted = append(preempted, mv.Preempted...)
+		owner, _, _ := f.Owner(mv.Host)
+		assert.Equal(t, "kube", owner)
+		moved++
+	}
+	// One node: slurm keeps its 60% quota (19.2 of 32 GPUs; 24 left).
+	assert.Equal(t, 1, moved, "steps: %v", *steps)
+	assert.Len(t, preempted, moved)
+	require.NoError(t, f.CheckExclusive(ctx))
+}

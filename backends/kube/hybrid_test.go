@@ -106,6 +106,13 @@ func TestHybridFederation(t *testing.T) {
 	needAPI(t)
 	conf := hybridSlurm(t)
 	w := newWorld(t)
+	// Pods bound to the shared node names would outlive the test (no
+	// kubelet, no namespace controller) and hold their GPUs for the next
+	// test that names its nodes the same (-count 2): delete them.
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -185,8 +192,11 @@ func TestHybridFederation(t *testing.T) {
 			{Name: "kube", Backend: kb, Quota: 0.5},
 		},
 		DrainTimeout: 3 * time.Second, PollInterval: 200 * time.Millisecond,
-		Rebalance: federation.RebalanceConfig{Cooldown: time.Millisecond},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// A reclaim empties a busy SLURM node by requeueing its jobs
+		// (MoveNode still waits for them).
+		PreemptOnReclaim: true,
+		Rebalance:        federation.RebalanceConfig{Cooldown: time.Millisecond},
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
 
@@ -223,13 +233,14 @@ func TestHybridFederation(t *testing.T) {
 		TickInterval: time.Second,
 		Parallelism:  16,
 		Observe: func(c backends.Cycle) {
+			fed.Observe(c) // pending pods get berth's reason in federated mode too
 			if os.Getenv("BERTH_HYBRID_TRACE") != "" {
 				t.Logf("cycle %d: binds %d pending %+v refused %v errors %v", c.Ready.Seq, len(c.Ready.Binds), c.Ready.Pending, c.Outcome.RefusedBinds, c.Errors)
 			}
 		},
 		OnStepError: func(ev engine.Event, err error) error {
 			t.Logf("step %v %s: %v", ev.Kind, ev.JobID, err)
-			return nil
+			return fed.OnStepError(ev, err)
 		},
 	})
 	require.NoError(t, err)
@@ -282,6 +293,14 @@ func TestHybridFederation(t *testing.T) {
 	eventually(t, 10*time.Second, "the burst to be booked pending", func() bool {
 		return len(fed.PlanRound(time.Now())) > 0
 	})
+	// Pending on the Kubernetes side, the pod shows berth's reason.
+	eventually(t, 10*time.Second, "the pending burst pod to show berth's reason", func() bool {
+		reason, msg, _, ok := kb.Written(w.ns, "burst")
+		if ok {
+			t.Logf("burst pending: %s: %s", reason, msg)
+		}
+		return ok && reason != "" && strings.HasPrefix(msg, "berth: ")
+	})
 	moved, err := fed.Rebalance(ctx)
 	require.NoError(t, err)
 	require.Len(t, moved, 1, "moves: %+v", moved)
@@ -331,6 +350,27 @@ func TestHybridFederation(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, kn.Spec.Unschedulable)
 	assert.True(t, strings.Contains(mustSlurm(t, conf, "squeue", "-h", "-j", train, "-o", "%T"), "RUNNING"))
+
+	// A reclaim of the busy node under PreemptOnReclaim: the training job
+	// is requeued in SLURM, the node drains there and goes to Kubernetes,
+	// and the job starts again on the SLURM node that is left.
+	require.NoError(t, fed.Reclaim(ctx, trainNode, "kube", "test: reclaim a busy node"))
+	check("after the reclaim")
+	mvs := fed.Moves()
+	last := mvs[len(mvs)-1]
+	assert.NoError(t, last.Err)
+	assert.Equal(t, []string{train}, last.Preempted)
+	owner, _, _ = fed.Owner(trainNode)
+	assert.Equal(t, "kube", owner)
+	assert.Contains(t, slurmNode(t, conf, trainNode), "drain")
+	kn, err = cs.CoreV1().Nodes().Get(ctx, trainNode, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.False(t, kn.Spec.Unschedulable)
+	eventually(t, 90*time.Second, "the requeued training job to run again on the other SLURM node", func() bool {
+		out, _ := slurmCmd(conf, "squeue", "-h", "-j", train, "-o", "%T %N")
+		return strings.HasPrefix(out, "RUNNING") && strings.HasSuffix(out, idle)
+	})
+	check("after the training job restarted")
 
 	stopSampling()
 	swg.Wait()

@@ -109,7 +109,7 @@ func (b *Backend) poll(ctx context.Context) error {
 			continue
 		}
 		seen[n.Name] = true
-		st := nodeState(n)
+		st := b.nodeStateAt(n, now)
 		old := b.nodes[n.Name]
 		if st == old {
 			continue

@@ -153,6 +153,7 @@ type Backend struct {
 	jobs    map[string]*tracked
 	skipped map[string]bool
 	nodes   map[string]topo.NodeState // what the engine was told
+	resumed map[string]time.Time      // nodes ReclaimNode resumed, when (ResumeGrace)
 	inSpec  map[string]bool
 	timers  map[string]*time.Timer
 	queued  []engine.Event

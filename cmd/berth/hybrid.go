@@ -62,7 +62,7 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	cfg := hybrid.Config{Nodes: o.nodes, GPUsPerNode: o.gpn, Training: training}
+	cfg := hybrid.Config{Nodes: o.nodes, GPUsPerNode: o.gpn, Training: training, PreemptOnReclaim: o.preemptOnReclaim}
 	variants := hybrid.Variants()
 	type run struct {
 		v    int
@@ -112,6 +112,8 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 		row.TrainingAvgSlowdown += x.TrainingAvgSlowdown / n
 		row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
 		row.NodeMoves += x.NodeMoves
+		row.TrainingPreemptions += x.TrainingPreemptions
+		row.TrainingLostGPUH += x.TrainingLostGPUH / n
 		row.TrainingJobs += x.TrainingJobs
 		row.TrainingStarted += x.TrainingStarted
 		row.Dropped += x.Dropped
@@ -120,6 +122,7 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 		// Counts are means over the seeds too (rounded).
 		n := len(o.seeds)
 		rows[i].NodeMoves = (rows[i].NodeMoves + n/2) / n
+		rows[i].TrainingPreemptions = (rows[i].TrainingPreemptions + n/2) / n
 		rows[i].TrainingJobs = (rows[i].TrainingJobs + n/2) / n
 		rows[i].TrainingStarted = (rows[i].TrainingStarted + n/2) / n
 		rows[i].Dropped = (rows[i].Dropped + n/2) / n
@@ -131,11 +134,12 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 		}
 	case "csv":
 		cw := csv.NewWriter(stdout)
-		_ = cw.Write([]string{"variant", "utilization", "training_avg_wait_s", "training_avg_slowdown", "inference_shortfall_replica_min", "node_moves", "training_jobs", "training_started", "dropped"})
+		_ = cw.Write([]string{"variant", "utilization", "training_avg_wait_s", "training_avg_slowdown", "inference_shortfall_replica_min", "node_moves", "training_jobs", "training_started", "dropped", "training_preemptions", "training_lost_gpu_h"})
 		f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 		for _, r := range rows {
 			_ = cw.Write([]string{r.Variant, f(r.Utilization), f(r.TrainingAvgWaitS), f(r.TrainingAvgSlowdown), f(r.InferenceShortfallReplicaMin),
-				strconv.Itoa(r.NodeMoves), strconv.Itoa(r.TrainingJobs), strconv.Itoa(r.TrainingStarted), strconv.Itoa(r.Dropped)})
+				strconv.Itoa(r.NodeMoves), strconv.Itoa(r.TrainingJobs), strconv.Itoa(r.TrainingStarted), strconv.Itoa(r.Dropped),
+				strconv.Itoa(r.TrainingPreemptions), f(r.TrainingLostGPUH)})
 		}
 		cw.Flush()
 		if err := cw.Error(); err != nil {
@@ -146,13 +150,17 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 		if nodes == 0 {
 			nodes = 40
 		}
-		fmt.Fprintf(stdout, "Hybrid experiment: %d nodes x %d GPUs, 60/40 training/inference, 3 days, %s + inference services on a day/night curve, seeds %s\n\n",
-			nodes, o.gpn, what, seedsString(o.seeds, true))
+		pre := ""
+		if o.preemptOnReclaim {
+			pre = "; reclaims preempt training"
+		}
+		fmt.Fprintf(stdout, "Hybrid experiment: %d nodes x %d GPUs, 60/40 training/inference, 3 days, %s + inference services on a day/night curve, seeds %s%s\n\n",
+			nodes, o.gpn, what, seedsString(o.seeds, true), pre)
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "variant\tutilization %\ttraining wait (s)\ttraining slowdown\tinference shortfall (replica-min)\tnode moves\ttraining jobs (started)")
+		fmt.Fprintln(tw, "variant\tutilization %\ttraining wait (s)\ttraining slowdown\tinference shortfall (replica-min)\tnode moves\ttraining preemptions\ttraining jobs (started)")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.2f\t%.0f\t%d\t%d (%d)\n", r.Variant, 100*r.Utilization, r.TrainingAvgWaitS,
-				r.TrainingAvgSlowdown, r.InferenceShortfallReplicaMin, r.NodeMoves, r.TrainingJobs, r.TrainingStarted)
+			fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.2f\t%.0f\t%d\t%d\t%d (%d)\n", r.Variant, 100*r.Utilization, r.TrainingAvgWaitS,
+				r.TrainingAvgSlowdown, r.InferenceShortfallReplicaMin, r.NodeMoves, r.TrainingPreemptions, r.TrainingJobs, r.TrainingStarted)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -19,6 +19,7 @@ func TestHybridUsage(t *testing.T) {
 		"via":       {"replay", "--experiment", "hybrid", "--via", "engine"},
 		"one node":  {"replay", "--experiment", "hybrid", "--nodes", "1"},
 		"gpu model": {"replay", "--experiment", "hybrid", "--gpu-models", "third"},
+		"preempt":   {"replay", "--preempt-on-reclaim"},
 	} {
 		code, stdout, stderr := runCLI(t, args...)
 		assert.NotEqual(t, 0, code, "%s: stderr %q", name, stderr)
@@ -49,5 +50,23 @@ func TestHybridJSON(t *testing.T) {
 	for _, f := range []string{"hybrid-utilization.png", "hybrid-inference.svg"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.NoError(t, err)
+	}
+}
+
+// --preempt-on-reclaim: the federated row reports its preemptions (and
+// the work they lost); JSON carries training_preemptions on every row.
+func TestHybridPreemptOnReclaim(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "replay", "--experiment", "hybrid", "--format", "json", "--progress", "off",
+		"--nodes", "20", "--preempt-on-reclaim")
+	require.Equal(t, 0, code, stderr)
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 4)
+	for _, r := range rows {
+		assert.Contains(t, r, "training_preemptions")
+		assert.Contains(t, r, "training_lost_gpu_h")
+		if r["variant"] != "federated" {
+			assert.Zero(t, r["training_preemptions"], r["variant"])
+		}
 	}
 }

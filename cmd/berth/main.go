@@ -121,9 +121,11 @@ type options struct {
 	via        string
 	gpuModels  string
 	curve      bool
-	parallel   int
-	progress   string
-	accounting string // --accounting FILE: the replay's records into a new SQLite file
+	// preemptOnReclaim: --preempt-on-reclaim (--experiment hybrid).
+	preemptOnReclaim bool
+	parallel         int
+	progress         string
+	accounting       string // --accounting FILE: the replay's records into a new SQLite file
 	// shardK of shardN: --shard (shard.go); shardN 0: the whole sweep.
 	shardK, shardN int
 	// placements are --placement's (nil: the engine's default only);
@@ -172,6 +174,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		fs.StringVar(&o.accounting, "accounting", "", "write the replay's accounting records (one policy, one seed) into this new SQLite file,\n"+
 			"for berth account and berth audit")
 		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
+		fs.BoolVar(&o.preemptOnReclaim, "preempt-on-reclaim", false, "with --experiment hybrid, the federated variant requeues the training jobs on a busy node\n"+
+			"the inference pool reclaims (their work is lost) instead of waiting for them to end")
 	}
 	placement := ""
 	price := "off"
@@ -305,6 +309,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	}
 	if o.accounting != "" && o.experiment != "" {
 		return nil, usagef("--accounting is for replays, not --experiment %s", o.experiment)
+	}
+	if o.preemptOnReclaim && o.experiment != "hybrid" {
+		return nil, usagef("--preempt-on-reclaim is for --experiment hybrid")
 	}
 	if o.gpuModels != "" && o.experiment != "fgd" {
 		return nil, usagef("--gpu-models is for --experiment fgd")

@@ -61,6 +61,13 @@ type site struct {
 		MinShare        float64  `json:"min_share"`
 		Cooldown        duration `json:"cooldown"`
 	} `json:"rebalance"`
+	// PreemptOnReclaim: a pool reclaiming a busy node (under its quota)
+	// requeues the SLURM jobs on it instead of waiting for them to end.
+	PreemptOnReclaim bool `json:"preempt_on_reclaim"`
+	// PoolQueues: the engine's queue tree is the pools' quotas (one queue
+	// per pool under one cohort) and every job is charged to its pool's
+	// queue; false: one queue "default" for all.
+	PoolQueues   bool     `json:"pool_queues"`
 	DrainTimeout duration `json:"drain_timeout"`
 	PollInterval duration `json:"poll_interval"`
 	StateFile    string   `json:"state_file"`
@@ -108,14 +115,17 @@ func main() {
 			Hysteresis: s.Rebalance.HysteresisNodes, MinShare: s.Rebalance.MinShare,
 			Cooldown: time.Duration(s.Rebalance.Cooldown),
 		},
-		DrainTimeout: time.Duration(s.DrainTimeout),
-		PollInterval: time.Duration(s.PollInterval),
-		Logger:       logger,
+		DrainTimeout:     time.Duration(s.DrainTimeout),
+		PollInterval:     time.Duration(s.PollInterval),
+		PreemptOnReclaim: s.PreemptOnReclaim,
+		PoolQueues:       s.PoolQueues,
+		Logger:           logger,
 	}
 	if *check {
 		fmt.Printf("pools: %s (quota %.2f, SLURM partitions %v), %s (quota %.2f, scheduler %q)\n",
 			s.Training.Name, s.Training.Quota, s.Training.Partitions, s.Inference.Name, s.Inference.Quota, s.Inference.SchedulerName)
-		fmt.Printf("rebalance: %+v, drain timeout %v\n", fcfg.Rebalance.WithDefaults(), fcfg.DrainTimeout)
+		fmt.Printf("rebalance: %+v, drain timeout %v, preempt on reclaim %v, pool queues %v\n",
+			fcfg.Rebalance.WithDefaults(), fcfg.DrainTimeout, fcfg.PreemptOnReclaim, fcfg.PoolQueues)
 		return
 	}
 
@@ -165,14 +175,30 @@ func main() {
 	if err != nil {
 		log.Fatalf("hybrid: %v", err)
 	}
+	queues := queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "default"}}}
+	if s.PoolQueues {
+		// The pools' quotas as the queue tree: read the inventory once
+		// (the Runner reads it again) to know the GPUs. The tree is fixed
+		// for this run; node moves change it at the next start.
+		if _, err := fed.Cluster(ctx); err != nil {
+			log.Fatalf("hybrid: %v", err)
+		}
+		if queues, err = fed.QuotaTree(federation.QuotaTreeOptions{}); err != nil {
+			log.Fatalf("hybrid: %v", err)
+		}
+	}
 	r, err = backends.NewRunner(backends.RunnerConfig{
 		Engine: engine.Config{
-			Queues:   queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "default"}}},
+			Queues:   queues,
 			Policy:   queue.StrictPriority(),
 			Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY},
 			MIG:      engine.MIGConfig{Disabled: true},
+			Site:     engine.SiteConfig{Partitions: fed.Partitions()},
 		},
-		Backend:      fed,
+		Backend: fed,
+		// Pending pods show berth's reason; refused submissions say why.
+		Observe:      fed.Observe,
+		OnStepError:  fed.OnStepError,
 		Store:        backends.FileStore{Path: s.StateFile},
 		TickInterval: 30 * time.Second,
 		Logger:       logger,

@@ -87,6 +87,12 @@ type Config struct {
 	// Rebalance tunes the federated variant (defaults: 15 minutes, 2
 	// moves a round).
 	Rebalance federation.RebalanceConfig
+	// PreemptOnReclaim (federated): when the inference pool reclaims a
+	// busy training node, the training jobs on it are requeued at once
+	// (their work so far is lost; they wait again from the front of the
+	// queue, keeping their submit time) and the node moves now, instead of
+	// draining until they end (federation.Config.PreemptOnReclaim).
+	PreemptOnReclaim bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -153,6 +159,11 @@ type Row struct {
 	InferenceShortfallReplicaMin float64 `json:"inference_shortfall_replica_min"`
 	// NodeMoves: nodes moved between the pools (federated only).
 	NodeMoves int `json:"node_moves"`
+	// TrainingPreemptions: training jobs requeued to empty a reclaimed
+	// node (federated with PreemptOnReclaim); TrainingLostGPUH the GPU-hours
+	// they had run (counted in Utilization as busy, lost as work).
+	TrainingPreemptions int     `json:"training_preemptions"`
+	TrainingLostGPUH    float64 `json:"training_lost_gpu_h"`
 	// TrainingJobs submitted in the horizon, TrainingStarted of them
 	// started, Dropped left out (larger than the guaranteed pool).
 	TrainingJobs    int     `json:"training_jobs"`
@@ -400,14 +411,8 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 		for next < len(order) && !start.Add(order[next].w.Submit).After(t) {
 			j := order[next]
 			next++
-			est := j.w.Estimate
-			if est <= 0 {
-				est = j.w.Runtime
-			}
-			q := &queue.Job{ID: j.w.ID, Queue: poolTrain, Class: queue.ClassTraining, Submit: t,
-				Request: request(j.gpus, per), RuntimeEstimate: est}
 			pending[j.w.ID] = j
-			if err := step(engine.Submitted(t, q)); err != nil {
+			if err := step(engine.Submitted(t, trainingJob(j, t, per))); err != nil {
 				return Row{}, err
 			}
 		}
@@ -449,6 +454,29 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 				moves := rebalance(cfg, t, owner, lastMove, draining, used, names, pending, wanted, running, lastReserved)
 				for _, mv := range moves {
 					i := nodeIdx[mv.Host]
+					if mv.Drain && owner[i] == poolTrain && used[i] > 0 && cfg.PreemptOnReclaim {
+						// Requeue the jobs on it; the node moves now.
+						for _, j := range order {
+							if !j.started || j.finished || !slices.ContainsFunc(j.members, func(m engine.Member) bool { return m.Node == mv.Host }) {
+								continue
+							}
+							for _, m := range j.members {
+								used[nodeIdx[m.Node]] -= len(m.GPUs)
+							}
+							trainBusy -= j.gpus
+							fin = slices.DeleteFunc(fin, func(f finish) bool { return f.job == j.w.ID })
+							row.TrainingPreemptions++
+							row.TrainingLostGPUH += float64(j.gpus) * t.Sub(j.start).Hours()
+							j.started, j.members = false, nil
+							pending[j.w.ID] = j
+							if err := step(engine.Finished(t, j.w.ID)); err != nil {
+								return Row{}, err
+							}
+							if err := step(engine.Submitted(t, trainingJob(j, start.Add(j.w.Submit), per))); err != nil {
+								return Row{}, err
+							}
+						}
+					}
 					if mv.Drain && owner[i] == poolTrain && used[i] > 0 {
 						draining[i] = mv.To
 						if err := step(engine.NodeChanged(t, mv.Host, topo.Cordoned, nil)); err != nil {
@@ -525,6 +553,16 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 		row.TrainingAvgSlowdown = slow / float64(row.TrainingStarted)
 	}
 	return row, nil
+}
+
+// trainingJob is j as submitted to the engine at submit.
+func trainingJob(j *tjob, submit time.Time, per int) *queue.Job {
+	est := j.w.Estimate
+	if est <= 0 {
+		est = j.w.Runtime
+	}
+	return &queue.Job{ID: j.w.ID, Queue: poolTrain, Class: queue.ClassTraining, Submit: submit,
+		Request: request(j.gpus, per), RuntimeEstimate: est}
 }
 
 func insertFinish(fs []finish, f finish) []finish {

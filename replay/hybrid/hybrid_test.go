@@ -93,3 +93,34 @@ func TestITP(t *testing.T) {
 		assert.Positive(t, r.TrainingStarted, v)
 	}
 }
+
+// Long training jobs that keep every training node busy: at night the
+// federation lends idle inference nodes to training; in the day the
+// inference pool reclaims them. Without preemption the reclaim waits for
+// jobs of days; with PreemptOnReclaim the jobs on a reclaimed node are
+// requeued and the node moves at once, so inference falls short less.
+func TestPreemptOnReclaim(t *testing.T) {
+	var jobs []workload.Job
+	for i := range 60 {
+		jobs = append(jobs, workload.Job{ID: "long" + string(rune('a'+i%26)) + string(rune('a'+i/26)),
+			Submit: time.Duration(i) * 10 * time.Minute, Runtime: 40 * time.Hour, GPUs: 8, NumGPU: 8})
+	}
+	base := hybrid.Config{Seed: 3, Duration: 48 * time.Hour, Nodes: 20, Training: jobs}
+	wait, err := hybrid.Run(context.Background(), base, hybrid.Federated)
+	require.NoError(t, err)
+	pre := base
+	pre.PreemptOnReclaim = true
+	got, err := hybrid.Run(context.Background(), pre, hybrid.Federated)
+	require.NoError(t, err)
+	t.Logf("without: shortfall %.0f, moves %d; with: shortfall %.0f, moves %d, preemptions %d, lost %.0f GPU-h",
+		wait.InferenceShortfallReplicaMin, wait.NodeMoves, got.InferenceShortfallReplicaMin, got.NodeMoves, got.TrainingPreemptions, got.TrainingLostGPUH)
+	assert.Zero(t, wait.TrainingPreemptions)
+	assert.Zero(t, wait.TrainingLostGPUH)
+	assert.Positive(t, got.TrainingPreemptions)
+	assert.Positive(t, got.TrainingLostGPUH)
+	assert.Less(t, got.InferenceShortfallReplicaMin, wait.InferenceShortfallReplicaMin)
+	// Only the federated variant reclaims.
+	st, err := hybrid.Run(context.Background(), pre, hybrid.Static)
+	require.NoError(t, err)
+	assert.Zero(t, st.TrainingPreemptions)
+}
