@@ -58,8 +58,8 @@ import (
 //	sum_t n_t (G_t gamma_t + C_t pi_t + M_t mu_t) + sum_c (N_c r_c^+ - P_c r_c^-)
 //
 // Evaluate computes it in exact rational arithmetic from the multipliers'
-// float64 values, so however the multipliers were found (SearchDual, a
-// bounded subgradient method), the value is an upper bound on the LP and so
+// float64 values, so however the multipliers were found (solveSimplex, a
+// dense tableau simplex with column generation, bound_simplex.go), the value is an upper bound on the LP and so
 // on every placement. SolveLP solves small instances exactly with gonum's
 // simplex, for the tests.
 
@@ -290,151 +290,6 @@ func knapsackFloat(sizes []int, v []float64, best []float64, from []int, counts 
 	return best[1000]
 }
 
-// SearchDual looks for multipliers with a small dual objective: a projected
-// subgradient method from the trivial bound (every GPU full), at most iters
-// steps, returning the best point seen. It is deterministic and always
-// stops; how good its point is only decides how tight the bound is, never
-// whether it is valid (Evaluate certifies it).
-func (in *PackingInstance) SearchDual(iters int) (*DualPoint, error) {
-	if err := in.Validate(); err != nil {
-		return nil, err
-	}
-	sizes := in.shareSizes()
-	nt, ns := len(in.Types), len(sizes)
-	// Coordinates x are scaled so that a unit is about one GPU thousandth
-	// of value: a node's CPU (memory) is worth its GPUs' thousandths.
-	cpuScale := make([]float64, nt)
-	memScale := make([]float64, nt)
-	for i, t := range in.Types {
-		cpuScale[i] = 1000 * float64(t.GPUs) / math.Max(float64(t.CPUMilli), 1)
-		memScale[i] = 1000 * float64(t.GPUs) / math.Max(float64(t.MemoryMiB), 1)
-	}
-	// x = [sigma | cpu | mem | extra/1000 | lambda/size]
-	dim := 4*nt + ns
-	x := make([]float64, dim)
-	for i := range nt {
-		x[i] = 1
-	}
-	point := func(x []float64) *DualPoint {
-		d := &DualPoint{Sigma: make([]float64, nt), CPU: make([]float64, nt), Mem: make([]float64, nt), Extra: make([]float64, nt), Lambda: make([]float64, ns)}
-		for i := range nt {
-			d.Sigma[i] = x[i]
-			d.CPU[i] = x[nt+i] * cpuScale[i]
-			d.Mem[i] = x[2*nt+i] * memScale[i]
-			d.Extra[i] = x[3*nt+i] * 1000
-		}
-		for j, s := range sizes {
-			d.Lambda[j] = x[4*nt+j] * float64(s)
-		}
-		return d
-	}
-	kbest := make([]float64, 1001)
-	kfrom := make([]int, 1001)
-	kcount := make([]float64, ns)
-	gamma := make([]float64, nt)
-	g := make([]float64, dim)
-	sizeIdx := make([]int, len(in.Classes))
-	for ci, c := range in.Classes {
-		sizeIdx[ci] = slices.Index(sizes, c.Share)
-	}
-	// eval returns the dual objective (floats) and its subgradient in g.
-	eval := func(x []float64) float64 {
-		d := point(x)
-		rho := knapsackFloat(sizes, d.Lambda, kbest, kfrom, kcount)
-		clear(g)
-		obj := 0.0
-		var sumG float64 // d obj / d rho through gamma
-		for i, t := range in.Types {
-			gamma[i] = 1000*d.Sigma[i] + rho + d.Extra[i]
-			n := float64(t.Count)
-			obj += n * (float64(t.GPUs)*gamma[i] + float64(t.CPUMilli)*d.CPU[i] + float64(t.MemoryMiB)*d.Mem[i])
-			g[i] += n * float64(t.GPUs) * 1000
-			g[nt+i] += n * float64(t.CPUMilli) * cpuScale[i]
-			g[2*nt+i] += n * float64(t.MemoryMiB) * memScale[i]
-			g[3*nt+i] += n * float64(t.GPUs) * 1000
-			sumG += n * float64(t.GPUs)
-		}
-		for ci := range in.Classes {
-			c := &in.Classes[ci]
-			best, bt := math.Inf(-1), -1
-			for ti := range in.Types {
-				if !c.fits(&in.Types[ti]) {
-					continue
-				}
-				p := float64(c.CPUMilli)*d.CPU[ti] + float64(c.MemoryMiB)*d.Mem[ti]
-				switch {
-				case c.Whole > 0:
-					p += float64(c.Whole) * gamma[ti]
-				case c.Share > 0:
-					p += float64(c.Share)*d.Sigma[ti] + d.Lambda[sizeIdx[ci]]
-				}
-				if r := float64(c.Demand()) - p; r > best {
-					best, bt = r, ti
-				}
-			}
-			if bt < 0 {
-				continue
-			}
-			w := float64(c.Prefix)
-			if best > 0 {
-				w = float64(c.Arrived)
-			}
-			if w == 0 {
-				continue
-			}
-			obj += w * best
-			g[nt+bt] -= w * float64(c.CPUMilli) * cpuScale[bt]
-			g[2*nt+bt] -= w * float64(c.MemoryMiB) * memScale[bt]
-			switch {
-			case c.Whole > 0:
-				k := w * float64(c.Whole)
-				g[bt] -= k * 1000
-				g[3*nt+bt] -= k * 1000
-				sumG -= k
-			case c.Share > 0:
-				g[bt] -= w * float64(c.Share)
-				g[4*nt+sizeIdx[ci]] -= w * float64(c.Share)
-			}
-		}
-		for j, s := range sizes { // rho = sum_j count_j lambda_j
-			g[4*nt+j] += sumG * kcount[j] * float64(s)
-		}
-		return obj
-	}
-	bestX := slices.Clone(x)
-	bestObj := eval(x)
-	start := bestObj
-	// Normalised steps, shrinking as 1/sqrt(k) and restarting from the best
-	// point with a smaller scale whenever progress stalls.
-	step := 0.05
-	since := 0
-	for k := range iters {
-		obj := eval(x)
-		if obj < bestObj {
-			bestObj, since = obj, 0
-			copy(bestX, x)
-		} else if since++; since > 200 {
-			copy(x, bestX)
-			step *= 0.5
-			since = 0
-			continue
-		}
-		norm := 0.0
-		for _, v := range g {
-			norm += v * v
-		}
-		if norm == 0 {
-			break
-		}
-		a := step / math.Sqrt(norm) / math.Sqrt(1+float64(k%1000)/10)
-		for i := range x {
-			x[i] = max(0, x[i]-a*g[i])
-		}
-		_ = start
-	}
-	return point(bestX), nil
-}
-
 // Bound is a certified upper bound: Milli GPU thousandths (exact) is the
 // dual objective at Dual; Pct is it in % of the capacity, rounded up to
 // 1e-9.
@@ -442,12 +297,14 @@ type Bound struct {
 	Milli *big.Rat
 	Pct   float64
 	Dual  *DualPoint
+	LP    float64
 }
 
-// PackingBound searches a dual point (at most iters steps) and certifies
-// it.
-func (in *PackingInstance) PackingBound(iters int) (Bound, error) {
-	d, err := in.SearchDual(iters)
+// PackingBound solves the relaxation (solveSimplex) and certifies the dual
+// point of its last basis (Evaluate). LP is the value the simplex reached;
+// Milli is at least LP up to the simplex's rounding.
+func (in *PackingInstance) PackingBound() (Bound, error) {
+	d, lpValue, err := in.solveSimplex()
 	if err != nil {
 		return Bound{}, err
 	}
@@ -461,5 +318,42 @@ func (in *PackingInstance) PackingBound(iters int) (Bound, error) {
 	if new(big.Rat).SetFloat64(f).Cmp(pct) < 0 {
 		f = math.Nextafter(f, math.Inf(1))
 	}
-	return Bound{Milli: v, Pct: f, Dual: d}, nil
+	return Bound{Milli: v, Pct: f, Dual: d, LP: lpValue}, nil
+}
+
+// packingInstance is the packing problem of one run: the cluster's nodes
+// grouped by (GPUs, CPU, memory, model), the pods of order grouped by shape,
+// the first prefix of them to be placed.
+func (p *prepared) packingInstance(order []int, prefix int) *PackingInstance {
+	in := &PackingInstance{}
+	types := map[NodeType]int{}
+	for _, n := range p.spec.Nodes {
+		k := NodeType{GPUs: n.GPUs, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Model: n.GPUModel}
+		i, ok := types[k]
+		if !ok {
+			i = len(in.Types)
+			types[k] = i
+			in.Types = append(in.Types, k)
+		}
+		in.Types[i].Count++
+	}
+	classes := map[PodClass]int{}
+	for j, pi := range order {
+		g := &p.pods[pi].group
+		k := PodClass{Whole: g.GPUsPerMember, Share: g.GPUMilli, CPUMilli: g.CPUMilli, MemoryMiB: g.MemoryMiB, Model: g.GPUModel}
+		if k.Share == 1000 { // not made by podOf, but a full share is a whole GPU
+			k.Whole, k.Share = 1, 0
+		}
+		i, ok := classes[k]
+		if !ok {
+			i = len(in.Classes)
+			classes[k] = i
+			in.Classes = append(in.Classes, k)
+		}
+		in.Classes[i].Arrived++
+		if j < prefix {
+			in.Classes[i].Prefix++
+		}
+	}
+	return in
 }

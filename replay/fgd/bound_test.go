@@ -159,7 +159,7 @@ func TestPackingLPBoundsBruteForce(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err, "instance %d", i)
-		b, err := in.PackingBound(3000)
+		b, err := in.PackingBound()
 		require.NoError(t, err, "instance %d", i)
 		lpRat := new(big.Rat).SetFloat64(lpOpt)
 		assert.GreaterOrEqual(t, b.Milli.Cmp(lpRat.Sub(lpRat, big.NewRat(1, 1000))), 0,
@@ -196,7 +196,7 @@ func TestPackingBoundErrors(t *testing.T) {
 		in.Types = append([]NodeType(nil), ok.Types...)
 		in.Classes = append([]PodClass(nil), ok.Classes...)
 		mod(&in)
-		_, err := in.PackingBound(10)
+		_, err := in.PackingBound()
 		assert.ErrorIs(t, err, ErrBound, name)
 	}
 	bad := &DualPoint{Sigma: []float64{-1}, CPU: []float64{0}, Mem: []float64{0}, Extra: []float64{0}, Lambda: []float64{0}}
