@@ -134,9 +134,12 @@ func randomInstance(rng *rand.Rand) (*PackingInstance, []bfPod) {
 }
 
 // TestPackingLPBoundsBruteForce: on 300 small random instances the
-// certified dual bound is at least gonum's LP optimum, which is at least
-// the best placement found by brute force. A wrong relaxation (a row that
-// cuts off a real placement) or a wrong certificate fails it.
+// certified dual bound is at least gonum's LP optimum (lp.Simplex, every
+// maximal pattern listed), which is at least the best placement found by
+// brute force; the tableau simplex of bound_simplex.go reaches gonum's
+// optimum. A wrong relaxation (a row that cuts off a real placement) or a
+// wrong certificate fails it (checked by hand: requiring one GPU more in
+// fits, or a knapsack room of 900 in the certificate, each fail it).
 func TestPackingLPBoundsBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewSource(19))
 	var gapSum float64
@@ -161,6 +164,7 @@ func TestPackingLPBoundsBruteForce(t *testing.T) {
 		require.NoError(t, err, "instance %d", i)
 		b, err := in.PackingBound()
 		require.NoError(t, err, "instance %d", i)
+		assert.InDelta(t, lpOpt, b.LP, 1e-3, "instance %d: the tableau simplex and gonum's disagree", i)
 		lpRat := new(big.Rat).SetFloat64(lpOpt)
 		assert.GreaterOrEqual(t, b.Milli.Cmp(lpRat.Sub(lpRat, big.NewRat(1, 1000))), 0,
 			"instance %d: dual bound %s below the LP optimum %v", i, b.Milli.FloatString(3), lpOpt)

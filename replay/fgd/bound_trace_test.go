@@ -19,7 +19,11 @@ import (
 const boundSeedsEnv = "BERTH_FGD_BOUND_SEEDS"
 
 // boundTarget is issue 19's goal for the allocation at 130% arrived.
+// Samples are rounded to 0.01, so a column can read 97.00 once the
+// allocation reaches 96.995%: bounds are compared with boundTarget - 0.005.
 const boundTarget = 97.0
+
+const boundBelow = boundTarget - 0.005
 
 func boundSeeds(t *testing.T) []int64 {
 	s := os.Getenv(boundSeedsEnv)
@@ -63,18 +67,21 @@ func prefixBound(t *testing.T, p *prepared, order []int, prefix int) float64 {
 // mean of values rounded to 0.01, each at most the final allocation). It
 // asserts, per seed:
 //
-//   - berth's and FGD's column 130 are at most B at their own first failure
-//     F (every pod before it was placed), and both bounds are under 97.0;
-//   - F0, the shortest prefix with B(F0) < 97.0 (found by bisection; B only
-//     falls as F grows), is at most FGD's F: any policy that places every
-//     pod until the arrived demand of that prefix stays under 97.0.
+//   - berth's and FGD's column 130 are at most B (+0.005 for the rounding of
+//     samples) at their own first failure F (every pod before it was
+//     placed), and both bounds are under 96.995, so no column reads 97.00;
+//   - F0, the shortest prefix with B(F0) < 96.995 (found by bisection; the
+//     LP only falls as F grows, so B(F0) bounds every longer prefix too), is
+//     at most FGD's F: any policy that places every pod of that prefix stays
+//     under 97.0 at every column.
 //
 // It also logs the offline bound (nothing forced). Seeds: 42, or
 // BERTH_FGD_BOUND_SEEDS=FIRST-LAST. Under -race the replays alone take
 // 30-50 s, so it replays nothing: it certifies the bound with the pods up
-// to 90% arrived placed (every policy but Random places them all on this
-// trace) and asserts it is under 97.0 (the simplex and the certificate take
-// about a second there).
+// to 90% arrived placed and asserts it is under 96.995 (the simplex and the
+// certificate take about a second there). On seed 42 every published
+// policy but Random places all of those pods (first failures at 90.3 to 96%
+// arrived); the full test checks the policies' own prefixes.
 func TestPackingBound(t *testing.T) {
 	tr, _ := loadForTest(t)
 	p, err := prepare(tr, (&Config{}).defaults().Popularity)
@@ -91,7 +98,7 @@ func TestPackingBound(t *testing.T) {
 				f++
 			}
 			b := prefixBound(t, p, order, f)
-			assert.Less(t, b, boundTarget, "seed %d", seed)
+			assert.Less(t, b, boundBelow, "seed %d", seed)
 			t.Logf("seed %d: B(F) %.3f with the %d pods up to 90%% arrived placed", seed, b, f)
 		}
 		return
@@ -117,7 +124,7 @@ func TestPackingBound(t *testing.T) {
 			b := prefixBound(t, p, order, cv.FirstFail)
 			col := cv.Columns[130]
 			assert.LessOrEqual(t, col, b+0.005, "%s seed %d: column 130 above the bound", pol, seed)
-			assert.Less(t, b, boundTarget, "%s seed %d: bound at its first failure", pol, seed)
+			assert.Less(t, b, boundBelow, "%s seed %d: bound at its first failure", pol, seed)
 			line += fmt.Sprintf(" %s col130 %.2f, F %d (%.2f%% arrived), B(F) %.3f;", pol, col, cv.FirstFail, arrivedPct(cv.FirstFail), b)
 			if pol == "fgd" {
 				fFGD = cv.FirstFail
@@ -125,19 +132,19 @@ func TestPackingBound(t *testing.T) {
 		}
 		if !raceEnabled {
 			line += fmt.Sprintf(" offline B(0) %.3f;", prefixBound(t, p, order, 0))
-			// Bisection for F0: B(lo) >= 97 > B(hi).
+			// Bisection for F0: B(lo) >= 96.995 > B(hi).
 			lo, hi := 0, fFGD
 			bhi := prefixBound(t, p, order, hi)
 			for hi-lo > 1 {
 				mid := (lo + hi) / 2
-				if b := prefixBound(t, p, order, mid); b < boundTarget {
+				if b := prefixBound(t, p, order, mid); b < boundBelow {
 					hi, bhi = mid, b
 				} else {
 					lo = mid
 				}
 			}
 			assert.LessOrEqual(t, hi, fFGD)
-			line += fmt.Sprintf(" F0 %d (%.2f%% arrived), B(F0) %.3f, B(F0-1) >= %.1f", hi, arrivedPct(hi), bhi, boundTarget)
+			line += fmt.Sprintf(" F0 %d (%.2f%% arrived), B(F0) %.3f, B(F0-1) >= %.3f", hi, arrivedPct(hi), bhi, boundBelow)
 		}
 		t.Log(line)
 	}
