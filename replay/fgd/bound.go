@@ -291,8 +291,8 @@ func knapsackFloat(sizes []int, v []float64, best []float64, from []int, counts 
 }
 
 // Bound is a certified upper bound: Milli GPU thousandths (exact) is the
-// dual objective at Dual; Pct is it in % of the capacity, rounded up to
-// 1e-9.
+// dual objective at Dual; Pct is it in % of the capacity, rounded up; LP is
+// the optimum the simplex reached (thousandths, floats).
 type Bound struct {
 	Milli *big.Rat
 	Pct   float64

@@ -15,12 +15,16 @@ import (
 const maxLPSize = 200_000
 
 // patterns lists every multiset of sizes with sum at most 1000 that is
-// maximal (no size can be added), as counts per size.
-func patterns(sizes []int) [][]int {
+// maximal (no size can be added), as counts per size; false when there are
+// more than limit (small shares have astronomically many).
+func patterns(sizes []int, limit int) ([][]int, bool) {
 	var out [][]int
 	cur := make([]int, len(sizes))
 	var rec func(i, room int)
 	rec = func(i, room int) {
+		if len(out) > limit {
+			return
+		}
 		if i == len(sizes) {
 			for _, s := range sizes {
 				if s <= room {
@@ -37,7 +41,7 @@ func patterns(sizes []int) [][]int {
 		cur[i] = 0
 	}
 	rec(0, 1000)
-	return out
+	return out, len(out) <= limit
 }
 
 // SolveLP solves the relaxation of the top of bound.go exactly with gonum's
@@ -50,7 +54,10 @@ func (in *PackingInstance) SolveLP() (float64, error) {
 		return 0, err
 	}
 	sizes := in.shareSizes()
-	pats := patterns(sizes)
+	pats, ok := patterns(sizes, 2000)
+	if !ok {
+		return 0, fmt.Errorf("%w: too many share patterns for SolveLP", ErrBound)
+	}
 	nt := len(in.Types)
 	// Columns: z_{c,t} (fitting pairs), s_t, Y_q, then one slack per row.
 	type zc struct{ c, t int }

@@ -15,8 +15,8 @@ import (
 
 const (
 	spxTol      = 1e-9
-	spxMaxPivot = 200_000
-	spxMaxCols  = 400 // pattern columns generated, at most
+	spxMaxPivot = 20_000 // openb needs 450-1,100
+	spxMaxCols  = 400    // pattern columns generated, at most
 )
 
 type rowSense int8
@@ -355,8 +355,7 @@ func (in *PackingInstance) solveSimplex() (*DualPoint, float64, error) {
 		return nil, 0, err
 	}
 	d := &DualPoint{Sigma: make([]float64, nt), CPU: make([]float64, nt), Mem: make([]float64, nt), Extra: make([]float64, nt), Lambda: make([]float64, ns)}
-	for si, s := range sizes {
-		_ = s
+	for si := range sizes {
 		d.Lambda[si] = max(0, tb.dual(rowSize(si), w2)*1000)
 	}
 	rho := knapsackFloat(sizes, d.Lambda, kbest, kfrom, kcount)

@@ -203,8 +203,30 @@ func TestPackingBoundErrors(t *testing.T) {
 		_, err := in.PackingBound()
 		assert.ErrorIs(t, err, ErrBound, name)
 	}
+	// A prefix that fits no way at all.
+	over := PackingInstance{
+		Types:   []NodeType{{Count: 1, GPUs: 1, CPUMilli: 8000, MemoryMiB: 1024}},
+		Classes: []PodClass{{Whole: 1, Arrived: 2, Prefix: 2}},
+	}
+	_, err := over.PackingBound()
+	assert.ErrorIs(t, err, ErrBound)
+	_, err = over.SolveLP()
+	assert.ErrorIs(t, err, ErrBound)
+	// Shares of 10 have too many patterns for SolveLP (but not for
+	// PackingBound, which generates the ones it needs).
+	tiny := PackingInstance{
+		Types:   []NodeType{{Count: 1, GPUs: 1, CPUMilli: 8000, MemoryMiB: 1024}},
+		Classes: []PodClass{{Share: 10, Arrived: 150, Prefix: 1}, {Share: 20, Arrived: 10}, {Share: 30, Arrived: 3}, {Share: 40, Arrived: 3}, {Share: 50, Arrived: 3}},
+	}
+	_, err = tiny.SolveLP()
+	assert.ErrorIs(t, err, ErrBound)
+	b, err := tiny.PackingBound()
+	require.NoError(t, err)
+	f, _ := b.Milli.Float64()
+	assert.GreaterOrEqual(t, b.Milli.Cmp(big.NewRat(1000, 1)), 0, "the GPU can be filled")
+	assert.InDelta(t, 1000, f, 1e-6)
 	bad := &DualPoint{Sigma: []float64{-1}, CPU: []float64{0}, Mem: []float64{0}, Extra: []float64{0}, Lambda: []float64{0}}
-	_, err := ok.Evaluate(bad)
+	_, err = ok.Evaluate(bad)
 	assert.ErrorIs(t, err, ErrBound)
 	// The trivial point (every thousandth worth 1) bounds by the capacity.
 	triv := &DualPoint{Sigma: []float64{1}, CPU: []float64{0}, Mem: []float64{0}, Extra: []float64{0}, Lambda: []float64{0}}
