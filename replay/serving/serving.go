@@ -357,6 +357,7 @@ func Run(ctx context.Context, cfg Config, policy string) (Row, error) {
 	// Training jobs come before replicas in the order (trainingPriority),
 	// and every blocked job may look for victims.
 	ec.Preemption.MaxPreemptorsPerCycle = 64
+	ec.Preemption.MaxVictimsPerCycle = 64
 	e, err := engine.New(ec)
 	if err != nil {
 		return Row{}, fmt.Errorf("serving replay: engine: %w", err)
