@@ -12,7 +12,19 @@
 //   - colocation-packing: co-location, and replicas whose shape is a
 //     fraction of a GPU (openb pods of less than a whole GPU) run as GPU
 //     fractions on shared GPUs (MPS / time-slicing), packed several to a
-//     GPU, instead of taking a whole GPU each.
+//     GPU, instead of taking a whole GPU each. They are packed on the
+//     inference nodes only: a replica that borrows a training node takes
+//     a whole GPU. (Letting fractional best-effort replicas onto training
+//     nodes stalled training in this model: the engine's timeline does
+//     not track shares, so reservations were planned on GPUs the shares
+//     still held, and the training jobs behind them waited for hours.)
+//
+// Each service is two engine services: its home replicas (guaranteed, on
+// the inference nodes, desired = the Autoscaler's count) and, with
+// co-location, an overflow service "<name>-borrow" (best-effort, on the
+// training nodes) whose desired count is, each minute, the home replicas
+// the Autoscaler wants that did not run in the last cycle. A replica that
+// spills over so starts a cycle after its home replica failed to.
 //
 // Everything, training jobs and replicas, is placed by one real
 // engine.Engine, one cycle a minute: submissions and finishes are rounded
@@ -399,7 +411,10 @@ func Run(ctx context.Context, cfg Config, policy string) (Row, error) {
 			// The overflow: best-effort replicas on idle training GPUs.
 			s.over = s.name + overflowSuffix
 			byName[s.over] = s
-			x := g
+			// On training nodes a replica takes whole GPUs even when
+			// packing: fractions are packed on the inference nodes only
+			// (see the package doc).
+			x := gang.Group{Members: 1, GPUsPerMember: s.shape.GPUs}
 			x.Selector = map[string]string{poolLabel: qTrain}
 			if err := step(engine.ServiceSet(start, &engine.Service{Name: s.over, Queue: qInfer, QoS: engine.QoSBestEffort,
 				Replica: queue.Job{Request: gang.Request{Groups: []gang.Group{x}}},
@@ -470,7 +485,7 @@ func Run(ctx context.Context, cfg Config, policy string) (Row, error) {
 		}
 		off := t.Sub(start)
 		for _, s := range svcs {
-			if s.over == "" {
+			if s.over == "" || cycle == 0 {
 				continue
 			}
 			// The overflow covers the home replicas that did not run last
