@@ -162,7 +162,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	fs.IntVar(&o.gpn, "gpus-per-node", 8, "GPUs per node")
 	fs.IntVar(&o.racks, "racks", 0, "racks of equal size (default: racks of 8 nodes when the nodes split evenly, else 1)")
 	policy := fs.String("policy", strings.Join(replay.DefaultPolicies(), ","),
-		"comma-separated policies: "+strings.Join(replay.Policies(), ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth)")
+		"comma-separated policies: "+strings.Join(replay.Policies(), ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth;\n"+
+			"serving experiment: no-colocation,colocation,colocation-packing, default all)")
 	seeds := fs.String("seeds", "42", "seeds: N, LO-HI or a comma list; rows are means over seeds")
 	fs.StringVar(&o.estimates, "estimates", "exact", "runtime estimates: exact, trace (the trace's own), or inflated:F (runtime x U[1,F], seeded)")
 	fs.StringVar(&o.format, "format", "table", "output: table, json or csv")

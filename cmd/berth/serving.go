@@ -28,8 +28,15 @@ func checkServing(o *options, policy string) error {
 	default:
 		return usagef("--experiment serving takes --trace synthetic (the built-in training workload) or itp[:PATH] (training jobs of ITP cluster04)")
 	}
-	if o.racks != 0 {
+	switch {
+	case o.racks != 0:
 		return usagef("--racks is not for --experiment serving (its nodes have no racks)")
+	case o.estimates != "exact":
+		return usagef("--estimates is not for --experiment serving (training jobs keep their own estimates)")
+	case len(o.placements) > 0 || o.price.On():
+		return usagef("--placement and --price are for time replays, not --experiment serving")
+	case o.nodes == 1:
+		return usagef("--experiment serving needs at least 2 nodes (training and inference)")
 	}
 	if !o.policySet {
 		o.policies = rserving.Policies()

@@ -24,6 +24,11 @@ func TestServingUsage(t *testing.T) {
 		"preempt":   {"replay", "--experiment", "serving", "--preempt-on-reclaim"},
 		"gpu model": {"replay", "--experiment", "serving", "--gpu-models", "third"},
 		"unknown":   {"replay", "--experiment", "servng"},
+		"estimates": {"replay", "--experiment", "serving", "--estimates", "trace"},
+		"price":     {"replay", "--experiment", "serving", "--price", "on"},
+		"placement": {"replay", "--experiment", "serving", "--placement", "blind"},
+		"shard":     {"replay", "--experiment", "serving", "--shard", "1/2"},
+		"format":    {"replay", "--experiment", "serving", "--format", "xml"},
 	} {
 		code, stdout, stderr := runCLI(t, args...)
 		assert.NotEqual(t, 0, code, "%s: stderr %q", name, stderr)

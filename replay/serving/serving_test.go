@@ -122,3 +122,21 @@ func TestOpenbShapes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, r.Utilization)
 }
+
+// The trace-driven mode: training jobs of ITP cluster04.
+func TestITP(t *testing.T) {
+	tr := tracetest.Open(t, workload.KindITP)
+	jobs := append([]workload.Job(nil), tr.Jobs...)
+	first := jobs[0].Submit
+	for _, j := range jobs {
+		first = min(first, j.Submit)
+	}
+	for i := range jobs {
+		jobs[i].Submit -= first
+	}
+	rows := runAll(t, serving.Config{Seed: 1, Duration: 6 * time.Hour, Training: jobs})
+	for p, r := range rows {
+		assert.Positive(t, r.TrainingJobs, p)
+		assert.Positive(t, r.TrainingStarted, p)
+	}
+}
