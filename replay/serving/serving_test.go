@@ -140,3 +140,17 @@ func TestITP(t *testing.T) {
 		assert.Positive(t, r.TrainingStarted, p)
 	}
 }
+
+// With room to spare (inference peaks at 20% of the GPUs, under the
+// inference nodes' 37.5%), every scale-up is placed by the next cycle and
+// nothing falls short, under every policy; nothing borrows, so nothing is
+// reclaimed.
+func TestRoomToSpare(t *testing.T) {
+	rows := runAll(t, serving.Config{Seed: 5, Duration: 12 * time.Hour, PeakShare: 0.2, TroughShare: 0.05, TrainingLoad: 0.2})
+	for p, r := range rows {
+		assert.Positive(t, r.ScaleUps, p)
+		assert.Equal(t, 1.0, r.ScaleUpLatencyCycles, p)
+		assert.Zero(t, r.InferenceShortfallReplicaMin, p)
+		assert.Zero(t, r.Reclaimed, p)
+	}
+}
