@@ -81,17 +81,17 @@ func runServing(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		return err
 	}
 	gpn := o.gpn
-	cfg := rserving.Config{Nodes: o.nodes, GPUsPerNode: gpn, Training: training, Shapes: shapes}
-	if shapes != nil {
-		// Shapes wider than a node cannot run.
-		var fit []rserving.Shape
-		for _, s := range shapes {
-			if s.GPUs <= gpn {
-				fit = append(fit, s)
-			}
-		}
-		cfg.Shapes = fit
+	if shapes == nil {
+		shapes = rserving.BuiltinShapes()
 	}
+	// Shapes wider than a node cannot run.
+	var fit []rserving.Shape
+	for _, s := range shapes {
+		if s.GPUs <= gpn {
+			fit = append(fit, s)
+		}
+	}
+	cfg := rserving.Config{Nodes: o.nodes, GPUsPerNode: gpn, Training: training, Shapes: fit}
 	type run struct {
 		p    int
 		seed int64

@@ -72,4 +72,8 @@ func TestServingPolicyDeterministic(t *testing.T) {
 	assert.Contains(t, first, "policy,utilization,training_avg_wait_s,inference_shortfall_replica_min,scale_up_latency_cycles")
 	assert.Contains(t, first, "\ncolocation,")
 	assert.NotContains(t, first, "no-colocation")
+	// Nodes of 4 GPUs: the shapes wider than a node are left out.
+	code, _, stderr = runCLI(t, "replay", "--experiment", "serving", "--format", "json", "--progress", "off", "--policy", "colocation-packing",
+		"--nodes", "8", "--gpus-per-node", "4")
+	require.Equal(t, 0, code, stderr)
 }
