@@ -15,9 +15,8 @@
 //     GPU, instead of taking a whole GPU each. They are packed on the
 //     inference nodes only: a replica that borrows a training node takes
 //     a whole GPU. (Letting fractional best-effort replicas onto training
-//     nodes stalled training in this model: the engine's timeline does
-//     not track shares, so reservations were planned on GPUs the shares
-//     still held, and the training jobs behind them waited for hours.)
+//     nodes stalled training in this model, for a cause not yet traced:
+//     see docs/serving.md.)
 //
 // Each service is two engine services: its home replicas (guaranteed, on
 // the inference nodes, desired = the Autoscaler's count) and, with
