@@ -3,12 +3,13 @@
 // HPA Autoscaler of package serving from a seeded diurnal traffic model,
 // share one cluster with training jobs, run three ways:
 //
-//   - no-colocation: inference only within its own quota (guaranteed
-//     replicas, never borrowing): training's idle GPUs stay idle for it;
-//   - colocation: burstable replicas borrow the training queue's idle
-//     quota (and so its GPUs); reclaim preemption (Preemption.Reclaim)
-//     stops them, with their grace period, when training needs the GPUs
-//     back;
+//   - no-colocation: inference only on its own nodes and within its own
+//     quota (guaranteed replicas, never borrowing): training's idle GPUs
+//     stay idle for it;
+//   - colocation: what does not fit there runs as best-effort replicas
+//     on idle training GPUs, borrowing the training queue's idle quota;
+//     reclaim preemption (Preemption.Reclaim) stops them, with their
+//     grace period, when training needs the GPUs back;
 //   - colocation-packing: co-location, and replicas whose shape is a
 //     fraction of a GPU (openb pods of less than a whole GPU) run as GPU
 //     fractions on shared GPUs (MPS / time-slicing), packed several to a
