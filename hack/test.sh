@@ -24,7 +24,7 @@ echo "== go vet"
 go vet ./...
 
 echo "== core builds without cgo"
-CGO_ENABLED=0 go build ./topo/ ./gang/ $(for d in queue mig engine; do [ -d "$d" ] && echo "./$d/"; done)
+CGO_ENABLED=0 go build ./topo/ ./gang/ $(for d in queue mig engine serving; do [ -d "$d" ] && echo "./$d/"; done)
 
 # Tests that need the public traces (docs/traces.md) skip without them;
 # BERTH_REQUIRE_TRACES=1 (set by .ci/run) makes them fail instead. It is
@@ -50,7 +50,7 @@ fi
 # --- operable (issue 15): the core stays free of YAML and Prometheus; every
 # example config passes `berth config check`.
 echo "== core imports neither YAML nor Prometheus"
-heavy=$(go list -deps ./topo/ ./gang/ ./queue/ ./mig/ ./engine/ ./backends/ | grep -E 'yaml|prometheus' || true)
+heavy=$(go list -deps ./topo/ ./gang/ ./queue/ ./mig/ ./engine/ ./serving/ ./backends/ | grep -E 'yaml|prometheus' || true)
 if [ -n "$heavy" ]; then
   echo "core packages import:"; echo "$heavy"; exit 1
 fi
