@@ -550,8 +550,12 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	var boundOrder []string
 	pending := map[string]*pendingGang{}
 	var pendingOrder []string
+	ran := map[types.UID]bool{} // pods that ran to their end (Succeeded or Failed)
 	for _, p := range list {
 		inCache[p.UID] = true
+		if !podLive(p) && p.Spec.NodeName != "" && !deleted[p.UID] {
+			ran[p.UID] = true
+		}
 		if !podLive(p) || deleted[p.UID] {
 			continue // ended, or deleted by berth and not yet gone from the cache
 		}
@@ -621,7 +625,14 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			}
 		}
 		if alive == 0 || (broken && len(j.bound) == 0 && !j.adopted) {
-			cancels = append(cancels, engine.Cancelled(now, id))
+			// A gang every pod of which ran to its end (the kubelet set
+			// Succeeded or Failed) finished; one whose pods were deleted
+			// or never ran was cancelled.
+			ev := engine.Cancelled(now, id)
+			if alive == 0 && len(j.pods) > 0 && !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !ran[pr.uid] }) {
+				ev = engine.Finished(now, id)
+			}
+			cancels = append(cancels, ev)
 			b.forget(j)
 		}
 	}
@@ -898,7 +909,7 @@ func (b *Backend) boundLocked(uid types.UID) bool {
 // it refuses is logged and skipped; anything else stops the Runner.
 func (b *Backend) OnStepError(ev engine.Event, err error) error {
 	switch {
-	case ev.Kind == engine.EventJobCancelled && errors.Is(err, engine.ErrUnknownJob):
+	case (ev.Kind == engine.EventJobCancelled || ev.Kind == engine.EventJobFinished) && errors.Is(err, engine.ErrUnknownJob):
 		return nil
 	case ev.Kind == engine.EventJobSubmitted || ev.Kind == engine.EventJobAdopted:
 		id := ""
