@@ -21,7 +21,7 @@ const (
 	EnvQueue = "BERTH_QUEUE"
 )
 
-// launchCfg checks and completes the launch fields of a Config.
+// launchDefaults checks and completes the launch fields of a Config.
 func (c *Config) launchDefaults() error {
 	if c.LaunchPartition == "" {
 		c.LaunchPartition = slices.Sorted(maps.Keys(c.Partitions))[0]
