@@ -69,6 +69,8 @@ type Backend struct {
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
 	devs      map[string]*nodeDevs
 	logged    map[string]string
+	launched  map[string]bool // jobs LaunchJob created (or is creating), by ID
+	lmu       sync.Mutex      // serialises LaunchJob and WithdrawJob
 }
 
 type toldNode struct {
@@ -80,12 +82,15 @@ type toldNode struct {
 
 // job is a job the engine has been told of.
 type job struct {
-	id       string
-	pods     []podRef
-	foreign  bool
-	adopted  bool
-	assigned map[string]int        // member key -> pod index
-	bound    map[int]engine.Member // pod index -> member bound by us (or adopted)
+	id      string
+	pods    []podRef
+	foreign bool
+	adopted bool
+	// launched by LaunchJob; seen: all its pods were in the informer's
+	// cache once (until then a missing pod is not an end).
+	launched, seen bool
+	assigned       map[string]int        // member key -> pod index
+	bound          map[int]engine.Member // pod index -> member bound by us (or adopted)
 	// nominated is the node Observe last nominated for each pod: a bind
 	// on that node takes that pod.
 	nominated []string
@@ -134,7 +139,7 @@ func New(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Backend, 
 		feed: backends.NewFeed(), kick: make(chan struct{}, 1),
 		nodes: map[string]*toldNode{}, jobs: map[string]*job{}, byUID: map[types.UID]string{},
 		assumed: map[types.UID]assumedBind{}, groupSize: map[string]groupSize{}, deleted: map[types.UID]bool{},
-		devs: map[string]*nodeDevs{}, logged: map[string]string{},
+		devs: map[string]*nodeDevs{}, logged: map[string]string{}, launched: map[string]bool{},
 	}
 	for _, q := range c.Queues.Queues {
 		b.queues[q.Name] = true
@@ -610,6 +615,12 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	// Jobs that ended or broke up.
 	for _, id := range slices.Sorted(maps.Keys(b.jobs)) {
 		j := b.jobs[id]
+		if j.launched && !j.seen {
+			if !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !inCache[pr.uid] }) {
+				j.seen = true
+			}
+			continue // created after the list was taken
+		}
 		alive, broken := 0, false
 		for i, pr := range j.pods {
 			p := live[pr.uid]
@@ -669,7 +680,10 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 		pg := pending[id]
 		// Pods already members of a job the engine knows (a gang being
 		// bound right now, or waiting) are not new work.
-		pg.pods = slices.DeleteFunc(pg.pods, func(p *corev1.Pod) bool { _, known := b.byUID[p.UID]; return known })
+		pg.pods = slices.DeleteFunc(pg.pods, func(p *corev1.Pod) bool {
+			_, known := b.byUID[p.UID]
+			return known || b.launched[p.Labels[LabelJob]]
+		})
 		if len(pg.pods) == 0 {
 			continue
 		}
@@ -807,6 +821,9 @@ func (b *Backend) forget(j *job) {
 		}
 	}
 	delete(b.jobs, j.id)
+	if j.launched {
+		delete(b.launched, j.id)
+	}
 }
 
 // podGroupSize reads spec.minMember of a coscheduling PodGroup, caching
