@@ -653,7 +653,11 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 // then takes the one reservation itself.
 func (e *Engine) yieldTo(js *job) {
 	cs := &e.cyc
-	if len(e.lastRes) == 0 {
+	if len(e.lastRes) == 0 || e.holds(js) {
+		// A job that held a reservation last cycle was planned ahead of
+		// the jobs behind it, whose reservations were then made around
+		// its own: yielding to those would push it later every cycle
+		// (enginetest reserve_quota_yield).
 		return
 	}
 	for _, id := range sortedKeys(e.lastRes) {

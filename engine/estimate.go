@@ -238,11 +238,16 @@ func (v *View) headOf(i int) int {
 	return -1
 }
 
-// unboundedAhead reports whether a job ahead of i holds a reservation
-// while it, or a job ahead, has no estimate or limit (the timeline cannot
-// plan past a reservation of unknown length).
+// unboundedAhead reports whether another pending job holds a reservation
+// while it has no estimate or limit (the timeline cannot plan past a
+// reservation of unknown length). Usually a job ahead of i; a job behind
+// it too, since a job that waited for quota is planned around the
+// reservations of the jobs behind it (Engine.yieldTo).
 func (v *View) unboundedAhead(i int) bool {
-	for k := 0; k < i; k++ {
+	for k := range v.Pending {
+		if k == i {
+			continue
+		}
 		p := &v.Pending[k]
 		if p.Start.IsZero() || p.js == nil {
 			continue

@@ -13,11 +13,8 @@
 //   - colocation-packing: co-location, and replicas whose shape is a
 //     fraction of a GPU (openb pods of less than a whole GPU) run as GPU
 //     fractions on shared GPUs (MPS / time-slicing), packed several to a
-//     GPU, instead of taking a whole GPU each. They are packed on the
-//     inference nodes only: a replica that borrows a training node takes
-//     a whole GPU. (Letting fractional best-effort replicas onto training
-//     nodes stalled training in this model, for a cause not yet traced:
-//     see docs/serving.md.)
+//     GPU, instead of taking a whole GPU each, on the inference nodes and
+//     on the training nodes they borrow.
 //
 // Each service is two engine services: its home replicas (guaranteed, on
 // the inference nodes, desired = the Autoscaler's count) and, with
@@ -411,10 +408,7 @@ func Run(ctx context.Context, cfg Config, policy string) (Row, error) {
 			// The overflow: best-effort replicas on idle training GPUs.
 			s.over = s.name + overflowSuffix
 			byName[s.over] = s
-			// On training nodes a replica takes whole GPUs even when
-			// packing: fractions are packed on the inference nodes only
-			// (see the package doc).
-			x := gang.Group{Members: 1, GPUsPerMember: s.shape.GPUs}
+			x := g
 			x.Selector = map[string]string{poolLabel: qTrain}
 			if err := step(engine.ServiceSet(start, &engine.Service{Name: s.over, Queue: qInfer, QoS: engine.QoSBestEffort,
 				Replica: queue.Job{Request: gang.Request{Groups: []gang.Group{x}}},
