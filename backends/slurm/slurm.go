@@ -166,6 +166,8 @@ type Backend struct {
 	bmu     sync.Mutex
 	batch   []*bindReq
 	leading bool
+
+	svc *svcState // services and replica jobs (service.go); under mu
 }
 
 // Stats counts the backend's work (for benchmarks and logs).
@@ -365,6 +367,16 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 		if r.Partition != b.cfg.RunPartition {
 			continue
 		}
+		if rid, ok := b.replicaRec(r); ok {
+			rj, err := b.runningReplica(ctx, rid, r)
+			if err != nil {
+				return nil, err
+			}
+			if rj != nil {
+				out = append(out, *rj)
+			}
+			continue
+		}
 		id := recID(r)
 		part := fromPartition(r.AdminComment, b.cfg)
 		switch {
@@ -514,6 +526,9 @@ func (b *Backend) squeue(ctx context.Context) ([]jobRec, error) {
 // job: the members must be on distinct nodes, as many as the job's node
 // count, with the same GPU count each. Refusals wrap backends.ErrRefused.
 func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) error {
+	if isReplica(job) {
+		return b.bindReplica(ctx, job, ms)
+	}
 	if err := checkJobID(job); err != nil {
 		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
 	}
@@ -610,6 +625,9 @@ func (b *Backend) ApplyMIG(context.Context, engine.MIGReconfiguration) error {
 // it at once.
 func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	id := p.Victim
+	if isReplica(id) {
+		return b.preemptReplica(ctx, p)
+	}
 	if err := checkJobID(id); err != nil {
 		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
 	}
