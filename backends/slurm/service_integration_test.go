@@ -162,14 +162,16 @@ func TestServiceSpecErrors(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mod func(*engine.Service, *slurm.ReplicaRun)
 	}{
-		"nil":        {nil},
-		"name":       {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Name = "a b" }},
-		"queue":      {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Queue = "" }},
-		"mig":        {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Replica.Request.Groups[0].MIGProfile = "1g.10gb" }},
-		"fraction":   {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Replica.Request.Groups[0].GPUMilli = 500 }},
-		"two groups": {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Replica.Request.Groups = append(s.Replica.Request.Groups, s.Replica.Request.Groups[0]) }},
-		"no run":     {func(_ *engine.Service, r *slurm.ReplicaRun) { r.Wrap = "" }},
-		"both runs":  {func(_ *engine.Service, r *slurm.ReplicaRun) { r.Script = "/bin/true" }},
+		"nil":      {nil},
+		"name":     {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Name = "a b" }},
+		"queue":    {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Queue = "" }},
+		"mig":      {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Replica.Request.Groups[0].MIGProfile = "1g.10gb" }},
+		"fraction": {func(s *engine.Service, _ *slurm.ReplicaRun) { s.Replica.Request.Groups[0].GPUMilli = 500 }},
+		"two groups": {func(s *engine.Service, _ *slurm.ReplicaRun) {
+			s.Replica.Request.Groups = append(s.Replica.Request.Groups, s.Replica.Request.Groups[0])
+		}},
+		"no run":    {func(_ *engine.Service, r *slurm.ReplicaRun) { r.Wrap = "" }},
+		"both runs": {func(_ *engine.Service, r *slurm.ReplicaRun) { r.Script = "/bin/true" }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := ok
