@@ -69,6 +69,7 @@ type Backend struct {
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
 	devs      map[string]*nodeDevs
 	logged    map[string]string
+	svc       *svcState // services and their replica pods (service.go)
 }
 
 type toldNode struct {
@@ -253,6 +254,7 @@ func (b *Backend) loop(ctx context.Context) {
 		}
 		evs := b.syncNodes(time.Now())
 		adopts, cancels, submits := b.syncPods(ctx, time.Now())
+		cancels = append(cancels, b.syncReplicas(ctx, time.Now())...)
 		// Cancellations first: an adoption may reuse the ID of a job
 		// that ended in the same batch.
 		evs = append(evs, cancels...)
@@ -324,6 +326,7 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 		return nil, ErrNotStarted
 	}
 	adopts, cancels, submits := b.syncPods(ctx, time.Now())
+	adopts = append(adopts, b.adoptReplicas(time.Now())...)
 	evs := append(cancels, submits...)
 	b.mu.Lock()
 	b.started = true
@@ -552,6 +555,9 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	var pendingOrder []string
 	for _, p := range list {
 		inCache[p.UID] = true
+		if isReplicaPod(p) {
+			continue // a service's replica: service.go
+		}
 		if !podLive(p) || deleted[p.UID] {
 			continue // ended, or deleted by berth and not yet gone from the cache
 		}
