@@ -69,7 +69,9 @@ var (
 	kubeReplicaRE = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?)/([1-9][0-9]{0,8})$`)
 )
 
-func isReplicaID(id string) bool { return strings.IndexByte(id, '/') > 0 && kubeReplicaRE.MatchString(id) }
+func isReplicaID(id string) bool {
+	return strings.IndexByte(id, '/') > 0 && kubeReplicaRE.MatchString(id)
+}
 
 func isReplicaPod(p *corev1.Pod) bool { return p.Labels[LabelService] != "" }
 
