@@ -97,8 +97,9 @@ type repJob struct {
 	state   int
 	slurmID string
 	nodes   []string
-	devices string    // the gres detail last reported
-	created time.Time // when its sbatch returned
+	devices string           // the gres detail last reported
+	booked  map[string][]int // the GPUs berth booked per node, until SLURM's are known
+	created time.Time        // when its sbatch returned
 }
 
 // svcs returns the service state, creating it. b.mu is held.
@@ -280,7 +281,11 @@ func (b *Backend) bindReplica(ctx context.Context, job string, ms []engine.Membe
 		delete(b.svcs().reps, job)
 		return refusal(err)
 	}
-	b.svcs().reps[job] = &repJob{state: repRunning, slurmID: id, nodes: order, created: time.Now()}
+	booked := map[string][]int{}
+	for _, m := range ms {
+		booked[m.Node] = append(booked[m.Node], m.GPUs...)
+	}
+	b.svcs().reps[job] = &repJob{state: repRunning, slurmID: id, nodes: order, booked: booked, created: time.Now()}
 	return nil
 }
 
@@ -438,6 +443,16 @@ func (b *Backend) replicaChanged(evs []engine.Event, now time.Time, rid string, 
 				return evs
 			}
 			rp.devices, rp.nodes = dev, nodeNames(ms)
+			same := rp.booked != nil
+			for _, m := range ms {
+				same = same && sameGPUs(rp.booked[m.Node], m.GPUs)
+			}
+			rp.booked = nil
+			if same {
+				// SLURM gave the GPUs berth booked: nothing to tell (and
+				// no event that could cross a scale-down of the replica).
+				return evs
+			}
 			return append(evs, engine.DevicesReported(now, rid, ms))
 		}
 	case terminal(r.State):
@@ -534,3 +549,10 @@ func (b *Backend) ReplicaJob(replica string) string {
 }
 
 var _ backends.ReplicaStopper = (*Backend)(nil)
+
+func sameGPUs(a, b []int) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
