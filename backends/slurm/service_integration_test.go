@@ -3,7 +3,7 @@ package slurm_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -152,10 +152,12 @@ func TestIntegrationServiceScaleUpDownAdopt(t *testing.T) {
 
 // Services the backend cannot run are refused with ErrBadService.
 func TestServiceSpecErrors(t *testing.T) {
-	if _, err := exec.LookPath("scontrol"); err != nil {
-		t.Skip("no SLURM commands: New needs them")
+	// New only checks that the commands exist; nothing is run here.
+	bin := t.TempDir()
+	for _, c := range []string{"scontrol", "squeue", "sinfo", "scancel", "sbatch"} {
+		require.NoError(t, os.WriteFile(filepath.Join(bin, c), []byte("#!/bin/sh\nexit 1\n"), 0o755))
 	}
-	b, err := slurm.New(slurm.Config{})
+	b, err := slurm.New(slurm.Config{Bin: bin})
 	require.NoError(t, err)
 	defer b.Close()
 	ok := engine.Service{Name: "s", Queue: "q", Replica: queue.Job{Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1}}}}, Max: 1}
@@ -190,4 +192,56 @@ func TestServiceSpecErrors(t *testing.T) {
 	assert.ErrorIs(t, b.ScaleService("nope", 1), slurm.ErrBadService)
 	assert.ErrorIs(t, b.DeleteService("nope"), slurm.ErrBadService)
 	assert.NoError(t, b.ScaleService("s", 1))
+}
+
+// Best-effort replicas fill the cluster. One replica's job is cancelled by
+// hand: the engine replaces it with a new replica. A higher-priority job
+// then preempts one replica (SIGTERM, scancel at the end of its grace
+// period), runs on its node, and when it ends the preempted replica runs
+// again as a new SLURM job with the same replica ID.
+func TestIntegrationServiceReplicaReplacedAndPreempted(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	name := fmt.Sprintf("be%d", os.Getpid())
+	rn := startRunner(t, conf, nil)
+	defer rn.stop(t)
+	require.NoError(t, rn.b.SetService(&engine.Service{
+		Name: name, Queue: "ml", QoS: engine.QoSBestEffort, GracePeriod: time.Second,
+		Replica: queue.Job{Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 8, GPUModel: "h100"}}}},
+		Max:     16, Desired: 16,
+	}, slurm.ReplicaRun{Wrap: "sleep 600"}))
+	waitFor(t, 60*time.Second, "16 replicas to run", func() bool { return allRunning(replicaJobs(t, conf, name), 16) })
+
+	first := name + "/1"
+	cmd(t, conf, "scancel", replicaJobs(t, conf, name)[first][0])
+	waitFor(t, 30*time.Second, "a new replica in its place", func() bool {
+		js := replicaJobs(t, conf, name)
+		_, old := js[first]
+		_, repl := js[name+"/17"]
+		return !old && repl && allRunning(js, 16)
+	})
+
+	before := replicaJobs(t, conf, name)
+	high := sbatch(t, conf, "-p", "berth-hi", "-N", "1", "--gres=gpu:h100:8", "-t", "5", "--wrap", "sleep 4")
+	waitFor(t, 60*time.Second, "the high job to run", func() bool { return showJob(t, conf, high).State == "RUNNING" })
+	during := replicaJobs(t, conf, name)
+	var victim string
+	for rid, j := range before {
+		if during[rid][0] != j[0] || during[rid][1] != "RUNNING" {
+			require.Empty(t, victim, "one replica preempted")
+			victim = rid
+		}
+	}
+	require.NotEmpty(t, victim, "a replica was preempted")
+	assert.Contains(t, []string{"CANCELLED", "FAILED", "COMPLETING"}, showJob(t, conf, before[victim][0]).State, "stopped (SIGTERM ends the script: FAILED)")
+	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
+		js := replicaJobs(t, conf, name)
+		return allRunning(js, 16) && js[victim][0] != before[victim][0]
+	})
+	assert.Equal(t, "COMPLETED", showJob(t, conf, high).State)
+	s, ok := serviceStatus(rn, name)
+	require.True(t, ok)
+	assert.Equal(t, 16, s.Running)
+	require.NoError(t, rn.b.DeleteService(name))
+	waitFor(t, 30*time.Second, "the service's jobs to be cancelled", func() bool { return len(replicaJobs(t, conf, name)) == 0 })
 }
