@@ -79,6 +79,10 @@ func isReplicaPod(p *corev1.Pod) bool { return p.Labels[LabelService] != "" }
 type svcState struct {
 	specs map[string]*svcSpec
 	reps  map[string]*replica
+	// next is the k of each replica's next pod; it outlives the replica's
+	// record, so a replica bound again after a preemption never reuses the
+	// name of a pod that may still be terminating.
+	next map[string]int
 }
 
 type svcSpec struct {
@@ -97,7 +101,6 @@ const (
 
 type replica struct {
 	state int
-	next  int // the next pod's k
 	pods  []*repPod
 }
 
@@ -110,7 +113,7 @@ type repPod struct {
 
 func (b *Backend) svcs() *svcState {
 	if b.svc == nil {
-		b.svc = &svcState{specs: map[string]*svcSpec{}, reps: map[string]*replica{}}
+		b.svc = &svcState{specs: map[string]*svcSpec{}, reps: map[string]*replica{}, next: map[string]int{}}
 	}
 	return b.svc
 }
@@ -233,8 +236,8 @@ func (b *Backend) bindReplica(ctx context.Context, id string, m engine.Member) e
 	}
 	bm := m
 	bm.GPUs = slices.Clone(m.GPUs)
-	rp := &repPod{ns: sp.ns, name: fmt.Sprintf("%s-%s-%d", name, n, r.next), m: bm}
-	r.next++
+	rp := &repPod{ns: sp.ns, name: fmt.Sprintf("%s-%s-%d", name, n, st.next[id]), m: bm}
+	st.next[id]++
 	r.pods = append(r.pods, rp)
 	if d := b.devs[m.Node]; d != nil {
 		d.book(id, bm)
@@ -544,7 +547,7 @@ func (b *Backend) adoptReplicas(now time.Time) []backends.RunningJob {
 			r.pods = append(r.pods, &repPod{ns: p.Namespace, name: p.Name, uid: p.UID, m: m, seen: true})
 			if i := strings.LastIndexByte(p.Name, '-'); i > 0 {
 				if k, err := strconv.Atoi(p.Name[i+1:]); err == nil {
-					r.next = max(r.next, k+1)
+					st.next[id] = max(st.next[id], k+1)
 				}
 			}
 		}

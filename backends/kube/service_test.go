@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/berthsched/berth/backends/kube"
@@ -169,4 +170,59 @@ func TestServiceSpecErrors(t *testing.T) {
 	assert.ErrorIs(t, b.DeleteService("nope"), kube.ErrBadService)
 	require.NoError(t, b.SetService(llmService(1), "ns", serviceTemplate(2)))
 	assert.NoError(t, b.ScaleService("llm", 2))
+}
+
+// A best-effort replica is preempted by a higher-priority pod: its pod is
+// evicted (its end is not reported: the engine requeues the replica), the
+// preemptor binds, and when it is gone the replica is bound again as a new
+// pod with the same replica ID.
+func TestServiceReplicaPreempted(t *testing.T) {
+	ensurePriorityClasses(t)
+	w := newWorld(t)
+	w.node("n0", 4)
+	r := w.start(w.config(), engine.Config{Preemption: engine.PreemptionConfig{Priority: true}})
+	svc := llmService(2)
+	svc.Name, svc.QoS, svc.Max = "be", engine.QoSBestEffort, 2
+	require.NoError(t, r.b.SetService(svc, w.ns, serviceTemplate(2)))
+	eventually(t, 30*time.Second, "2 replica pods", func() bool { return len(w.replicaPods("be")) == 2 })
+	before := w.replicaPods("be")
+	uids := map[types.UID]bool{}
+	for name := range before {
+		uids[w.get(name).UID] = true
+		w.setPhase(name, corev1.PodRunning)
+	}
+	w.pod("high", 2, priorityClass("berth-high"))
+	var victim string
+	eventually(t, 30*time.Second, "a replica pod evicted", func() bool {
+		now := w.replicaPods("be") // live pods not being deleted
+		for name := range before {
+			if _, ok := now[name]; !ok {
+				victim = name
+			}
+		}
+		return victim != ""
+	})
+	id := w.get(victim).Annotations[kube.AnnotationReplica]
+	require.NotEmpty(t, id)
+	w.finishDeletes()
+	w.waitBound(30*time.Second, "high")
+	eventually(t, 10*time.Second, "the replica requeued", func() bool {
+		s, ok := serviceView(r, "be")
+		return ok && s.Running == 1 && s.Pending == 1
+	})
+	require.NoError(t, cs.CoreV1().Pods(w.ns).Delete(context.Background(), "high", metav1.DeleteOptions{}))
+	w.finishDeletes()
+	eventually(t, 30*time.Second, "the replica bound again as a new pod", func() bool {
+		ps := w.replicaPods("be")
+		if len(ps) != 2 {
+			return false
+		}
+		for name := range ps {
+			if p := w.get(name); !uids[p.UID] {
+				_, sameName := before[name]
+				return p.Annotations[kube.AnnotationReplica] == id && !sameName
+			}
+		}
+		return false
+	})
 }
