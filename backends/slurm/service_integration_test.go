@@ -61,10 +61,12 @@ func serviceStatus(rn *run, name string) (engine.ServiceStatus, bool) {
 // chose; scaled to 4, two more start; scaled to 1, three are cancelled
 // (gone from squeue) and the engine reports none finished; berth
 // restarted, the running replica is adopted (same SLURM job, no new one);
-// deleted, its last job is cancelled. The test leaves other jobs alone
-// (its service name is its own).
+// deleted, its last job is cancelled. Like the other tests it starts
+// from an empty cluster (reset): jobs left by an earlier test would be
+// adopted and hold the GPUs.
 func TestIntegrationServiceScaleUpDownAdopt(t *testing.T) {
 	conf := slurmConf(t)
+	reset(t, conf)
 	name := fmt.Sprintf("web%d", os.Getpid())
 	defer func() {
 		for _, j := range replicaJobs(t, conf, name) {
