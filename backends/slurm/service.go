@@ -436,14 +436,21 @@ func (b *Backend) replicaChanged(evs []engine.Event, now time.Time, rid string, 
 		}
 	case r.State == "RUNNING":
 		dev := strings.Join(r.GresDetail, ";")
-		if dev != rp.devices && len(r.GresDetail) > 0 {
+		// The GPUs of a SLURM job never change: they are reported once,
+		// when SLURM lists them all (as many per node as berth booked).
+		if rp.devices == "" && len(r.GresDetail) > 0 {
 			ms, err := members(r)
 			if err != nil {
 				b.skip(rid, err)
 				return evs
 			}
+			for _, m := range ms {
+				if want, ok := rp.booked[m.Node]; !ok || len(m.GPUs) != len(want) {
+					return evs // not all known yet
+				}
+			}
 			rp.devices, rp.nodes = dev, nodeNames(ms)
-			same := rp.booked != nil
+			same := true
 			for _, m := range ms {
 				same = same && sameGPUs(rp.booked[m.Node], m.GPUs)
 			}
@@ -537,15 +544,17 @@ func (b *Backend) runningReplica(ctx context.Context, rid string, r *jobRec) (*b
 	return &backends.RunningJob{Job: &j, Members: ms, Start: unix(r.StartTime)}, nil
 }
 
-// ReplicaJob returns the SLURM job ID of a replica berth runs, or "" (for
-// tools and tests).
-func (b *Backend) ReplicaJob(replica string) string {
+// ReplicaJob returns the SLURM job ID of a replica berth runs ("" for
+// none) and whether the poller has seen it run with its GPUs (and told
+// the engine, where they differ from berth's booking). For tools and
+// tests.
+func (b *Backend) ReplicaJob(replica string) (job string, running bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.svcs().reps[replica]; r != nil {
-		return r.slurmID
+		return r.slurmID, r.state == repRunning && r.devices != ""
 	}
-	return ""
+	return "", false
 }
 
 var _ backends.ReplicaStopper = (*Backend)(nil)

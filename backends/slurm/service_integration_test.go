@@ -44,6 +44,17 @@ func allRunning(js map[string][4]string, n int) bool {
 	return true
 }
 
+// seenRunning: the backend's poller has seen every replica of js run (so
+// no report of theirs is still on its way to the engine).
+func seenRunning(rn *run, js map[string][4]string) bool {
+	for rid := range js {
+		if _, ok := rn.b.ReplicaJob(rid); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func serviceStatus(rn *run, name string) (engine.ServiceStatus, bool) {
 	v := rn.r.View()
 	if v == nil {
@@ -94,7 +105,8 @@ func TestIntegrationServiceScaleUpDownAdopt(t *testing.T) {
 		j, ok := js[rid]
 		require.True(t, ok, "replica %s has a SLURM job", rid)
 		assert.Equal(t, "berth-run", j[2])
-		assert.Equal(t, j[0], rn.b.ReplicaJob(rid))
+		jobID, _ := rn.b.ReplicaJob(rid)
+		assert.Equal(t, j[0], jobID)
 		ms, bound := rn.bound(rid)
 		require.True(t, bound, "berth bound %s", rid)
 		assert.Equal(t, nodesOf(ms), hostnames(t, conf, j[3]), "replica %s runs on berth's node", rid)
@@ -103,7 +115,7 @@ func TestIntegrationServiceScaleUpDownAdopt(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the engine to count 4 running", func() bool {
 		s, ok := serviceStatus(rn, name)
-		return ok && s.Running == 4 && s.Pending == 0
+		return ok && s.Running == 4 && s.Pending == 0 && seenRunning(rn, js)
 	})
 
 	require.NoError(t, rn.b.ScaleService(name, 1))
@@ -138,13 +150,18 @@ func TestIntegrationServiceScaleUpDownAdopt(t *testing.T) {
 	})
 	time.Sleep(time.Second)
 	assert.Equal(t, left, replicaJobs(t, conf, name), "the same SLURM job, no new one")
-	assert.Equal(t, left[keep][0], rn2.b.ReplicaJob(keep))
+	jobID, seen := rn2.b.ReplicaJob(keep)
+	assert.Equal(t, left[keep][0], jobID)
+	assert.True(t, seen, "adopted running")
 	_, rebound := rn2.bound(keep)
 	assert.False(t, rebound, "adopted, not bound again")
 
 	// Scaled up after the restart: one new job, the adopted one unchanged.
 	require.NoError(t, rn2.b.ScaleService(name, 2))
-	waitFor(t, 30*time.Second, "2 replicas to run", func() bool { return allRunning(replicaJobs(t, conf, name), 2) })
+	waitFor(t, 30*time.Second, "2 replicas to run", func() bool {
+		js := replicaJobs(t, conf, name)
+		return allRunning(js, 2) && seenRunning(rn2, js)
+	})
 	assert.Equal(t, left[keep], replicaJobs(t, conf, name)[keep])
 
 	require.NoError(t, rn2.b.DeleteService(name))
@@ -238,7 +255,7 @@ func TestIntegrationServiceReplicaReplacedAndPreempted(t *testing.T) {
 	assert.Contains(t, []string{"CANCELLED", "FAILED", "COMPLETING"}, showJob(t, conf, before[victim][0]).State, "stopped (SIGTERM ends the script: FAILED)")
 	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
 		js := replicaJobs(t, conf, name)
-		return allRunning(js, 16) && js[victim][0] != before[victim][0]
+		return allRunning(js, 16) && js[victim][0] != before[victim][0] && seenRunning(rn, js)
 	})
 	assert.Equal(t, "COMPLETED", showJob(t, conf, high).State)
 	s, ok := serviceStatus(rn, name)
