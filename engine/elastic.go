@@ -270,6 +270,6 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 	}
 	cs.placedLate = append(cs.placedLate, p.j.ID)
 	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool { return r.job == p.j.ID })
-	e.dropConflicting(p, pl.gpus)
+	e.dropConflicting(p, pl.claimGPUs()) // shares too: a share keeps its GPU from a reservation
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -156,6 +157,9 @@ func FuzzEngine(f *testing.F) {
 	f.Fuzz(runFuzzBody)
 }
 
+// FUZZDBG=1 logs every event and cycle of a failing input (with -run on
+// its corpus file) for debugging a finding.
+//
 // FuzzEngineShared is FuzzEngine on a cluster with MIG, time-sliced, MPS
 // and share-on-demand GPUs, with fractional and MIG jobs and MIG
 // reconfigurations (some refused). On top of FuzzEngine's invariants it
@@ -330,6 +334,13 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 	if st.ev != nil {
 		ev := *st.ev
 		err := e.Step(ev)
+		if os.Getenv("FUZZDBG") != "" {
+			if ev.Job != nil {
+				t.Logf("EV %v %s %+v err=%v", ev.Kind, ev.Job.ID, *ev.Job, err)
+			} else {
+				t.Logf("EV %v %s %v err=%v", ev.Kind, ev.JobID, ev.Time.Sub(fuzzT0), err)
+			}
+		}
 		if err == nil {
 			switch ev.Kind {
 			case EventJobSubmitted:
@@ -346,6 +357,9 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 	}
 	m.prevClaims = maps.Clone(e.claims)
 	rd := e.Ready()
+	if os.Getenv("FUZZDBG") != "" {
+		t.Logf("READY %s", digest(rd))
+	}
 	for _, f := range rd.Failed {
 		delete(m.known, f.Job)
 	}

@@ -42,6 +42,7 @@ const (
 	streamArrival
 	streamQueue
 	streamEstimate
+	streamDiurnal // Diurnal's draws; its noise uses streams above it
 )
 
 // newStream derives an independent stream k from seed: the starting state

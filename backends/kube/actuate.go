@@ -51,7 +51,7 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if isReplicaID(jobID) {
+	if b.isReplicaJob(jobID) {
 		return b.bindReplica(ctx, jobID, m)
 	}
 	if m.Created {
@@ -210,7 +210,7 @@ func demandOf(d demand, res string) int64 {
 // with its UID as precondition): its controller, if any, makes a new one,
 // which forms the gang again. A member that was never bound returns nil.
 func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Member) error {
-	if isReplicaID(jobID) {
+	if b.isReplicaJob(jobID) {
 		return b.unbindReplica(ctx, jobID, m)
 	}
 	key := memberKey(m)
@@ -260,7 +260,7 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 // within their grace period; when they are gone the job is reported
 // cancelled (its controller, if any, makes new pods, a new job).
 func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
-	if isReplicaID(p.Victim) {
+	if b.isReplicaJob(p.Victim) {
 		return b.preemptReplica(ctx, p)
 	}
 	b.mu.Lock()

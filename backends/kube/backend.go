@@ -69,7 +69,9 @@ type Backend struct {
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
 	devs      map[string]*nodeDevs
 	logged    map[string]string
-	svc       *svcState // services and their replica pods (service.go)
+	svc       *svcState       // services and their replica pods (service.go)
+	launched  map[string]bool // jobs LaunchJob created (or is creating), by ID
+	lmu       sync.Mutex      // serialises LaunchJob and WithdrawJob
 }
 
 type toldNode struct {
@@ -81,12 +83,15 @@ type toldNode struct {
 
 // job is a job the engine has been told of.
 type job struct {
-	id       string
-	pods     []podRef
-	foreign  bool
-	adopted  bool
-	assigned map[string]int        // member key -> pod index
-	bound    map[int]engine.Member // pod index -> member bound by us (or adopted)
+	id      string
+	pods    []podRef
+	foreign bool
+	adopted bool
+	// launched by LaunchJob; seen: all its pods were in the informer's
+	// cache once (until then a missing pod is not an end).
+	launched, seen bool
+	assigned       map[string]int        // member key -> pod index
+	bound          map[int]engine.Member // pod index -> member bound by us (or adopted)
 	// nominated is the node Observe last nominated for each pod: a bind
 	// on that node takes that pod.
 	nominated []string
@@ -135,7 +140,7 @@ func New(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Backend, 
 		feed: backends.NewFeed(), kick: make(chan struct{}, 1),
 		nodes: map[string]*toldNode{}, jobs: map[string]*job{}, byUID: map[types.UID]string{},
 		assumed: map[types.UID]assumedBind{}, groupSize: map[string]groupSize{}, deleted: map[types.UID]bool{},
-		devs: map[string]*nodeDevs{}, logged: map[string]string{},
+		devs: map[string]*nodeDevs{}, logged: map[string]string{}, launched: map[string]bool{},
 	}
 	for _, q := range c.Queues.Queues {
 		b.queues[q.Name] = true
@@ -553,10 +558,14 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	var boundOrder []string
 	pending := map[string]*pendingGang{}
 	var pendingOrder []string
+	ran := map[types.UID]bool{} // pods that ran to their end (Succeeded or Failed)
 	for _, p := range list {
 		inCache[p.UID] = true
 		if isReplicaPod(p) {
 			continue // a service's replica: service.go
+		}
+		if !podLive(p) && p.Spec.NodeName != "" && !deleted[p.UID] {
+			ran[p.UID] = true
 		}
 		if !podLive(p) || deleted[p.UID] {
 			continue // ended, or deleted by berth and not yet gone from the cache
@@ -612,6 +621,12 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	// Jobs that ended or broke up.
 	for _, id := range slices.Sorted(maps.Keys(b.jobs)) {
 		j := b.jobs[id]
+		if j.launched && !j.seen {
+			if !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !inCache[pr.uid] }) {
+				j.seen = true
+			}
+			continue // created after the list was taken
+		}
 		alive, broken := 0, false
 		for i, pr := range j.pods {
 			p := live[pr.uid]
@@ -627,7 +642,14 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			}
 		}
 		if alive == 0 || (broken && len(j.bound) == 0 && !j.adopted) {
-			cancels = append(cancels, engine.Cancelled(now, id))
+			// A gang every pod of which ran to its end (the kubelet set
+			// Succeeded or Failed) finished; one whose pods were deleted
+			// or never ran was cancelled.
+			ev := engine.Cancelled(now, id)
+			if alive == 0 && len(j.pods) > 0 && !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !ran[pr.uid] }) {
+				ev = engine.Finished(now, id)
+			}
+			cancels = append(cancels, ev)
 			b.forget(j)
 		}
 	}
@@ -664,7 +686,10 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 		pg := pending[id]
 		// Pods already members of a job the engine knows (a gang being
 		// bound right now, or waiting) are not new work.
-		pg.pods = slices.DeleteFunc(pg.pods, func(p *corev1.Pod) bool { _, known := b.byUID[p.UID]; return known })
+		pg.pods = slices.DeleteFunc(pg.pods, func(p *corev1.Pod) bool {
+			_, known := b.byUID[p.UID]
+			return known || b.launched[p.Labels[LabelJob]]
+		})
 		if len(pg.pods) == 0 {
 			continue
 		}
@@ -802,6 +827,9 @@ func (b *Backend) forget(j *job) {
 		}
 	}
 	delete(b.jobs, j.id)
+	if j.launched {
+		delete(b.launched, j.id)
+	}
 }
 
 // podGroupSize reads spec.minMember of a coscheduling PodGroup, caching
@@ -904,7 +932,7 @@ func (b *Backend) boundLocked(uid types.UID) bool {
 // it refuses is logged and skipped; anything else stops the Runner.
 func (b *Backend) OnStepError(ev engine.Event, err error) error {
 	switch {
-	case ev.Kind == engine.EventJobCancelled && errors.Is(err, engine.ErrUnknownJob):
+	case (ev.Kind == engine.EventJobCancelled || ev.Kind == engine.EventJobFinished) && errors.Is(err, engine.ErrUnknownJob):
 		return nil
 	case ev.Kind == engine.EventJobSubmitted || ev.Kind == engine.EventJobAdopted:
 		id := ""

@@ -120,6 +120,9 @@ type Config struct {
 	StatusWorkers int
 	// SkipAccessCheck skips CheckAccess in Start.
 	SkipAccessCheck bool
+	// Launch is the pod template of jobs a federation launches here
+	// (LaunchJob).
+	Launch LaunchConfig
 	// Logf, if set, receives what the backend cannot report otherwise
 	// (a node it cannot model, a status write that failed).
 	Logf func(format string, args ...any)

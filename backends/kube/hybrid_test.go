@@ -31,6 +31,7 @@ import (
 	"github.com/berthsched/berth/backends/kube"
 	"github.com/berthsched/berth/backends/slurm"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
 )
 
@@ -182,7 +183,8 @@ func TestHybridFederation(t *testing.T) {
 		OnSkip:       func(job string, err error) { t.Logf("slurm backend: job %q: %v", job, err) },
 	})
 	require.NoError(t, err)
-	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: w.sched, NodeSelector: map[string]string{"pool": w.pool}, Logf: t.Logf})
+	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: w.sched, NodeSelector: map[string]string{"pool": w.pool}, Logf: t.Logf,
+		Launch: kube.LaunchConfig{Namespace: w.ns, Image: "registry.example/infer:1"}})
 	require.NoError(t, err)
 	require.NoError(t, kb.Start(ctx))
 	defer kb.Close()
@@ -228,6 +230,9 @@ func TestHybridFederation(t *testing.T) {
 			Backfill:         engine.BackfillConfig{Mode: engine.BackfillEASY},
 			MIG:              engine.MIGConfig{Disabled: true},
 			BindRetryBackoff: time.Second,
+			// Jobs submitted to the federation for several pools name
+			// the pools' partitions.
+			Site: engine.SiteConfig{Partitions: fed.Partitions()},
 		},
 		Backend:      fed,
 		TickInterval: time.Second,
@@ -264,6 +269,80 @@ func TestHybridFederation(t *testing.T) {
 		require.NoError(t, fed.CheckExclusive(ctx), when)
 	}
 	check("at start")
+
+	// Jobs submitted to the federation itself, for any pool: two gangs
+	// of two whole nodes each. A gang stays in one pool and each pool
+	// owns two nodes, so one runs in SLURM (a real sbatch job, on the
+	// nodes berth chose) and the other in Kubernetes (berth's pods).
+	for _, id := range []string{"fed-any-1", "fed-any-2"} {
+		require.NoError(t, fed.Submit(&queue.Job{ID: id, Queue: "default", Submit: time.Now(), RuntimeEstimate: 4 * time.Second,
+			Request: gang.Request{Groups: []gang.Group{{Members: 2, GPUsPerMember: 8}}}}, federation.AnyPool))
+	}
+	where := map[string]string{}
+	eventually(t, 30*time.Second, "both federated jobs to run, one in each system", func() bool {
+		for _, id := range []string{"fed-any-1", "fed-any-2"} {
+			if sid, ok := sb.SlurmJobID(id); ok {
+				out, _ := slurmCmd(conf, "squeue", "-h", "-j", sid, "-o", "%T")
+				if out == "RUNNING" {
+					where[id] = "slurm"
+				}
+			}
+			if pods := kb.LaunchedPods(id); len(pods) == 2 {
+				bound := 0
+				for _, p := range pods {
+					if w.nodeOf(strings.TrimPrefix(p, w.ns+"/")) != "" {
+						bound++
+					}
+				}
+				if bound == 2 {
+					where[id] = "kube"
+				}
+			}
+		}
+		return len(where) == 2
+	})
+	check("with the federated jobs running")
+	assert.ElementsMatch(t, []string{"slurm", "kube"}, []string{where["fed-any-1"], where["fed-any-2"]}, "%v", where)
+	for id, pool := range where {
+		if pool == "slurm" {
+			sid, _ := sb.SlurmJobID(id)
+			ran := strings.Fields(mustSlurm(t, conf, "scontrol", "show", "hostnames", mustSlurm(t, conf, "squeue", "-h", "-j", sid, "-o", "%N")))
+			assert.ElementsMatch(t, nodes[:2], ran, "the SLURM job runs on SLURM's nodes")
+			assert.Equal(t, "berth-"+id, mustSlurm(t, conf, "squeue", "-h", "-j", sid, "-o", "%j"))
+			continue
+		}
+		var ran []string
+		for _, p := range kb.LaunchedPods(id) {
+			name := strings.TrimPrefix(p, w.ns+"/")
+			ran = append(ran, w.nodeOf(name))
+			setRunning(t, w, name)
+		}
+		assert.ElementsMatch(t, nodes[2:], ran, "the pods run on Kubernetes' nodes")
+	}
+	// They end: the SLURM job's script (a sleep of its estimate) exits;
+	// the pods succeed. Both systems are idle again.
+	for id, pool := range where {
+		if pool == "kube" {
+			for _, p := range kb.LaunchedPods(id) {
+				w.setPhase(strings.TrimPrefix(p, w.ns+"/"), corev1.PodSucceeded)
+			}
+		}
+	}
+	eventually(t, 30*time.Second, "the federated jobs to end in both systems", func() bool {
+		if out, _ := slurmCmd(conf, "squeue", "-h", "-o", "%i"); out != "" {
+			return false
+		}
+		for _, n := range nodes {
+			if st, err := kb.NodeStatus(ctx, n); err != nil || st.Busy {
+				return false
+			}
+			if st := slurmNode(t, conf, n); strings.HasPrefix(st, "alloc") || strings.HasPrefix(st, "mix") || strings.HasPrefix(st, "completing") {
+				return false
+			}
+		}
+		return len(fed.PlanRound(time.Now())) == 0
+	})
+	check("after the federated jobs ended")
 
 	// A training gang goes to SLURM, on a node SLURM owns.
 	train := mustSlurm(t, conf, "sbatch", "--parsable", "-o", "/dev/null", "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 300")

@@ -73,6 +73,21 @@ func isReplicaID(id string) bool {
 	return strings.IndexByte(id, '/') > 0 && kubeReplicaRE.MatchString(id)
 }
 
+// isReplicaJob says whether the engine's job ID names a replica of a
+// service this backend knows (declared, or with pods it tracks), rather
+// than a job of pods or one LaunchJob created.
+func (b *Backend) isReplicaJob(id string) bool {
+	if !isReplicaID(id) {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.launched[id] || b.svc == nil {
+		return false
+	}
+	return b.svc.specs[id[:strings.IndexByte(id, '/')]] != nil || b.svc.reps[id] != nil
+}
+
 func isReplicaPod(p *corev1.Pod) bool { return p.Labels[LabelService] != "" }
 
 // svcState is what the backend keeps of its services (under Backend.mu).

@@ -15,7 +15,8 @@ const bindWindow = 3 * time.Millisecond
 
 // bindReq is one job's scontrol update, waiting for its batch.
 type bindReq struct {
-	job   string
+	id    string // berth's job ID
+	job   string // SLURM's
 	nodes []string
 	args  []string // scontrol arguments: update JobId=... (validated)
 	done  chan error
@@ -92,7 +93,7 @@ func (b *Backend) runBatch(ctx context.Context, batch []*bindReq) {
 		case ok && st[0] == b.cfg.RunPartition && sameNodes(st[1], r.nodes):
 			r.done <- nil
 		case ok && st[0] == b.cfg.RunPartition:
-			merr := b.moveBack(ctx, r.job, fromPartitionOf(b, r.job))
+			merr := b.moveBack(ctx, r.job, fromPartitionOf(b, r.id))
 			r.done <- fmt.Errorf("%w: job %s moved without its node list (%v); moved back: %v", backends.ErrRefused, r.job, err, merr)
 		default:
 			_, e := b.cli.run(ctx, "scontrol", r.args...)

@@ -139,7 +139,7 @@ func (b *Backend) poll(ctx context.Context) error {
 		if !managed && r.Partition != b.cfg.RunPartition {
 			continue // left to SLURM
 		}
-		ids := []string{recID(r)}
+		ids := []string{b.berthIDLocked(recID(r))}
 		idx := []int{taskIndex(r)}
 		if r.ArrayTaskID == nil && r.ArrayTaskString != "" {
 			tasks, err := taskIDs(r.ArrayTaskString)
@@ -160,8 +160,8 @@ func (b *Backend) poll(ctx context.Context) error {
 	}
 	// Jobs purged from slurmctld (MinJobAge) without being seen to end.
 	for id, t := range b.jobs {
-		if present[id] || t.state == inEnded {
-			continue
+		if present[id] || t.state == inEnded || t.sbatched.After(start) {
+			continue // (or launched after squeue was read)
 		}
 		switch t.state {
 		case inRunning:

@@ -60,6 +60,11 @@ func (c *cli) run(ctx context.Context, name string, args ...string) ([]byte, err
 // runInput is run with input on the command's standard input (scontrol
 // reads one command a line from it: several updates in one process).
 func (c *cli) runInput(ctx context.Context, input, name string, args ...string) ([]byte, error) {
+	return c.runEnv(ctx, nil, input, name, args...)
+}
+
+// runEnv is runInput with env added to the command's environment.
+func (c *cli) runEnv(ctx context.Context, env []string, input, name string, args ...string) ([]byte, error) {
 	p, ok := c.paths[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrMissingCommand, name)
@@ -67,7 +72,7 @@ func (c *cli) runInput(ctx context.Context, input, name string, args ...string) 
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, p, args...)
-	cmd.Env = c.env
+	cmd.Env = append(c.env[:len(c.env):len(c.env)], env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if input != "" {

@@ -53,17 +53,18 @@ func (b *Backend) ReclaimNode(ctx context.Context, node string) error {
 // implements federation.Requeuer (Config.PreemptOnReclaim). A job that is
 // not running under berth is refused (backends.ErrRefused).
 func (b *Backend) RequeueJob(ctx context.Context, job string) error {
-	if err := checkJobID(job); err != nil {
-		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
-	}
 	b.mu.Lock()
+	sid := b.slurmIDLocked(job)
 	t := b.jobs[job]
 	running := t != nil && t.state == inRunning
 	b.mu.Unlock()
 	if !running {
 		return fmt.Errorf("%w: job %s is not running under berth", backends.ErrRefused, job)
 	}
-	if _, err := b.cli.run(ctx, "scontrol", "requeue", job); err != nil {
+	if err := checkJobID(sid); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
+	if _, err := b.cli.run(ctx, "scontrol", "requeue", sid); err != nil {
 		return refusal(err)
 	}
 	return nil

@@ -31,7 +31,7 @@ func (b *Backend) Pending(ctx context.Context) ([]*queue.Job, error) {
 		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
 			continue // placed once released
 		}
-		id := recID(r)
+		id := b.berthIDLocked(recID(r))
 		if b.skipped[id] {
 			continue
 		}

@@ -70,9 +70,20 @@ var (
 	queueNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 )
 
-// isReplica says whether a job ID is a replica's ("<service>/<n>") rather
-// than a SLURM job ID.
-func isReplica(id string) bool { return strings.IndexByte(id, '/') >= 0 }
+// isReplicaJob says whether the engine's job ID names a replica of a
+// service this backend knows (declared, or a replica job it tracks),
+// rather than a SLURM job or a job LaunchJob submitted.
+func (b *Backend) isReplicaJob(id string) bool {
+	if !replicaIDRE.MatchString(id) {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, launched := b.toSlurm[id]; launched || b.svc == nil {
+		return false
+	}
+	return b.svc.specs[id[:strings.IndexByte(id, '/')]] != nil || b.svc.reps[id] != nil
+}
 
 // svcState is what the backend keeps of its services and replica jobs
 // (under Backend.mu).

@@ -82,6 +82,18 @@ type Config struct {
 	Bin string
 	// Env is added to the commands' environment (e.g. "SLURM_CONF=...").
 	Env []string
+	// LaunchPartition is the managed partition that jobs a federation
+	// launches (LaunchJob) wait in, held, until berth binds them. Default:
+	// the first managed partition by name.
+	LaunchPartition string
+	// Scripts are the batch scripts of launched jobs, by queue.Job.Name
+	// (each starts with #!). A job whose Name is not here runs
+	// "sleep <RuntimeEstimate>" ("sleep infinity" without an estimate).
+	Scripts map[string]string
+	// LaunchOutput is the --output of launched jobs (default /dev/null);
+	// LaunchDir their --chdir (default /tmp).
+	LaunchOutput string
+	LaunchDir    string
 	// OnSkip, if set, is told once of every pending job berth cannot
 	// schedule (ErrBadJob) and of failures no caller sees (a stop after a
 	// grace period, moving a requeued job back). Called from the
@@ -140,6 +152,9 @@ func (c *Config) withDefaults() (Config, error) {
 			return bad("level name %q", l)
 		}
 	}
+	if err := out.launchDefaults(); err != nil {
+		return Config{}, err
+	}
 	return out, nil
 }
 
@@ -168,6 +183,10 @@ type Backend struct {
 	leading bool
 
 	svc *svcState // services and replica jobs (service.go); under mu
+	// Jobs LaunchJob submitted: berth ID <-> SLURM ID (b.mu).
+	lmu     sync.Mutex // serialises LaunchJob and WithdrawJob
+	toSlurm map[string]string
+	toBerth map[string]string
 }
 
 // Stats counts the backend's work (for benchmarks and logs).
@@ -195,7 +214,9 @@ type tracked struct {
 	running   []string
 	devices   string // the gres detail last reported
 	restarts  int
-	preempted bool // stopped by berth: its requeue is berth's, not an end
+	preempted bool      // stopped by berth: its requeue is berth's, not an end
+	launched  bool      // submitted by LaunchJob, held: BindGang releases it
+	sbatched  time.Time // when LaunchJob's sbatch returned: a poll begun earlier may miss it
 }
 
 // New checks cfg and that SLURM's commands are installed, and returns a
@@ -213,6 +234,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg: c, cli: cl,
 		jobs: map[string]*tracked{}, skipped: map[string]bool{}, nodes: map[string]topo.NodeState{},
 		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
+		toSlurm: map[string]string{}, toBerth: map[string]string{},
 	}, nil
 }
 
@@ -377,7 +399,9 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 			}
 			continue
 		}
-		id := recID(r)
+		b.mu.Lock()
+		id := b.berthIDLocked(recID(r))
+		b.mu.Unlock()
 		part := fromPartition(r.AdminComment, b.cfg)
 		switch {
 		case r.State == "RUNNING":
@@ -526,15 +550,16 @@ func (b *Backend) squeue(ctx context.Context) ([]jobRec, error) {
 // job: the members must be on distinct nodes, as many as the job's node
 // count, with the same GPU count each. Refusals wrap backends.ErrRefused.
 func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) error {
-	if isReplica(job) {
+	if b.isReplicaJob(job) {
 		return b.bindReplica(ctx, job, ms)
 	}
-	if err := checkJobID(job); err != nil {
-		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
-	}
 	b.mu.Lock()
+	sid := b.slurmIDLocked(job)
 	t := b.jobs[job]
 	b.mu.Unlock()
+	if err := checkJobID(sid); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
 	if t == nil || t.state != inPending {
 		return fmt.Errorf("%w: job %s is not pending in a managed partition", backends.ErrRefused, job)
 	}
@@ -562,18 +587,29 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	}
 	start := time.Now()
 	err := b.bind(ctx, &bindReq{
-		job: job, nodes: order, done: make(chan error, 1),
-		args: []string{"update", "JobId=" + job, "Partition=" + b.cfg.RunPartition,
+		id: job, job: sid, nodes: order, done: make(chan error, 1),
+		args: []string{"update", "JobId=" + sid, "Partition=" + b.cfg.RunPartition,
 			"NodeList=" + strings.Join(order, ","), "StartTime=now", "AdminComment=" + adminTag + t.partition},
 	})
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
-	if err != nil {
+	launched := t.launched
+	if err == nil {
+		t.state, t.bound, t.running, t.devices, t.launched = inRunning, true, order, "", false
+	}
+	b.mu.Unlock()
+	if err != nil || !launched {
 		return err
 	}
-	t.state, t.bound, t.running, t.devices = inRunning, true, order, ""
+	// Launched held: moved with its node list, it starts once released.
+	if _, rerr := b.cli.run(context.WithoutCancel(ctx), "scontrol", "release", sid); rerr != nil {
+		merr := b.moveBack(context.WithoutCancel(ctx), job, t.partition)
+		b.mu.Lock()
+		t.state, t.bound, t.running, t.launched = inPending, false, nil, merr != nil
+		b.mu.Unlock()
+		return fmt.Errorf("releasing launched job %s (SLURM %s): %w (moved back: %v)", job, sid, refusal(rerr), merr)
+	}
 	return nil
 }
 
@@ -625,22 +661,23 @@ func (b *Backend) ApplyMIG(context.Context, engine.MIGReconfiguration) error {
 // it at once.
 func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	id := p.Victim
-	if isReplica(id) {
+	if b.isReplicaJob(id) {
 		return b.preemptReplica(ctx, p)
 	}
-	if err := checkJobID(id); err != nil {
-		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
-	}
 	b.mu.Lock()
+	sid := b.slurmIDLocked(id)
 	t := b.jobs[id]
 	b.mu.Unlock()
+	if err := checkJobID(sid); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
 	if t == nil || t.state != inRunning {
 		return fmt.Errorf("%w: job %s is not running under berth", backends.ErrRefused, id)
 	}
 	cancel := b.cfg.Partitions[t.partition].Cancel
 	wait := time.Until(p.Deadline)
 	if wait > 0 {
-		if _, err := b.cli.run(ctx, "scancel", "--signal=TERM", "--full", id); err != nil {
+		if _, err := b.cli.run(ctx, "scancel", "--signal=TERM", "--full", sid); err != nil {
 			return refusal(err)
 		}
 	}
@@ -676,6 +713,7 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 
 // stop ends a preempted job now: cancel, or requeue-hold and hand back.
 func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error {
+	id = b.slurmID(id)
 	if cancel {
 		_, err := b.cli.run(ctx, "scancel", id)
 		return refusal(err)
@@ -693,6 +731,7 @@ func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error 
 // (where SLURM cannot start it), clears its node list and the requeue
 // delay, and releases a hold.
 func (b *Backend) moveBack(ctx context.Context, id, part string) error {
+	id = b.slurmID(id)
 	if err := checkJobID(id); err != nil {
 		return err
 	}

@@ -19,7 +19,11 @@
 // cycle per arrival, which gives the same numbers for the deterministic
 // scorers. `--experiment hybrid` runs the hybrid-federation experiment
 // (docs/backends/federation.md): training gangs and inference services on
-// one cluster, dedicated, static, federated and colocated. Run
+// one cluster, dedicated, static, federated and colocated.
+// `--experiment serving` runs the serving experiment (docs/serving.md):
+// inference services scaled by the HPA autoscaler (package serving) from a
+// day/night traffic model, with training, under --policy no-colocation,
+// colocation and colocation-packing. Run
 // `berth replay -h` for the flags.
 package main
 
@@ -158,14 +162,17 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	fs.IntVar(&o.gpn, "gpus-per-node", 8, "GPUs per node")
 	fs.IntVar(&o.racks, "racks", 0, "racks of equal size (default: racks of 8 nodes when the nodes split evenly, else 1)")
 	policy := fs.String("policy", strings.Join(replay.DefaultPolicies(), ","),
-		"comma-separated policies: "+strings.Join(replay.Policies(), ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth)")
+		"comma-separated policies: "+strings.Join(replay.Policies(), ",")+" (FGD experiment: random,dotprod,clustering,packing,bestfit,fgd,berth;\n"+
+			"serving experiment: no-colocation,colocation,colocation-packing, default all)")
 	seeds := fs.String("seeds", "42", "seeds: N, LO-HI or a comma list; rows are means over seeds")
 	fs.StringVar(&o.estimates, "estimates", "exact", "runtime estimates: exact, trace (the trace's own), or inflated:F (runtime x U[1,F], seeded)")
 	fs.StringVar(&o.format, "format", "table", "output: table, json or csv")
 	fs.StringVar(&o.out, "out", "", "directory for plots (PNG and SVG); empty: no plots")
 	if !compare {
-		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR]), or hybrid\n"+
-			"(training + inference on one cluster: dedicated, static, federated, colocated; --trace synthetic or itp[:PATH])")
+		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR]), hybrid\n"+
+			"(training + inference on one cluster: dedicated, static, federated, colocated; --trace synthetic or itp[:PATH]), or serving\n"+
+			"(HPA-scaled inference services + training; --policy no-colocation,colocation,colocation-packing, default all;\n"+
+			"--trace synthetic or itp[:PATH])")
 		fs.StringVar(&o.via, "via", "placer", "with --experiment fgd, how pods are placed: placer (a gang.Placer with the policy's scorer) or engine\n"+
 			"(each pod submitted to an engine.Engine configured with that scorer, one cycle per arrival; same numbers for the\n"+
 			"deterministic policies, random draws from its own stream, clustering is not available)")
@@ -304,8 +311,12 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		if err := checkHybrid(o); err != nil {
 			return nil, err
 		}
+	case "serving":
+		if err := checkServing(o, *policy); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, usagef("--experiment %q: want fgd or hybrid", o.experiment)
+		return nil, usagef("--experiment %q: want fgd, hybrid or serving", o.experiment)
 	}
 	if o.accounting != "" && o.experiment != "" {
 		return nil, usagef("--accounting is for replays, not --experiment %s", o.experiment)
@@ -338,6 +349,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, com
 	}
 	if o.experiment == "hybrid" {
 		return runHybrid(ctx, o, stdout, stderr)
+	}
+	if o.experiment == "serving" {
+		return runServing(ctx, o, stdout, stderr)
 	}
 	return runReplays(ctx, o, stdout, stderr)
 }

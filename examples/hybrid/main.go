@@ -6,7 +6,13 @@
 // system before they are uncordoned in the other. See
 // docs/backends/federation.md.
 //
-//	go run . -config site.json
+//	go run . -config site.json [-jobs jobs.json]
+//
+// jobs.json lists jobs submitted to the federation itself, each naming
+// the pools that may take it ("*": any): when the engine places one, it
+// is launched in that system, as a held sbatch job (with the batch script
+// training_pool.scripts registers for its name) or as pods from
+// inference_pool.launch, and then bound on the nodes berth chose.
 //
 // site.json is the configuration a site writes: the two pools with their
 // quotas (60/40 by default), the rebalancer's interval and bounds, and
@@ -21,8 +27,11 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -36,6 +45,7 @@ import (
 	"github.com/berthsched/berth/backends/kube"
 	"github.com/berthsched/berth/backends/slurm"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
 )
 
@@ -46,6 +56,10 @@ type site struct {
 		Quota      float64  `json:"quota"`
 		SlurmConf  string   `json:"slurm_conf"`
 		Partitions []string `json:"partitions"`
+		// Scripts: batch scripts (file paths) of jobs submitted to the
+		// federation that run here, by job name; others sleep for their
+		// runtime estimate.
+		Scripts map[string]string `json:"scripts"`
 	} `json:"training_pool"`
 	Inference struct {
 		Name          string            `json:"name"`
@@ -53,6 +67,14 @@ type site struct {
 		Kubeconfig    string            `json:"kubeconfig"`
 		SchedulerName string            `json:"scheduler_name"`
 		NodeSelector  map[string]string `json:"node_selector"`
+		// Launch: the pod template of jobs submitted to the federation
+		// that run here.
+		Launch struct {
+			Namespace string            `json:"namespace"`
+			Image     string            `json:"image"`
+			Command   []string          `json:"command"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"launch"`
 	} `json:"inference_pool"`
 	Rebalance struct {
 		Interval        duration `json:"interval"`
@@ -88,6 +110,47 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// fedJob is a job submitted to the federation itself (-jobs): the pools
+// that may take it ("*" for any), one group of whole GPUs.
+type fedJob struct {
+	ID              string   `json:"id"`
+	Name            string   `json:"name"`
+	Queue           string   `json:"queue"`
+	Pools           []string `json:"pools"`
+	Members         int      `json:"members"`
+	GPUsPerMember   int      `json:"gpus_per_member"`
+	RuntimeEstimate duration `json:"runtime_estimate"`
+}
+
+func loadJobs(path string) ([]fedJob, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var js []fedJob
+	if err := json.Unmarshal(b, &js); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, j := range js {
+		if j.ID == "" || len(j.Pools) == 0 || j.Members < 1 || j.GPUsPerMember < 1 {
+			return nil, fmt.Errorf("%s: job %q: id, pools, members and gpus_per_member are required", path, j.ID)
+		}
+	}
+	return js, nil
+}
+
+func (j fedJob) job(now time.Time, poolQueues bool) *queue.Job {
+	q := j.Queue
+	if q == "" && !poolQueues {
+		q = "default"
+	}
+	return &queue.Job{ID: j.ID, Name: j.Name, Queue: q, Submit: now, RuntimeEstimate: time.Duration(j.RuntimeEstimate),
+		Request: gang.Request{Groups: []gang.Group{{Members: j.Members, GPUsPerMember: j.GPUsPerMember}}}}
+}
+
 func load(path string) (site, error) {
 	var s site
 	b, err := os.ReadFile(path)
@@ -103,11 +166,29 @@ func load(path string) (site, error) {
 func main() {
 	path := flag.String("config", "site.json", "site configuration (JSON)")
 	check := flag.Bool("check", false, "read the configuration and print the federation's settings, then exit")
+	jobsPath := flag.String("jobs", "", "jobs to submit to the federation at start (JSON list; see jobs.json)")
 	flag.Parse()
 	s, err := load(*path)
 	if err != nil {
 		log.Fatalf("hybrid: %v", err)
 	}
+	jobs, err := loadJobs(*jobsPath)
+	if err != nil {
+		log.Fatalf("hybrid: %v", err)
+	}
+	scripts := map[string]string{}
+	for name, file := range s.Training.Scripts {
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(filepath.Dir(*path), file) // beside site.json
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			log.Fatalf("hybrid: training_pool.scripts[%q]: %v", name, err)
+		}
+		scripts[name] = string(b)
+	}
+	launch := kube.LaunchConfig{Namespace: s.Inference.Launch.Namespace, Image: s.Inference.Launch.Image,
+		Command: s.Inference.Launch.Command, Labels: s.Inference.Launch.Labels}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	fcfg := federation.Config{
 		Rebalance: federation.RebalanceConfig{
@@ -126,6 +207,11 @@ func main() {
 			s.Training.Name, s.Training.Quota, s.Training.Partitions, s.Inference.Name, s.Inference.Quota, s.Inference.SchedulerName)
 		fmt.Printf("rebalance: %+v, drain timeout %v, preempt on reclaim %v, pool queues %v\n",
 			fcfg.Rebalance.WithDefaults(), fcfg.DrainTimeout, fcfg.PreemptOnReclaim, fcfg.PoolQueues)
+		fmt.Printf("launch: SLURM scripts %v; Kubernetes pods in %q from image %q, command %q\n",
+			slices.Sorted(maps.Keys(scripts)), launch.Namespace, launch.Image, launch.Command)
+		for _, j := range jobs {
+			fmt.Printf("job %s: pools %v, %d x %d GPUs\n", j.ID, j.Pools, j.Members, j.GPUsPerMember)
+		}
 		return
 	}
 
@@ -133,7 +219,7 @@ func main() {
 	for _, p := range s.Training.Partitions {
 		parts[p] = slurm.Partition{}
 	}
-	sb, err := slurm.New(slurm.Config{Partitions: parts, Env: []string{"SLURM_CONF=" + s.Training.SlurmConf}})
+	sb, err := slurm.New(slurm.Config{Partitions: parts, Env: []string{"SLURM_CONF=" + s.Training.SlurmConf}, Scripts: scripts})
 	if err != nil {
 		log.Fatalf("hybrid: slurm: %v", err)
 	}
@@ -149,7 +235,8 @@ func main() {
 	if err != nil {
 		log.Fatalf("hybrid: kubernetes: %v", err)
 	}
-	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: s.Inference.SchedulerName, NodeSelector: s.Inference.NodeSelector, Logf: log.Printf})
+	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: s.Inference.SchedulerName, NodeSelector: s.Inference.NodeSelector,
+		Launch: launch, Logf: log.Printf})
 	if err != nil {
 		log.Fatalf("hybrid: kubernetes: %v", err)
 	}
@@ -205,6 +292,13 @@ func main() {
 	})
 	if err != nil {
 		log.Fatalf("hybrid: %v", err)
+	}
+	// Jobs submitted to the federation: the engine places each in one of
+	// its pools, and the bind launches it there (an sbatch job, or pods).
+	for _, j := range jobs {
+		if err := fed.Submit(j.job(time.Now(), s.PoolQueues), j.Pools...); err != nil {
+			log.Fatalf("hybrid: submit %s: %v", j.ID, err)
+		}
 	}
 	go func() {
 		if err := fed.RunRebalancer(ctx); err != nil && !errors.Is(err, context.Canceled) {

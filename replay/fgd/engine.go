@@ -71,7 +71,7 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 	values := make([]float64, len(order))
 	bins := make([]int, len(order))
 	var arrived, allocated int64
-	cv := Curve{Policy: policy, Seed: seed, Pods: len(order)}
+	cv := Curve{Policy: policy, Seed: seed, Pods: len(order), FirstFail: len(order)}
 	for i, pi := range order {
 		if i%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -104,6 +104,8 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 			allocated += pd.demand
 		} else if err := e.Step(engine.Cancelled(at, id)); err != nil {
 			return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: cancel: %w", policy, seed, i, err)
+		} else {
+			cv.FirstFail = min(cv.FirstFail, i)
 		}
 		arrived += pd.demand
 		values[i] = round2(float64(allocated) / div)

@@ -150,6 +150,9 @@ type Curve struct {
 	Placed int
 	// ArrivedPct is the arrived GPU demand at the end, in % of the cluster.
 	ArrivedPct float64
+	// FirstFail is the arrival index of the first pod that did not fit
+	// (every pod before it was placed), Pods when all fit.
+	FirstFail int
 }
 
 // Row is one policy's summary over the seeds; the JSON of `berth replay
@@ -330,7 +333,7 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 	values := make([]float64, len(order))
 	bins := make([]int, len(order))
 	var arrived, allocated int64
-	cv := Curve{Policy: policy, Seed: seed, Pods: len(order)}
+	cv := Curve{Policy: policy, Seed: seed, Pods: len(order), FirstFail: len(order)}
 	var res gang.Result
 	reqs := make([]gang.Request, len(p.pods)) // built on first use, one per pod
 	for i, pi := range order {
@@ -361,6 +364,7 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 			frag[n] = p.target.NodeFrag(snap, n)
 		} else {
 			_ = rng.Int31n(int32(p.cluster.NumNodes())) // preemption offset
+			cv.FirstFail = min(cv.FirstFail, i)
 		}
 		arrived += pd.demand
 		values[i] = round2(float64(allocated) / div)

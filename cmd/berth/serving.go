@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"text/tabwriter"
+
+	"golang.org/x/sync/errgroup"
+	"gonum.org/v1/plot/plotter"
+
+	rserving "github.com/berthsched/berth/replay/serving"
+	"github.com/berthsched/berth/workload"
+)
+
+// checkServing validates the options of --experiment serving and sets
+// o.policies (default: every policy).
+func checkServing(o *options, policy string) error {
+	t := o.traces[0]
+	switch {
+	case t.kind == "synthetic" && t.jobs == 0, t.kind == "itp":
+	default:
+		return usagef("--experiment serving takes --trace synthetic (the built-in training workload) or itp[:PATH] (training jobs of ITP cluster04)")
+	}
+	switch {
+	case o.racks != 0:
+		return usagef("--racks is not for --experiment serving (its nodes have no racks)")
+	case o.estimates != "exact":
+		return usagef("--estimates is not for --experiment serving (training jobs keep their own estimates)")
+	case len(o.placements) > 0 || o.price.On():
+		return usagef("--placement and --price are for time replays, not --experiment serving")
+	case o.nodes == 1:
+		return usagef("--experiment serving needs at least 2 nodes (training and inference)")
+	}
+	if !o.policySet {
+		o.policies = rserving.Policies()
+		return nil
+	}
+	var err error
+	o.policies, err = parsePolicies(policy, rserving.Policies())
+	return err
+}
+
+// servingShapes returns the replicas' shapes: the openb latency-sensitive
+// pods when the shared traces are there, else the built-in mix.
+func servingShapes() ([]rserving.Shape, string, error) {
+	const builtin = "built-in replica shapes (openb trace not found)"
+	p, err := workload.TracePath(workload.OpenbPods)
+	if err != nil {
+		return nil, builtin, nil
+	}
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil, builtin, nil
+	}
+	tr, err := workload.OpenOpenbPods(p)
+	if err != nil {
+		return nil, "", err
+	}
+	s := rserving.OpenbShapes(tr.Jobs)
+	if len(s) == 0 {
+		return nil, "", fmt.Errorf("serving: the openb trace has no latency-sensitive GPU pods")
+	}
+	return s, fmt.Sprintf("replica shapes of the %d openb LS GPU pods", len(s)), nil
+}
+
+// runServing runs the serving experiment: every policy x seed, one row
+// per policy (means over the seeds).
+func runServing(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	training, what, err := hybridTraining(o)
+	if err != nil {
+		return err
+	}
+	shapes, shapesWhat, err := servingShapes()
+	if err != nil {
+		return err
+	}
+	gpn := o.gpn
+	if shapes == nil {
+		shapes = rserving.BuiltinShapes()
+	}
+	// Shapes wider than a node cannot run.
+	var fit []rserving.Shape
+	for _, s := range shapes {
+		if s.GPUs <= gpn {
+			fit = append(fit, s)
+		}
+	}
+	cfg := rserving.Config{Nodes: o.nodes, GPUsPerNode: gpn, Training: training, Shapes: fit}
+	type run struct {
+		p    int
+		seed int64
+	}
+	var runs []run
+	for i := range o.policies {
+		for _, s := range o.seeds {
+			runs = append(runs, run{i, s})
+		}
+	}
+	res := make([]rserving.Row, len(runs))
+	var done atomic.Int64
+	bar := startProgress(stderr, progressOn(o.progress, stderr), "runs", int64(len(runs)), done.Load)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.parallel)
+	for i, r := range runs {
+		g.Go(func() error {
+			c := cfg
+			c.Seed = r.seed
+			row, err := rserving.Run(gctx, c, o.policies[r.p])
+			if err != nil {
+				return err
+			}
+			res[i] = row
+			done.Add(1)
+			return nil
+		})
+	}
+	err = g.Wait()
+	bar.stop()
+	if err != nil {
+		return err
+	}
+	rows := make([]rserving.Row, len(o.policies))
+	firsts := make([]rserving.Row, len(o.policies)) // the first seed's, for plots
+	n := float64(len(o.seeds))
+	for i, r := range runs {
+		row := &rows[r.p]
+		x := res[i]
+		if row.Policy == "" {
+			*row = rserving.Row{Policy: x.Policy}
+			firsts[r.p] = x
+		}
+		row.Utilization += x.Utilization / n
+		row.TrainingAvgWaitS += x.TrainingAvgWaitS / n
+		row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
+		row.ScaleUpLatencyCycles += x.ScaleUpLatencyCycles / n
+		row.InferenceGPUH += x.InferenceGPUH / n
+		row.ScaleUps += x.ScaleUps
+		row.ScaleDowns += x.ScaleDowns
+		row.Reclaimed += x.Reclaimed
+		row.TrainingJobs += x.TrainingJobs
+		row.TrainingStarted += x.TrainingStarted
+		row.Dropped += x.Dropped
+	}
+	for i := range rows {
+		k := len(o.seeds)
+		for _, c := range []*int{&rows[i].ScaleUps, &rows[i].ScaleDowns, &rows[i].Reclaimed, &rows[i].TrainingJobs, &rows[i].TrainingStarted, &rows[i].Dropped} {
+			*c = (*c + k/2) / k
+		}
+	}
+	switch o.format {
+	case "json":
+		if err := writeIndentedJSON(stdout, rows); err != nil {
+			return err
+		}
+	case "csv":
+		cw := csv.NewWriter(stdout)
+		_ = cw.Write([]string{"policy", "utilization", "training_avg_wait_s", "inference_shortfall_replica_min", "scale_up_latency_cycles",
+			"scale_ups", "scale_downs", "reclaimed", "inference_gpu_h", "training_jobs", "training_started", "dropped"})
+		f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+		for _, r := range rows {
+			_ = cw.Write([]string{r.Policy, f(r.Utilization), f(r.TrainingAvgWaitS), f(r.InferenceShortfallReplicaMin), f(r.ScaleUpLatencyCycles),
+				strconv.Itoa(r.ScaleUps), strconv.Itoa(r.ScaleDowns), strconv.Itoa(r.Reclaimed), f(r.InferenceGPUH),
+				strconv.Itoa(r.TrainingJobs), strconv.Itoa(r.TrainingStarted), strconv.Itoa(r.Dropped)})
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return err
+		}
+	default:
+		nodes := o.nodes
+		if nodes == 0 {
+			nodes = 16
+		}
+		fmt.Fprintf(stdout, "Serving experiment: %d nodes x %d GPUs, 60/40 training/inference nodes, 1 day, %s + HPA-scaled inference services\non a day/night curve (%s), seeds %s\n\n",
+			nodes, gpn, what, shapesWhat, seedsString(o.seeds, true))
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "policy\tutilization %\ttraining wait (s)\tinference shortfall (replica-min)\tscale-up latency (cycles)\treclaimed replicas\ttraining jobs (started)")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%.2f\t%d\t%d (%d)\n", r.Policy, 100*r.Utilization, r.TrainingAvgWaitS,
+				r.InferenceShortfallReplicaMin, r.ScaleUpLatencyCycles, r.Reclaimed, r.TrainingJobs, r.TrainingStarted)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if o.out == "" {
+		return nil
+	}
+	var util, infer []series
+	for _, r := range firsts {
+		u, inf := make(plotter.XYs, len(r.Series)), make(plotter.XYs, len(r.Series))
+		for i, p := range r.Series {
+			u[i] = plotter.XY{X: p.Hours, Y: 100 * p.Utilization}
+			inf[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceRunning)}
+		}
+		util = append(util, series{name: r.Policy, xys: u})
+		infer = append(infer, series{name: r.Policy + " replicas running", xys: inf})
+	}
+	if len(firsts) > 0 {
+		w := make(plotter.XYs, len(firsts[0].Series))
+		for i, p := range firsts[0].Series {
+			w[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceDesired)}
+		}
+		infer = append(infer, series{name: "replicas desired (" + firsts[0].Policy + ")", xys: w})
+	}
+	files, err := savePlot(o.out, "serving-utilization", "Serving experiment: GPU utilization", "hours", "GPUs busy (%)", false, util)
+	if err != nil {
+		return err
+	}
+	more, err := savePlot(o.out, "serving-replicas", "Serving experiment: replicas desired and running", "hours", "replicas", true, infer)
+	if err != nil {
+		return err
+	}
+	for _, f := range append(files, more...) {
+		fmt.Fprintln(stderr, "wrote", f)
+	}
+	return nil
+}
