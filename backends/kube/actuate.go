@@ -51,6 +51,9 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if b.isReplicaJob(jobID) {
+		return b.bindReplica(ctx, jobID, m)
+	}
 	if m.Created {
 		return refused("job %q: the MIG instance %v on %s would have to be created; on Kubernetes the MIG manager lays out instances", jobID, m.Instance, m.Node)
 	}
@@ -207,6 +210,9 @@ func demandOf(d demand, res string) int64 {
 // with its UID as precondition): its controller, if any, makes a new one,
 // which forms the gang again. A member that was never bound returns nil.
 func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Member) error {
+	if b.isReplicaJob(jobID) {
+		return b.unbindReplica(ctx, jobID, m)
+	}
 	key := memberKey(m)
 	b.mu.Lock()
 	j := b.jobs[jobID]
@@ -254,6 +260,9 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 // within their grace period; when they are gone the job is reported
 // cancelled (its controller, if any, makes new pods, a new job).
 func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
+	if b.isReplicaJob(p.Victim) {
+		return b.preemptReplica(ctx, p)
+	}
 	b.mu.Lock()
 	j := b.jobs[p.Victim]
 	var pods []podRef

@@ -69,6 +69,7 @@ type Backend struct {
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
 	devs      map[string]*nodeDevs
 	logged    map[string]string
+	svc       *svcState       // services and their replica pods (service.go)
 	launched  map[string]bool // jobs LaunchJob created (or is creating), by ID
 	lmu       sync.Mutex      // serialises LaunchJob and WithdrawJob
 }
@@ -258,6 +259,7 @@ func (b *Backend) loop(ctx context.Context) {
 		}
 		evs := b.syncNodes(time.Now())
 		adopts, cancels, submits := b.syncPods(ctx, time.Now())
+		cancels = append(cancels, b.syncReplicas(ctx, time.Now())...)
 		// Cancellations first: an adoption may reuse the ID of a job
 		// that ended in the same batch.
 		evs = append(evs, cancels...)
@@ -329,6 +331,7 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 		return nil, ErrNotStarted
 	}
 	adopts, cancels, submits := b.syncPods(ctx, time.Now())
+	adopts = append(adopts, b.adoptReplicas(time.Now())...)
 	evs := append(cancels, submits...)
 	b.mu.Lock()
 	b.started = true
@@ -558,6 +561,9 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	ran := map[types.UID]bool{} // pods that ran to their end (Succeeded or Failed)
 	for _, p := range list {
 		inCache[p.UID] = true
+		if isReplicaPod(p) {
+			continue // a service's replica: service.go
+		}
 		if !podLive(p) && p.Spec.NodeName != "" && !deleted[p.UID] {
 			ran[p.UID] = true
 		}

@@ -53,6 +53,15 @@
 // MIG nodes (mixed strategy) are modelled with the same layout on every GPU
 // (nvidia.com/gpu.count GPUs); berth never reconfigures MIG.
 //
+// # Services
+//
+// Services (engine.Service) run with replicas as pods: SetService (with a
+// pod template), ScaleService and DeleteService feed the engine;
+// BindMember of a replica creates its pod already bound, StopReplica
+// deletes it, and a new leader adopts the running replica pods (label
+// LabelService, annotation AnnotationReplica). See service.go and
+// docs/serving.md, section Backends.
+//
 // # Concurrency
 //
 // Start runs the informers, a sync goroutine that turns their changes into

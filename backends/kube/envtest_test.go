@@ -272,6 +272,7 @@ func eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 // running is a scheduler under test.
 type running struct {
 	b      *kube.Backend
+	runner *backends.Runner
 	cancel context.CancelFunc
 	done   chan error
 	mu     sync.Mutex
@@ -308,6 +309,7 @@ func (w *world) start(cfg kube.Config, ecfg engine.Config) *running {
 	}
 	runner, err := backends.NewRunner(rc)
 	require.NoError(w.t, err)
+	r.runner = runner
 	go func() { r.done <- runner.Run(ctx) }()
 	w.t.Cleanup(r.stop)
 	return r

@@ -40,6 +40,14 @@
 // from SLURM: running jobs are adopted with their GPU indices, jobs moved but
 // not yet started are moved back and placed again.
 //
+// # Services
+//
+// Services (engine.Service) run with replicas as SLURM jobs: SetService,
+// ScaleService and DeleteService feed the engine, BindGang creates a
+// replica's job with sbatch on berth's nodes, StopReplica cancels it, and
+// Running reports running replica jobs for adoption (see service.go and
+// docs/serving.md, section Backends).
+//
 // See docs/backends/slurm.md for the slurm.conf lines a site needs and what is
 // not supported.
 package slurm

@@ -128,8 +128,13 @@ func (b *Backend) poll(ctx context.Context) error {
 	}
 
 	present := map[string]bool{}
+	reps, orphans := map[string]bool{}, []string(nil)
 	for i := range recs {
 		r := &recs[i]
+		if rid, ok := b.replicaRec(r); ok {
+			evs = b.replicaChanged(evs, now, rid, r, reps, &orphans)
+			continue
+		}
 		_, managed := b.cfg.Partitions[r.Partition]
 		if !managed && r.Partition != b.cfg.RunPartition {
 			continue // left to SLURM
@@ -166,8 +171,10 @@ func (b *Backend) poll(ctx context.Context) error {
 		}
 		t.state = inEnded
 	}
+	evs = b.replicasGone(evs, now, start, reps)
 	b.queued = append(b.queued, evs...)
 	b.mu.Unlock()
+	b.cancelOrphans(ctx, orphans)
 
 	for _, mv := range moves {
 		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {

@@ -182,6 +182,7 @@ type Backend struct {
 	batch   []*bindReq
 	leading bool
 
+	svc *svcState // services and replica jobs (service.go); under mu
 	// Jobs LaunchJob submitted: berth ID <-> SLURM ID (b.mu).
 	lmu     sync.Mutex // serialises LaunchJob and WithdrawJob
 	toSlurm map[string]string
@@ -388,6 +389,16 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 		if r.Partition != b.cfg.RunPartition {
 			continue
 		}
+		if rid, ok := b.replicaRec(r); ok {
+			rj, err := b.runningReplica(ctx, rid, r)
+			if err != nil {
+				return nil, err
+			}
+			if rj != nil {
+				out = append(out, *rj)
+			}
+			continue
+		}
 		b.mu.Lock()
 		id := b.berthIDLocked(recID(r))
 		b.mu.Unlock()
@@ -539,6 +550,9 @@ func (b *Backend) squeue(ctx context.Context) ([]jobRec, error) {
 // job: the members must be on distinct nodes, as many as the job's node
 // count, with the same GPU count each. Refusals wrap backends.ErrRefused.
 func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) error {
+	if b.isReplicaJob(job) {
+		return b.bindReplica(ctx, job, ms)
+	}
 	b.mu.Lock()
 	sid := b.slurmIDLocked(job)
 	t := b.jobs[job]
@@ -647,6 +661,9 @@ func (b *Backend) ApplyMIG(context.Context, engine.MIGReconfiguration) error {
 // it at once.
 func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	id := p.Victim
+	if b.isReplicaJob(id) {
+		return b.preemptReplica(ctx, p)
+	}
 	b.mu.Lock()
 	sid := b.slurmIDLocked(id)
 	t := b.jobs[id]
