@@ -213,6 +213,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 	case inEnded:
 		return evs
 	case inPending:
+		t.restarts = r.RestartCnt // a requeue from now on counts from here
 		switch {
 		case terminal(r.State):
 			t.state = inEnded
@@ -247,15 +248,18 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			return evs // requeuehold leaves COMPLETED / CANCELLED briefly
 		}
 		if r.State == "PENDING" {
-			t.state = inPending
+			t.state, t.restarts = inPending, r.RestartCnt
 			if !managed {
 				*moves = append(*moves, [2]string{id, t.partition})
 			}
 		}
-	case r.State == "PENDING" && !t.bound:
+	case r.State == "PENDING" && (!t.bound || r.RestartCnt > t.restarts):
 		// SLURM requeued it (a node failure it saw first, an admin's
-		// scontrol requeue): it ended, and is pending again.
-		t.state, t.devices = inPending, ""
+		// scontrol requeue): it ended, and is pending again. A job bound
+		// and not yet seen running is pending too, until it starts: its
+		// restart count tells a requeue from that (a node that went down
+		// before a poll saw the job run).
+		t.state, t.devices, t.restarts = inPending, "", r.RestartCnt
 		j, err := b.toJob(id, r, t.partition, idx)
 		evs = append(evs, engine.Finished(now, id))
 		if err != nil {
