@@ -153,7 +153,7 @@ func (e *Engine) cycle() Ready {
 	now := e.now
 	cs := &e.cyc
 	rd := Ready{Seq: e.seq, At: now, MIG: []MIGReconfiguration{}}
-	e.out = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}, runs: map[string]uint64{}}
+	e.out = e.nextOutstanding()
 
 	e.retryAt = 0 // noted again by the walk and by Advance
 
@@ -248,6 +248,24 @@ func (e *Engine) cycle() Ready {
 	rd.Stops, e.stops = e.stops, nil
 	e.publish(&rd, e.pending.Publish(now))
 	return rd
+}
+
+// nextOutstanding is the record of this cycle's decisions for Advance:
+// the one of the last cycle, emptied (accept and Advance are done with it
+// by the time a new cycle starts), so that a cycle allocates no maps.
+func (e *Engine) nextOutstanding() *outstanding {
+	o := e.outBuf
+	if o == nil || len(o.binds) > 1024 || len(o.runs) > 1024 { // clear costs what a map once held
+		o = &outstanding{binds: map[string]bool{}, preempts: map[string]bool{}, grows: map[string][]pmember{}, runs: map[string]uint64{}}
+		e.outBuf = o
+		return o
+	}
+	clear(o.binds)
+	clear(o.preempts)
+	clear(o.grows)
+	clear(o.runs)
+	o.mig = nil
+	return o
 }
 
 // walk runs steps 4 to 6 over the cursor's jobs, noting the order.

@@ -91,6 +91,9 @@ type Engine struct {
 	// 0: none). See BindRetryAt.
 	retryAt int64
 	out     *outstanding
+	// outBuf is the outstanding record reused by every cycle (its maps
+	// cleared): nothing keeps it once the next cycle starts.
+	outBuf *outstanding
 
 	// reported with the next Ready
 	requeued []string

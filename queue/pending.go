@@ -62,6 +62,7 @@ type entry struct {
 	key    i128 // larger first: priority (aged)
 	submit int64
 	gone   bool     // removed; written and read by the owner only
+	queue  int32    // d.queue: one cache miss less per DRS pick
 	vec    []Amount // d.vec, or a copy in small: one cache miss less per pick
 	small  [4]Amount
 }
@@ -173,7 +174,7 @@ func (p *Pending) Add(j *Job) error {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
 	sub := j.Submit.UnixNano()
-	e := &entry{job: j, d: d, submit: sub, vec: d.vec}
+	e := &entry{job: j, d: d, queue: d.queue, submit: sub, vec: d.vec}
 	if len(d.vec) <= len(e.small) {
 		e.vec = e.small[:len(d.vec):len(d.vec)]
 		copy(e.vec, d.vec)

@@ -255,10 +255,10 @@ func (c *drsCursor) Next() (*Job, bool) {
 	for len(c.heaps[roots]) > 0 {
 		e := c.cand[c.heaps[roots][0]]
 		if e.gone { // removed since it became a candidate
-			c.update(e.d.queue)
+			c.update(e.queue)
 			continue
 		}
-		c.last = e.d.queue
+		c.last = e.queue
 		return e.job, true
 	}
 	return nil, false
