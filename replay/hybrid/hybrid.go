@@ -12,8 +12,9 @@
 //     interval by demand;
 //   - colocated: the static split, with inference replicas also taking
 //     idle GPUs of training nodes, evicted at once (at no cost) when a
-//     training job needs them. This stands in for the serving issue's
-//     co-location, which is not built: it is an optimistic bound.
+//     training job needs them: an optimistic bound in this experiment's
+//     fluid inference model (the engine's own co-location is measured by
+//     replay/serving).
 //
 // Training jobs are placed by a real engine.Engine on the training pool's
 // nodes (nodes the pool does not own are cordoned). Inference is a fluid
