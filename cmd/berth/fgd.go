@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/berthsched/berth/replay/fgd"
@@ -37,40 +33,23 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		tr = fgd.ConstrainModels(tr)
 	}
 	// One run per call, so the bar can count runs.
-	type run struct {
-		policy string
-		seed   int64
-	}
-	var runs []run
-	for _, p := range o.policies {
-		for _, s := range o.seeds {
-			runs = append(runs, run{p, s})
-		}
-	}
-	curves := make([]fgd.Curve, len(runs))
-	var done atomic.Int64
-	bar := startProgress(stderr, progressOn(o.progress, stderr), "runs", int64(len(runs)), done.Load)
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(o.parallel)
-	for i, r := range runs {
-		g.Go(func() error {
-			cs, err := fgd.Runs(gctx, fgd.Config{Trace: tr, Policies: []string{r.policy}, Seeds: []int64{r.seed}, Parallelism: 1, Via: o.via})
-			if err != nil {
-				return err
-			}
-			if len(cs) != 1 {
-				return fmt.Errorf("fgd: %d curves for one run", len(cs))
-			}
-			curves[i] = cs[0]
-			done.Add(1)
-			return nil
-		})
-	}
-	err = g.Wait()
-	bar.stop()
+	res, err := runSweep(ctx, o, stderr, len(o.policies), func(ctx context.Context, p int, seed int64) (fgd.Curve, error) {
+		cs, err := fgd.Runs(ctx, fgd.Config{Trace: tr, Policies: []string{o.policies[p]}, Seeds: []int64{seed}, Parallelism: 1, Via: o.via})
+		if err != nil {
+			return fgd.Curve{}, err
+		}
+		if len(cs) != 1 {
+			return fgd.Curve{}, fmt.Errorf("fgd: %d curves for one run", len(cs))
+		}
+		return cs[0], nil
+	})
 	if err != nil {
 		return err
+	}
+	var curves []fgd.Curve
+	for _, cs := range res {
+		curves = append(curves, cs...)
 	}
 	rows, err := fgd.Summarize(curves)
 	if err != nil {
@@ -82,14 +61,11 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 	case "csv":
-		cw := csv.NewWriter(stdout)
-		_ = cw.Write([]string{"policy", "alloc_pct_at_100", "alloc_pct_at_130", "alloc_pct_std_at_130"})
+		var recs [][]string
 		for _, r := range rows {
-			f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-			_ = cw.Write([]string{r.Policy, f(r.AllocPctAt100), f(r.AllocPctAt130), f(r.AllocPctStdAt130)})
+			recs = append(recs, []string{r.Policy, fmtFloat(r.AllocPctAt100), fmtFloat(r.AllocPctAt130), fmtFloat(r.AllocPctStdAt130)})
 		}
-		cw.Flush()
-		if err := cw.Error(); err != nil {
+		if err := writeRecords(stdout, []string{"policy", "alloc_pct_at_100", "alloc_pct_at_130", "alloc_pct_std_at_130"}, recs); err != nil {
 			return err
 		}
 	default:
@@ -138,7 +114,7 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		case o.gpuModels != "":
 			published = "GPU models constrained (--gpu-models " + o.gpuModels + "): no published numbers."
 		}
-		fmt.Fprintf(stdout, "\n%s %d runs in %s.\n", published, len(runs), time.Since(start).Round(10*time.Millisecond))
+		fmt.Fprintf(stdout, "\n%s %d runs in %s.\n", published, len(curves), time.Since(start).Round(10*time.Millisecond))
 	}
 	if o.out == "" {
 		return nil

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"strconv"
-	"sync/atomic"
 	"text/tabwriter"
 
-	"golang.org/x/sync/errgroup"
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/berthsched/berth/replay/hybrid"
@@ -64,59 +61,33 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 	}
 	cfg := hybrid.Config{Nodes: o.nodes, GPUsPerNode: o.gpn, Training: training, PreemptOnReclaim: o.preemptOnReclaim}
 	variants := hybrid.Variants()
-	type run struct {
-		v    int
-		seed int64
-	}
-	var runs []run
-	for i := range variants {
-		for _, s := range o.seeds {
-			runs = append(runs, run{i, s})
-		}
-	}
-	res := make([]hybrid.Row, len(runs))
-	var done atomic.Int64
-	bar := startProgress(stderr, progressOn(o.progress, stderr), "runs", int64(len(runs)), done.Load)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(o.parallel)
-	for i, r := range runs {
-		g.Go(func() error {
-			c := cfg
-			c.Seed = r.seed
-			row, err := hybrid.Run(gctx, c, variants[r.v])
-			if err != nil {
-				return err
-			}
-			res[i] = row
-			done.Add(1)
-			return nil
-		})
-	}
-	err = g.Wait()
-	bar.stop()
+	res, err := runSweep(ctx, o, stderr, len(variants), func(ctx context.Context, v int, seed int64) (hybrid.Row, error) {
+		c := cfg
+		c.Seed = seed
+		return hybrid.Run(ctx, c, variants[v])
+	})
 	if err != nil {
 		return err
 	}
 	rows := make([]hybrid.Row, len(variants))
 	firsts := make([]hybrid.Row, len(variants)) // the first seed's, for plots
-	for i, r := range runs {
-		row := &rows[r.v]
-		x := res[i]
-		if row.Variant == "" {
-			*row = hybrid.Row{Variant: x.Variant}
-			firsts[r.v] = x
+	n := float64(len(o.seeds))
+	for v, seeds := range res {
+		row := &rows[v]
+		firsts[v] = seeds[0]
+		*row = hybrid.Row{Variant: seeds[0].Variant}
+		for _, x := range seeds {
+			row.Utilization += x.Utilization / n
+			row.TrainingAvgWaitS += x.TrainingAvgWaitS / n
+			row.TrainingAvgSlowdown += x.TrainingAvgSlowdown / n
+			row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
+			row.NodeMoves += x.NodeMoves
+			row.TrainingPreemptions += x.TrainingPreemptions
+			row.TrainingLostGPUH += x.TrainingLostGPUH / n
+			row.TrainingJobs += x.TrainingJobs
+			row.TrainingStarted += x.TrainingStarted
+			row.Dropped += x.Dropped
 		}
-		n := float64(len(o.seeds))
-		row.Utilization += x.Utilization / n
-		row.TrainingAvgWaitS += x.TrainingAvgWaitS / n
-		row.TrainingAvgSlowdown += x.TrainingAvgSlowdown / n
-		row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
-		row.NodeMoves += x.NodeMoves
-		row.TrainingPreemptions += x.TrainingPreemptions
-		row.TrainingLostGPUH += x.TrainingLostGPUH / n
-		row.TrainingJobs += x.TrainingJobs
-		row.TrainingStarted += x.TrainingStarted
-		row.Dropped += x.Dropped
 	}
 	for i := range rows {
 		// Counts are means over the seeds too (rounded).
@@ -133,16 +104,13 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 			return err
 		}
 	case "csv":
-		cw := csv.NewWriter(stdout)
-		_ = cw.Write([]string{"variant", "utilization", "training_avg_wait_s", "training_avg_slowdown", "inference_shortfall_replica_min", "node_moves", "training_jobs", "training_started", "dropped", "training_preemptions", "training_lost_gpu_h"})
-		f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+		var recs [][]string
 		for _, r := range rows {
-			_ = cw.Write([]string{r.Variant, f(r.Utilization), f(r.TrainingAvgWaitS), f(r.TrainingAvgSlowdown), f(r.InferenceShortfallReplicaMin),
+			recs = append(recs, []string{r.Variant, fmtFloat(r.Utilization), fmtFloat(r.TrainingAvgWaitS), fmtFloat(r.TrainingAvgSlowdown), fmtFloat(r.InferenceShortfallReplicaMin),
 				strconv.Itoa(r.NodeMoves), strconv.Itoa(r.TrainingJobs), strconv.Itoa(r.TrainingStarted), strconv.Itoa(r.Dropped),
-				strconv.Itoa(r.TrainingPreemptions), f(r.TrainingLostGPUH)})
+				strconv.Itoa(r.TrainingPreemptions), fmtFloat(r.TrainingLostGPUH)})
 		}
-		cw.Flush()
-		if err := cw.Error(); err != nil {
+		if err := writeRecords(stdout, []string{"variant", "utilization", "training_avg_wait_s", "training_avg_slowdown", "inference_shortfall_replica_min", "node_moves", "training_jobs", "training_started", "dropped", "training_preemptions", "training_lost_gpu_h"}, recs); err != nil {
 			return err
 		}
 	default:
@@ -171,31 +139,13 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 	}
 	var util, infer []series
 	for _, r := range firsts {
-		u, inf := make(plotter.XYs, len(r.Series)), make(plotter.XYs, len(r.Series))
-		for i, p := range r.Series {
-			u[i] = plotter.XY{X: p.Hours, Y: 100 * p.Utilization}
-			inf[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceGPUs)}
-		}
-		util = append(util, series{name: r.Variant, xys: u})
-		infer = append(infer, series{name: r.Variant + " inference GPUs", xys: inf})
+		util = append(util, series{r.Variant, xysOf(r.Series, func(p hybrid.Point) plotter.XY { return plotter.XY{X: p.Hours, Y: 100 * p.Utilization} })})
+		infer = append(infer, series{r.Variant + " inference GPUs", xysOf(r.Series, func(p hybrid.Point) plotter.XY { return plotter.XY{X: p.Hours, Y: float64(p.InferenceGPUs)} })})
 	}
 	if len(firsts) > 0 {
-		w := make(plotter.XYs, len(firsts[0].Series))
-		for i, p := range firsts[0].Series {
-			w[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceWanted)}
-		}
-		infer = append(infer, series{name: "replicas wanted", xys: w})
+		infer = append(infer, series{"replicas wanted", xysOf(firsts[0].Series, func(p hybrid.Point) plotter.XY { return plotter.XY{X: p.Hours, Y: float64(p.InferenceWanted)} })})
 	}
-	files, err := savePlot(o.out, "hybrid-utilization", "Hybrid experiment: GPU utilization", "hours", "GPUs busy (%)", false, util)
-	if err != nil {
-		return err
-	}
-	more, err := savePlot(o.out, "hybrid-inference", "Hybrid experiment: inference GPUs and replicas wanted", "hours", "GPUs", true, infer)
-	if err != nil {
-		return err
-	}
-	for _, f := range append(files, more...) {
-		fmt.Fprintln(stderr, "wrote", f)
-	}
-	return nil
+	return writePlots(o.out, stderr,
+		plotFile{"hybrid-utilization", "Hybrid experiment: GPU utilization", "hours", "GPUs busy (%)", false, util},
+		plotFile{"hybrid-inference", "Hybrid experiment: inference GPUs and replicas wanted", "hours", "GPUs", true, infer})
 }

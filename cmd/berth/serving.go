@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"text/tabwriter"
 
-	"golang.org/x/sync/errgroup"
 	"gonum.org/v1/plot/plotter"
 
 	rserving "github.com/berthsched/berth/replay/serving"
@@ -92,60 +89,34 @@ func runServing(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 	}
 	cfg := rserving.Config{Nodes: o.nodes, GPUsPerNode: gpn, Training: training, Shapes: fit}
-	type run struct {
-		p    int
-		seed int64
-	}
-	var runs []run
-	for i := range o.policies {
-		for _, s := range o.seeds {
-			runs = append(runs, run{i, s})
-		}
-	}
-	res := make([]rserving.Row, len(runs))
-	var done atomic.Int64
-	bar := startProgress(stderr, progressOn(o.progress, stderr), "runs", int64(len(runs)), done.Load)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(o.parallel)
-	for i, r := range runs {
-		g.Go(func() error {
-			c := cfg
-			c.Seed = r.seed
-			row, err := rserving.Run(gctx, c, o.policies[r.p])
-			if err != nil {
-				return err
-			}
-			res[i] = row
-			done.Add(1)
-			return nil
-		})
-	}
-	err = g.Wait()
-	bar.stop()
+	res, err := runSweep(ctx, o, stderr, len(o.policies), func(ctx context.Context, p int, seed int64) (rserving.Row, error) {
+		c := cfg
+		c.Seed = seed
+		return rserving.Run(ctx, c, o.policies[p])
+	})
 	if err != nil {
 		return err
 	}
 	rows := make([]rserving.Row, len(o.policies))
 	firsts := make([]rserving.Row, len(o.policies)) // the first seed's, for plots
 	n := float64(len(o.seeds))
-	for i, r := range runs {
-		row := &rows[r.p]
-		x := res[i]
-		if row.Policy == "" {
-			*row = rserving.Row{Policy: x.Policy}
-			firsts[r.p] = x
+	for p, seeds := range res {
+		row := &rows[p]
+		firsts[p] = seeds[0]
+		*row = rserving.Row{Policy: seeds[0].Policy}
+		for _, x := range seeds {
+			row.Utilization += x.Utilization / n
+			row.TrainingAvgWaitS += x.TrainingAvgWaitS / n
+			row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
+			row.ScaleUpLatencyCycles += x.ScaleUpLatencyCycles / n
+			row.InferenceGPUH += x.InferenceGPUH / n
+			row.ScaleUps += x.ScaleUps
+			row.ScaleDowns += x.ScaleDowns
+			row.Reclaimed += x.Reclaimed
+			row.TrainingJobs += x.TrainingJobs
+			row.TrainingStarted += x.TrainingStarted
+			row.Dropped += x.Dropped
 		}
-		row.Utilization += x.Utilization / n
-		row.TrainingAvgWaitS += x.TrainingAvgWaitS / n
-		row.InferenceShortfallReplicaMin += x.InferenceShortfallReplicaMin / n
-		row.ScaleUpLatencyCycles += x.ScaleUpLatencyCycles / n
-		row.InferenceGPUH += x.InferenceGPUH / n
-		row.ScaleUps += x.ScaleUps
-		row.ScaleDowns += x.ScaleDowns
-		row.Reclaimed += x.Reclaimed
-		row.TrainingJobs += x.TrainingJobs
-		row.TrainingStarted += x.TrainingStarted
-		row.Dropped += x.Dropped
 	}
 	for i := range rows {
 		k := len(o.seeds)
@@ -159,17 +130,14 @@ func runServing(ctx context.Context, o *options, stdout, stderr io.Writer) error
 			return err
 		}
 	case "csv":
-		cw := csv.NewWriter(stdout)
-		_ = cw.Write([]string{"policy", "utilization", "training_avg_wait_s", "inference_shortfall_replica_min", "scale_up_latency_cycles",
-			"scale_ups", "scale_downs", "reclaimed", "inference_gpu_h", "training_jobs", "training_started", "dropped"})
-		f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+		var recs [][]string
 		for _, r := range rows {
-			_ = cw.Write([]string{r.Policy, f(r.Utilization), f(r.TrainingAvgWaitS), f(r.InferenceShortfallReplicaMin), f(r.ScaleUpLatencyCycles),
-				strconv.Itoa(r.ScaleUps), strconv.Itoa(r.ScaleDowns), strconv.Itoa(r.Reclaimed), f(r.InferenceGPUH),
+			recs = append(recs, []string{r.Policy, fmtFloat(r.Utilization), fmtFloat(r.TrainingAvgWaitS), fmtFloat(r.InferenceShortfallReplicaMin), fmtFloat(r.ScaleUpLatencyCycles),
+				strconv.Itoa(r.ScaleUps), strconv.Itoa(r.ScaleDowns), strconv.Itoa(r.Reclaimed), fmtFloat(r.InferenceGPUH),
 				strconv.Itoa(r.TrainingJobs), strconv.Itoa(r.TrainingStarted), strconv.Itoa(r.Dropped)})
 		}
-		cw.Flush()
-		if err := cw.Error(); err != nil {
+		if err := writeRecords(stdout, []string{"policy", "utilization", "training_avg_wait_s", "inference_shortfall_replica_min", "scale_up_latency_cycles",
+			"scale_ups", "scale_downs", "reclaimed", "inference_gpu_h", "training_jobs", "training_started", "dropped"}, recs); err != nil {
 			return err
 		}
 	default:
@@ -194,31 +162,13 @@ func runServing(ctx context.Context, o *options, stdout, stderr io.Writer) error
 	}
 	var util, infer []series
 	for _, r := range firsts {
-		u, inf := make(plotter.XYs, len(r.Series)), make(plotter.XYs, len(r.Series))
-		for i, p := range r.Series {
-			u[i] = plotter.XY{X: p.Hours, Y: 100 * p.Utilization}
-			inf[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceRunning)}
-		}
-		util = append(util, series{name: r.Policy, xys: u})
-		infer = append(infer, series{name: r.Policy + " replicas running", xys: inf})
+		util = append(util, series{r.Policy, xysOf(r.Series, func(p rserving.Point) plotter.XY { return plotter.XY{X: p.Hours, Y: 100 * p.Utilization} })})
+		infer = append(infer, series{r.Policy + " replicas running", xysOf(r.Series, func(p rserving.Point) plotter.XY { return plotter.XY{X: p.Hours, Y: float64(p.InferenceRunning)} })})
 	}
 	if len(firsts) > 0 {
-		w := make(plotter.XYs, len(firsts[0].Series))
-		for i, p := range firsts[0].Series {
-			w[i] = plotter.XY{X: p.Hours, Y: float64(p.InferenceDesired)}
-		}
-		infer = append(infer, series{name: "replicas desired (" + firsts[0].Policy + ")", xys: w})
+		infer = append(infer, series{"replicas desired (" + firsts[0].Policy + ")", xysOf(firsts[0].Series, func(p rserving.Point) plotter.XY { return plotter.XY{X: p.Hours, Y: float64(p.InferenceDesired)} })})
 	}
-	files, err := savePlot(o.out, "serving-utilization", "Serving experiment: GPU utilization", "hours", "GPUs busy (%)", false, util)
-	if err != nil {
-		return err
-	}
-	more, err := savePlot(o.out, "serving-replicas", "Serving experiment: replicas desired and running", "hours", "replicas", true, infer)
-	if err != nil {
-		return err
-	}
-	for _, f := range append(files, more...) {
-		fmt.Fprintln(stderr, "wrote", f)
-	}
-	return nil
+	return writePlots(o.out, stderr,
+		plotFile{"serving-utilization", "Serving experiment: GPU utilization", "hours", "GPUs busy (%)", false, util},
+		plotFile{"serving-replicas", "Serving experiment: replicas desired and running", "hours", "replicas", true, infer})
 }
