@@ -462,14 +462,16 @@ func (e *Engine) topUp(at time.Time) {
 //  1. pending replicas (they hold nothing), newest first;
 //  2. replicas in their grace period (already leaving);
 //  3. running replicas whose removal frees the most useful capacity:
-//     first those whose queue borrows beyond its quota (their GPUs go back
-//     to the lender), then those whose removal empties a node (for MIG
-//     and shared replicas: frees a whole GPU), then those on the nodes
-//     with the fewest GPUs in use (consolidating the others), then the
-//     newest (latest start), then the highest index.
+//     first those whose removal empties a node (for MIG and shared
+//     replicas: frees a whole GPU), then those on the nodes with the
+//     fewest GPUs in use (consolidating the others), then the newest
+//     (latest start), then the highest index.
 //
 // Running replicas are chosen one at a time, each choice counting the
-// GPUs the earlier ones free.
+// GPUs the earlier ones free. Borrowing does not enter the rule: all
+// replicas of a service are charged to its one queue, and quota is usage
+// against a nominal amount, so any removal gives back borrowed quota
+// first (docs/serving.md).
 func (e *Engine) chooseRemovals(sv *service, k int) []*job {
 	var pend, stopping, run []*job
 	for _, js := range sv.reps {
@@ -497,8 +499,6 @@ func (e *Engine) chooseRemovals(sv *service, k int) []*job {
 	if len(out) == k || len(run) == 0 {
 		return out
 	}
-	borrow := e.borrowing(sv.spec.Queue)
-	_ = borrow // the same for all replicas of one service; kept for the rule's order
 	used := e.usedByNode()
 	slices.SortFunc(run, newest)
 	for len(out) < k && len(run) > 0 {
