@@ -297,10 +297,9 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 	per := cfg.GPUsPerNode
 	trainNodes := int(math.Round(cfg.TrainingShare * float64(cfg.Nodes)))
 	trainNodes = min(max(trainNodes, 1), cfg.Nodes-1)
+	// Every variant replays the same jobs: those that fit the training
+	// pool's guaranteed share, which the federated variant may shrink to.
 	maxGPUs := int(cfg.Rebalance.MinShare * float64(trainNodes*per))
-	if variant != Federated {
-		maxGPUs = trainNodes * per
-	}
 
 	policy := "conservative"
 	if variant == Dedicated {
