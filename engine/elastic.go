@@ -217,7 +217,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 		if !gang.Possible(w, &p.req) {
 			continue
 		}
-		if res, err := e.placer.Place(w, &p.req); err == nil && res.Found {
+		if res, err := e.placer.Place(w, &p.req); err == nil && res.Found && !cs.onHeld(&res, protect) {
 			found = true
 			break
 		}
@@ -239,7 +239,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 		if back.book(w) != nil {
 			continue
 		}
-		if res, err := e.placer.Place(w, &p.req); err == nil && res.Found {
+		if res, err := e.placer.Place(w, &p.req); err == nil && res.Found && !cs.onHeld(&res, protect) {
 			chosen = slices.Delete(chosen, i, i+1)
 			continue
 		}
@@ -261,7 +261,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 		cs.held[i] = nil
 	}
 	res, err := e.placer.Place(e.aheadSnap(p), &p.req)
-	if err != nil || !res.Found {
+	if err != nil || !res.Found || cs.onHeld(&res, protect) {
 		return true // shrunk, but the placement moved: the next cycle places it
 	}
 	pl := fromResult(&res, &p.req)

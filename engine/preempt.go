@@ -211,7 +211,7 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 			if w.DomainFree(level, d) < need || !gang.Possible(w, &p.req) || !e.quotaWith(p, chosen) {
 				continue
 			}
-			if res, err := e.placer.Place(w, &p.req); err == nil && res.Found {
+			if res, err := e.placer.Place(w, &p.req); err == nil && res.Found && !cs.onHeld(&res, protect) {
 				ok = true
 				break
 			}
@@ -225,7 +225,7 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 				continue
 			}
 			rest := slices.Delete(slices.Clone(chosen), i, i+1)
-			if res, err := e.placer.Place(w, &p.req); err == nil && res.Found && e.quotaWith(p, rest) {
+			if res, err := e.placer.Place(w, &p.req); err == nil && res.Found && !cs.onHeld(&res, protect) && e.quotaWith(p, rest) {
 				chosen = rest
 				freed = slices.Delete(freed, i, i+1)
 				wpl = slices.Delete(wpl, i, i+1)
@@ -234,7 +234,7 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 			releaseList(w, wpl[i], freed[i])
 		}
 		res, err := e.placer.Place(w, &p.req)
-		if err != nil || !res.Found {
+		if err != nil || !res.Found || cs.onHeld(&res, protect) {
 			continue
 		}
 		cost := 0.0
@@ -315,6 +315,22 @@ func (e *Engine) aheadGPUs(p *job) map[uint32]bool {
 	}
 	e.advProtect(p, set)
 	return set
+}
+
+// onHeld reports whether a what-if placement for a preemptor puts a
+// member on a GPU of protect (reserved for jobs ahead of it: aheadGPUs)
+// or of a claim. The what-if holds such GPUs only where they are free: a
+// GPU shared now is not free, so a fractional member may land on it, and
+// a GPU whose victim held only shares is free again once they are
+// released. One more share there keeps the GPU shared at the
+// reservation's start or from the claim (the walk's sharesReserved).
+func (cs *cycleState) onHeld(res *gang.Result, protect map[uint32]bool) bool {
+	for _, g := range res.GPUs() {
+		if protect[g] || cs.claimed[g] {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseExcept frees a placement's whole GPUs on a what-if snapshot
