@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
@@ -512,6 +514,7 @@ func checkReady(t *testing.T, e *Engine, rd Ready, m *fuzzModel) {
 			}
 		}
 	}
+	checkClaimsVsReservations(t, e, rd)
 	if rd.Seq == m.lastSeq {
 		return // no cycle ran
 	}
@@ -528,6 +531,36 @@ func checkReady(t *testing.T, e *Engine, rd Ready, m *fuzzModel) {
 	}
 	if len(seen) != e.pending.Len() {
 		t.Fatalf("%d pending statuses for %d pending jobs", len(seen), e.pending.Len())
+	}
+}
+
+// checkClaimsVsReservations: a preemptor's claim and a backfill
+// reservation never share a GPU while both would hold it. Step 7 plans a
+// claim off the GPUs reserved for jobs ahead of the preemptor (aheadGPUs,
+// onHeld) and drops the reservations behind it on the claimed GPUs
+// (dropConflicting); later walks plan reservations around the claims. So
+// a reservation on a claimed GPU must start after the preemptor, from its
+// claim's start, has run out its limit.
+func checkClaimsVsReservations(t *testing.T, e *Engine, rd Ready) {
+	t.Helper()
+	for _, c := range rd.Reservations {
+		if !c.Preemption {
+			continue
+		}
+		var limit time.Duration
+		if js := e.jobs[c.Job]; js != nil {
+			limit = js.j.RuntimeLimit
+		}
+		for _, r := range rd.Reservations {
+			if r.Preemption || r.Job == c.Job || !r.GPUs.Intersects(c.GPUs) {
+				continue
+			}
+			if limit > 0 && !c.Start.Add(limit).After(r.Start) {
+				continue // the preemptor ends by its limit before r starts
+			}
+			t.Fatalf("preemptor %q's claim (from %v, limit %v) and %q's reservation (at %v) share GPUs %v",
+				c.Job, c.Start.Sub(rd.At), limit, r.Job, r.Start.Sub(rd.At), roaring.And(r.GPUs, c.GPUs).ToArray())
+		}
 	}
 }
 
