@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,51 @@ func TestRunnerReconcilesAtRestore(t *testing.T) {
 		}
 	}
 	assert.True(t, failed, "a node gone from the backend is failed in the engine")
+}
+
+// TestRunnerCyclesAfterRestore: a restarted Runner whose engine has work
+// ready after the reconciliation (here: one job waited for the other's
+// GPUs, and that one ended while no Runner ran) places it at once, without waiting for the
+// backend's first event (a backend with nothing new to say gives none).
+func TestRunnerCyclesAfterRestore(t *testing.T) {
+	qs := queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	e, err := engine.New(engine.Config{Cluster: topo.Uniform(nil, nil, 1, 8, "H100"), Queues: qs, Start: t0, Policy: queue.StrictPriority()})
+	require.NoError(t, err)
+	require.NoError(t, e.EnableJournal())
+	require.NoError(t, e.Step(engine.Submitted(t0, job("x", 1, 8))))
+	require.NoError(t, e.Step(engine.Submitted(t0, job("p", 1, 8))))
+	rd := e.Ready()
+	require.Len(t, rd.Binds, 1)
+	waiting := "p"
+	if rd.Binds[0].Job == "p" {
+		waiting = "x"
+	}
+	require.NoError(t, e.Advance(rd, engine.Outcome{}))
+	st, err := e.Save()
+	require.NoError(t, err)
+	store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+	require.NoError(t, store.Save(context.Background(), st))
+
+	f := newFake(1, 8) // runs nothing: the bound job ended while berth was down; Next blocks
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine:  engine.Config{Queues: qs, Policy: queue.StrictPriority()},
+		Backend: f, Clock: &clock{}, Store: store,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	bound := func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.bound[waiting]) > 0
+	}
+	for !bound() && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	assert.True(t, bound(), "%s is bound after the restart without any backend event", waiting)
+	assert.Len(t, r.Reconciled().Finished, 1)
 }

@@ -245,6 +245,18 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		}
 	}()
 	lastTick := eng.Now()
+	// The restore and the reconciliation may leave pending jobs that can
+	// run now (from the saved state or the backend's Pending, on GPUs of
+	// jobs that ended while no Runner ran): a cycle now, not at the
+	// backend's first event, which a backend with nothing new to say
+	// never sends. An engine with no pending job waits for events as
+	// before.
+	if pend, _ := eng.JobIDs(); len(pend) > 0 && eng.HasReady() {
+		if err := r.cycle(ctx, eng); err != nil {
+			return err
+		}
+		r.maybeSave(ctx, eng)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
