@@ -34,6 +34,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,6 +99,9 @@ type Shape struct {
 	// backends that cannot put two members of a gang on one node (a SLURM
 	// job has one member per node; docs/backends/slurm.md).
 	WholeNodeGangs bool
+	// HangAfter is how long (wall time) one Runner may run before the
+	// scenario fails as hung (default 5 minutes).
+	HangAfter time.Duration
 }
 
 // Shaper is implemented by backends that run the suite in their own Shape.
@@ -130,6 +134,9 @@ func shapeOf(be Backend) Shape {
 	}
 	if sh.CallTimeout <= 0 {
 		sh.CallTimeout = 20 * time.Millisecond
+	}
+	if sh.HangAfter <= 0 {
+		sh.HangAfter = 5 * time.Minute
 	}
 	return sh
 }
@@ -319,9 +326,10 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				return nil
 			}
 			return err
-		case <-time.After(5 * time.Minute):
+		case <-time.After(sh.HangAfter):
+			left := w.unfinished(ids)
 			cancel()
-			return fmt.Errorf("Run hung (not finished: %v)", w.unfinished(ids))
+			return fmt.Errorf("Run hung (not finished: %v)%s", left, engineSays(r.View(), left))
 		}
 	}
 	reopen := func() {
@@ -354,6 +362,36 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	}
 	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d", n, faults, restarts, w.nRefused, w.nTransient, w.nHung)
 	return faults, restarts, n
+}
+
+// engineSays tells what the engine's latest view says of jobs: running
+// (on which members, since when) or pending (its reason), or neither.
+func engineSays(v *engine.View, ids []string) string {
+	if v == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&b, "\n  %s: ", id)
+		found := false
+		for _, rj := range v.Running() {
+			if rj.Job == id {
+				fmt.Fprintf(&b, "running in the engine (%d GPUs) since %v, stopping %v", rj.GPUs, rj.Start.Format(time.TimeOnly), rj.Stopping)
+				found = true
+			}
+		}
+		for _, p := range v.Pending {
+			if p.Job == id {
+				x, _ := v.Explain(id)
+				fmt.Fprintf(&b, "pending in the engine: %v (%s)", p, x)
+				found = true
+			}
+		}
+		if !found {
+			b.WriteString("unknown to the engine")
+		}
+	}
+	return b.String()
 }
 
 // checkFinishedOnce checks that every job in ids was reported finished

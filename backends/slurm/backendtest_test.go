@@ -38,10 +38,11 @@ type suiteSlurm struct {
 	name2id map[string]string
 	timers  []*time.Timer
 	viol    []error
+	lost    map[string]int // node -> losses not yet recovered
 }
 
 func (s *suiteSlurm) Shape() backendtest.Shape {
-	sh := backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: 20, Seeds: 1, CallTimeout: 10 * time.Second,
+	sh := backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: 20, Seeds: 1, CallTimeout: 10 * time.Second, HangAfter: 2 * time.Minute,
 		WholeNodeGangs: true} // two members of one gang on one node: not supported (docs/backends/slurm.md)
 	if os.Getenv("BERTH_SLURM_NODE_LOSS") == "" {
 		sh.NoNodeLoss = slurmNodeLossBug
@@ -123,10 +124,20 @@ func (s *suiteSlurm) Submit(j *queue.Job, runtime time.Duration) error {
 	return nil
 }
 
+// FailNode sets the node DOWN (SLURM kills and requeues its jobs) and then
+// DRAIN: the test cluster's ReturnToService=2 brings a DOWN node back as
+// soon as its slurmd answers (tens of milliseconds), and the loss must
+// last until RecoverNode. Losses of one node may overlap: the node is back
+// when the last one ends.
 func (s *suiteSlurm) FailNode(at time.Time, node string) error {
 	s.later(at, func() {
-		if out, err := cmdErr(s.conf, "scontrol", "update", "NodeName="+node, "State=DOWN", "Reason=backendtest"); err != nil {
-			s.fail(fmt.Errorf("down %s: %v: %s", node, err, out))
+		s.mu.Lock()
+		s.lost[node]++
+		s.mu.Unlock()
+		for _, st := range []string{"State=DOWN", "State=DRAIN"} {
+			if out, err := cmdErr(s.conf, "scontrol", "update", "NodeName="+node, st, "Reason=backendtest"); err != nil {
+				s.fail(fmt.Errorf("%s %s: %v: %s", st, node, err, out))
+			}
 		}
 	})
 	return nil
@@ -134,6 +145,13 @@ func (s *suiteSlurm) FailNode(at time.Time, node string) error {
 
 func (s *suiteSlurm) RecoverNode(at time.Time, node string) error {
 	s.later(at, func() {
+		s.mu.Lock()
+		s.lost[node]--
+		back := s.lost[node] == 0
+		s.mu.Unlock()
+		if !back {
+			return
+		}
 		if out, err := cmdErr(s.conf, "scontrol", "update", "NodeName="+node, "State=RESUME"); err != nil {
 			s.fail(fmt.Errorf("resume %s: %v: %s", node, err, out))
 		}
@@ -302,7 +320,7 @@ func TestIntegrationFaultSuite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &suiteSlurm{Backend: b, t: t, conf: conf, cfg: bc, id2name: map[string]string{}, name2id: map[string]string{}}
+		s := &suiteSlurm{Backend: b, t: t, conf: conf, cfg: bc, id2name: map[string]string{}, name2id: map[string]string{}, lost: map[string]int{}}
 		t.Cleanup(func() {
 			s.mu.Lock()
 			for _, tm := range s.timers {
@@ -311,6 +329,16 @@ func TestIntegrationFaultSuite(t *testing.T) {
 			cur := s.Backend
 			s.mu.Unlock()
 			cur.Close()
+			if t.Failed() {
+				// What SLURM says of the jobs, for the failure's analysis.
+				out, _ := cmdErr(conf, "squeue", "-h", "-t", "all", "-o", "%i %j %P %T %r nodes=%N start=%S")
+				t.Logf("squeue at the failure:\n%s", out)
+				live, _ := cmdErr(conf, "squeue", "-h", "-o", "%i")
+				for _, id := range strings.Fields(live) {
+					info, _ := cmdErr(conf, "scontrol", "-o", "show", "job", id)
+					t.Logf("%s", info)
+				}
+			}
 			cleanSlurm(t, conf)
 		})
 		return s
