@@ -887,3 +887,35 @@ func TestIntegrationUserHold(t *testing.T) {
 		return st == "RUNNING" || st == "COMPLETED"
 	})
 }
+
+// A berth process that stops in a preemption's grace period (its victim
+// already ended by the SIGTERM, the requeue still due) loses nothing: the
+// next process finds the victim ended in the run partition, marked as
+// being stopped by berth, requeues it and places it again (the fault
+// suite's restarts found it ended and never requeued: it never ran
+// again, and the run hung).
+func TestIntegrationRestartInGracePeriod(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	long := func(c *slurm.Config) {
+		c.Partitions["berth"] = slurm.Partition{Preemptible: true, GracePeriod: 30 * time.Second}
+	}
+	rn := startRunner(t, conf, long)
+	low := sbatch(t, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 120")
+	waitFor(t, 30*time.Second, "the low gang to run", func() bool { return showJob(t, conf, low).State == "RUNNING" })
+	high := sbatch(t, conf, "-p", "berth-hi", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 2")
+	waitFor(t, 30*time.Second, "the victim to end by the SIGTERM", func() bool {
+		st := showJob(t, conf, low).State
+		return st != "RUNNING" && st != "COMPLETING"
+	})
+	rn.stop(t) // in the grace period: the requeue was not made
+	jl := showJob(t, conf, low)
+	require.Zero(t, jl.Restarts, "not requeued before the restart (state %s)", jl.State)
+	rn2 := startRunner(t, conf, long)
+	defer rn2.stop(t)
+	waitFor(t, 60*time.Second, "the high gang to run and end", func() bool { return showJob(t, conf, high).State == "COMPLETED" })
+	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
+		j := showJob(t, conf, low)
+		return j.State == "RUNNING" && j.Restarts >= 1
+	})
+}
