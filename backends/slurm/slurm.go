@@ -178,6 +178,12 @@ type Backend struct {
 	failures int
 	stats    Stats
 
+	// smu orders a grace period's stop (requeuehold, then the move back:
+	// Lock) against binds (RLock): a bind of the requeued job made
+	// between the two would be undone by the move back, the job left
+	// pending in its managed partition while berth books it running.
+	smu sync.RWMutex
+
 	bmu     sync.Mutex
 	batch   []*bindReq
 	leading bool
@@ -586,6 +592,8 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	if b.isReplicaJob(job) {
 		return b.bindReplica(ctx, job, ms)
 	}
+	b.smu.RLock()
+	defer b.smu.RUnlock()
 	b.mu.Lock()
 	sid := b.slurmIDLocked(job)
 	t := b.jobs[job]
@@ -761,7 +769,10 @@ func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error 
 	}
 	// A job that ended in its grace period (SIGTERM often ends it) is
 	// requeued too: the engine requeues every preempted job, and SLURM
-	// requeues a finished job on request.
+	// requeues a finished job on request. No bind between the requeue
+	// and the move back (smu).
+	b.smu.Lock()
+	defer b.smu.Unlock()
 	if _, err := b.cli.run(ctx, "scontrol", "requeuehold", id); err != nil {
 		return refusal(err)
 	}
