@@ -727,6 +727,9 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 			}
 		}
 		if _, err := b.cli.run(ctx, "scancel", "--signal=TERM", "--full", sid); err != nil {
+			if !cancel { // not preempted (it ended first): no requeue is due
+				_, _ = b.cli.run(context.WithoutCancel(ctx), "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+t.partition)
+			}
 			return refusal(err)
 		}
 	}
