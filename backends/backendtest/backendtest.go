@@ -295,6 +295,13 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 		if r, err = backends.NewRunner(cfg); err != nil {
 			return err
 		}
+		// The Runner's first Next comes after its reconciliation, on Run's
+		// goroutine: count the jobs it finished there, so that the watch
+		// below sees them when no cycle follows (the last jobs ended while
+		// no Runner ran, and nothing is left to place).
+		w.mu.Lock()
+		w.beforeNext = countReconciled
+		w.mu.Unlock()
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
 		// The last jobs may end by reconciliation, with no cycle after:
@@ -483,6 +490,7 @@ type faulty struct {
 	ended                       map[string]bool
 	rebound                     []string
 	nRefused, nTransient, nHung int
+	beforeNext                  func() // called once, by the next Next
 }
 
 func (f *faulty) take(m map[string]int, job string) bool {
@@ -518,6 +526,13 @@ func (f *faulty) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) erro
 }
 
 func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
+	f.mu.Lock()
+	before := f.beforeNext
+	f.beforeNext = nil
+	f.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	evs, err := f.inner.Next(ctx, wake)
 	f.mu.Lock()
 	defer f.mu.Unlock()
