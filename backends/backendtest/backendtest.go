@@ -34,6 +34,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,6 +296,17 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 		if r, err = backends.NewRunner(cfg); err != nil {
 			return err
 		}
+		if !stop.IsZero() && logErrs {
+			t.Logf("Runner until %v (in %v)", stop.Format(time.TimeOnly+".000"), stop.Sub(be.Now()))
+		}
+		if !stop.IsZero() {
+			// A Runner that runs no cycle (nothing to place, its stop time
+			// passed before it started) is stopped on time too: Observe
+			// alone would never stop it. (On a virtual clock this wall
+			// timer fires long after Observe stopped the Runner.)
+			tm := time.AfterFunc(stop.Sub(be.Now()), cancel)
+			defer tm.Stop()
+		}
 		// The Runner's first Next comes after its reconciliation, on Run's
 		// goroutine: count the jobs it finished there, so that the watch
 		// below sees them when no cycle follows (the last jobs ended while
@@ -335,6 +347,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 			return err
 		case <-time.After(sh.HangAfter):
 			left := w.unfinished(ids)
+			if logErrs { // where everything waits
+				_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			}
 			cancel()
 			return fmt.Errorf("Run hung (not finished: %v)%s", left, engineSays(r.View(), left))
 		}
