@@ -103,6 +103,12 @@ type Shape struct {
 	// HangAfter is how long (wall time) one Runner may run before the
 	// scenario fails as hung (default 5 minutes).
 	HangAfter time.Duration
+	// TickInterval is the Runner's (RunnerConfig.TickInterval; default
+	// none). A Runner waits for an event before its first cycle: a
+	// restored one whose backend reports nothing new (every pending job
+	// already reported by Pending, nothing running) places nothing until
+	// a tick, as a deployment's Runner does (examples/slurm-bridge ticks).
+	TickInterval time.Duration
 }
 
 // Shaper is implemented by backends that run the suite in their own Shape.
@@ -252,8 +258,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				Preemption: engine.PreemptionConfig{Priority: true},
 			},
 			Backend: backend, Clock: be, Store: store, SaveInterval: time.Hour,
-			CallTimeout: sh.CallTimeout,
-			Retry:       backends.Retry{Attempts: 2},
+			CallTimeout:  sh.CallTimeout,
+			TickInterval: sh.TickInterval,
+			Retry:        backends.Retry{Attempts: 2},
 		}
 		if os.Getenv("BERTH_BACKENDTEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

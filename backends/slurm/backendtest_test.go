@@ -45,9 +45,13 @@ type suiteSlurm struct {
 // timeout is what a hung bind costs a cycle (7 hangs in the suite); 5 s
 // was too short for the first inventory of a scenario under -race on the
 // loaded 2-core machine (squeue --json of the 10 minutes of jobs SLURM
-// keeps).
+// keeps). The Runner ticks every second, as the package's other Runners
+// (examples/slurm-bridge: 10 s): a restarted Runner whose pending jobs
+// the backend reported at start (Pending) gets no event until something
+// changes in SLURM, and without a tick it would not place them.
 func (s *suiteSlurm) Shape() backendtest.Shape {
 	return backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: 20, Seeds: 1, CallTimeout: 10 * time.Second, HangAfter: 2 * time.Minute,
+		TickInterval:   time.Second,
 		WholeNodeGangs: true} // two members of one gang on one node: not supported (docs/backends/slurm.md)
 }
 
