@@ -51,7 +51,7 @@ type suiteSlurm struct {
 // changes in SLURM, and without a tick it would not place them.
 func (s *suiteSlurm) Shape() backendtest.Shape {
 	return backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: 20, Seeds: 1, CallTimeout: 10 * time.Second, HangAfter: 2 * time.Minute,
-		TickInterval:   time.Second,
+		TickInterval: time.Second, StopOnTime: true,
 		WholeNodeGangs: true} // two members of one gang on one node: not supported (docs/backends/slurm.md)
 }
 

@@ -448,7 +448,7 @@ func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
 			}
 		case r.State == "PENDING":
 			if err := b.moveBack(ctx, id, part); err != nil {
-				if strings.Contains(err.Error(), "no longer pending") {
+				if strings.Contains(err.Error(), "no longer pending") || strings.Contains(err.Error(), "already finished") {
 					return nil, fmt.Errorf("%w: job %s: %w", errStartedMeanwhile, id, err)
 				}
 				return nil, err
