@@ -34,6 +34,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,6 +100,21 @@ type Shape struct {
 	// backends that cannot put two members of a gang on one node (a SLURM
 	// job has one member per node; docs/backends/slurm.md).
 	WholeNodeGangs bool
+	// HangAfter is how long (wall time) one Runner may run before the
+	// scenario fails as hung (default 5 minutes).
+	HangAfter time.Duration
+	// TickInterval is the Runner's (RunnerConfig.TickInterval; default
+	// none). A Runner waits for an event before its first cycle: a
+	// restored one whose backend reports nothing new (every pending job
+	// already reported by Pending, nothing running) places nothing until
+	// a tick, as a deployment's Runner does (examples/slurm-bridge ticks).
+	TickInterval time.Duration
+	// StopOnTime stops each Runner but the last at its stop time with a
+	// wall-clock timer, even in a cycle or with no cycle at all (a Runner
+	// is otherwise stopped by Observe, after a cycle: one started after
+	// its stop time that runs no cycle never stops). Real-clock backends
+	// only.
+	StopOnTime bool
 }
 
 // Shaper is implemented by backends that run the suite in their own Shape.
@@ -130,6 +147,9 @@ func shapeOf(be Backend) Shape {
 	}
 	if sh.CallTimeout <= 0 {
 		sh.CallTimeout = 20 * time.Millisecond
+	}
+	if sh.HangAfter <= 0 {
+		sh.HangAfter = 5 * time.Minute
 	}
 	return sh
 }
@@ -244,8 +264,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				Preemption: engine.PreemptionConfig{Priority: true},
 			},
 			Backend: backend, Clock: be, Store: store, SaveInterval: time.Hour,
-			CallTimeout: sh.CallTimeout,
-			Retry:       backends.Retry{Attempts: 2},
+			CallTimeout:  sh.CallTimeout,
+			TickInterval: sh.TickInterval,
+			Retry:        backends.Retry{Attempts: 2},
 		}
 		if os.Getenv("BERTH_BACKENDTEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -288,6 +309,20 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 		if r, err = backends.NewRunner(cfg); err != nil {
 			return err
 		}
+		if !stop.IsZero() && sh.StopOnTime {
+			tm := time.AfterFunc(stop.Sub(be.Now()), cancel)
+			defer tm.Stop()
+		}
+		if !stop.IsZero() && logErrs {
+			t.Logf("Runner until %v (in %v)", stop.Format(time.TimeOnly+".000"), stop.Sub(be.Now()))
+		}
+		// The Runner's first Next comes after its reconciliation, on Run's
+		// goroutine: count the jobs it finished there, so that the watch
+		// below sees them when no cycle follows (the last jobs ended while
+		// no Runner ran, and nothing is left to place).
+		w.mu.Lock()
+		w.beforeNext = countReconciled
+		w.mu.Unlock()
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
 		// The last jobs may end by reconciliation, with no cycle after:
@@ -319,9 +354,13 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				return nil
 			}
 			return err
-		case <-time.After(5 * time.Minute):
+		case <-time.After(sh.HangAfter):
+			left := w.unfinished(ids)
+			if logErrs { // where everything waits
+				_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			}
 			cancel()
-			return fmt.Errorf("Run hung (not finished: %v)", w.unfinished(ids))
+			return fmt.Errorf("Run hung (not finished: %v)%s", left, engineSays(r.View(), left))
 		}
 	}
 	reopen := func() {
@@ -354,6 +393,36 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	}
 	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d", n, faults, restarts, w.nRefused, w.nTransient, w.nHung)
 	return faults, restarts, n
+}
+
+// engineSays tells what the engine's latest view says of jobs: running
+// (on which members, since when) or pending (its reason), or neither.
+func engineSays(v *engine.View, ids []string) string {
+	if v == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&b, "\n  %s: ", id)
+		found := false
+		for _, rj := range v.Running() {
+			if rj.Job == id {
+				fmt.Fprintf(&b, "running in the engine (%d GPUs) since %v, stopping %v", rj.GPUs, rj.Start.Format(time.TimeOnly), rj.Stopping)
+				found = true
+			}
+		}
+		for _, p := range v.Pending {
+			if p.Job == id {
+				x, _ := v.Explain(id)
+				fmt.Fprintf(&b, "pending in the engine: %v (%s)", p, x)
+				found = true
+			}
+		}
+		if !found {
+			b.WriteString("unknown to the engine")
+		}
+	}
+	return b.String()
 }
 
 // checkFinishedOnce checks that every job in ids was reported finished
@@ -445,6 +514,7 @@ type faulty struct {
 	ended                       map[string]bool
 	rebound                     []string
 	nRefused, nTransient, nHung int
+	beforeNext                  func() // called once, by the next Next
 }
 
 func (f *faulty) take(m map[string]int, job string) bool {
@@ -480,6 +550,13 @@ func (f *faulty) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) erro
 }
 
 func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
+	f.mu.Lock()
+	before := f.beforeNext
+	f.beforeNext = nil
+	f.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	evs, err := f.inner.Next(ctx, wake)
 	f.mu.Lock()
 	defer f.mu.Unlock()

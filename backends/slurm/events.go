@@ -16,7 +16,7 @@ import (
 // wake is reached or ctx is done. Changes become events stamped with the
 // wall clock: new pending jobs of managed partitions (Submitted), the GPUs
 // a started job got (DevicesReported), ends (Finished; Cancelled for
-// scancel), requeues SLURM made itself (Finished, then Submitted again),
+// scancel), requeues SLURM made itself (Cancelled, then Submitted again),
 // and node states (NodeChanged for drain and resume, NodeFailed for down).
 func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
 	for {
@@ -94,6 +94,16 @@ func (b *Backend) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if b.nodeWentDown(nodes) {
+		// Read the jobs again, after the nodes: a job of a node that went
+		// down after the first read either ended before (COMPLETED) or was
+		// requeued by SLURM (PENDING); read before, it shows RUNNING, and
+		// taken for a job the node's loss stopped, one that had completed
+		// would be requeued in the engine and then reported cancelled.
+		if recs, err = b.squeue(ctx); err != nil {
+			return err
+		}
+	}
 	now := time.Now()
 	var evs []engine.Event
 	var moves [][2]string // jobs to hand back to their managed partition
@@ -103,6 +113,10 @@ func (b *Backend) poll(ctx context.Context) error {
 	b.stats.PollTime += now.Sub(start)
 
 	// Nodes first: a node that went down requeues its gangs in the engine.
+	// A gang of it that SLURM shows ended (it completed before the node
+	// went down, or SLURM failed it) is reported ended first: the engine
+	// would requeue it, and a pending job cannot finish.
+	var byID map[string]*jobRec
 	seen := map[string]bool{}
 	for _, n := range nodes {
 		if !b.inSpec[n.Name] || seen[n.Name] {
@@ -116,12 +130,21 @@ func (b *Backend) poll(ctx context.Context) error {
 		}
 		b.nodes[n.Name] = st
 		if st == topo.Down {
-			evs = append(evs, engine.NodeFailed(now, n.Name))
-			for _, t := range b.jobs {
-				if t.state == inRunning && !t.preempted && slices.Contains(t.running, n.Name) {
-					t.state, t.bound = inPending, false // the engine requeues it whole
-				}
+			if byID == nil {
+				byID = b.recsByIDLocked(recs)
 			}
+			for id, t := range b.jobs {
+				if t.state != inRunning || t.preempted || !slices.Contains(t.running, n.Name) {
+					continue
+				}
+				if r := byID[id]; r != nil && terminal(r.State) {
+					_, managed := b.cfg.Partitions[r.Partition]
+					evs = b.jobChanged(evs, now, id, taskIndex(r), r, managed, &moves)
+					continue
+				}
+				t.state, t.bound = inPending, false // the engine requeues it whole
+			}
+			evs = append(evs, engine.NodeFailed(now, n.Name))
 		} else {
 			evs = append(evs, engine.NodeChanged(now, n.Name, st, features(n.Features)))
 		}
@@ -254,14 +277,18 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			}
 		}
 	case r.State == "PENDING" && (!t.bound || r.RestartCnt > t.restarts):
-		// SLURM requeued it (a node failure it saw first, an admin's
-		// scontrol requeue): it ended, and is pending again. A job bound
-		// and not yet seen running is pending too, until it starts: its
-		// restart count tells a requeue from that (a node that went down
-		// before a poll saw the job run).
+		// SLURM requeued it (a node failure no poll saw: a node set DOWN
+		// that ReturnToService brought back at once, or drained after;
+		// an admin's scontrol requeue): its run was stopped, and the job
+		// is pending again. It did not finish: Cancelled, then Submitted,
+		// as the Runner's reconciliation requeues a job (a Finished would
+		// count a completion that did not happen). A job bound and not yet
+		// seen running is pending too, until it starts: its restart count
+		// tells a requeue from that (a node that went down before a poll
+		// saw the job run).
 		t.state, t.devices, t.restarts = inPending, "", r.RestartCnt
 		j, err := b.toJob(id, r, t.partition, idx)
-		evs = append(evs, engine.Finished(now, id))
+		evs = append(evs, engine.Cancelled(now, id))
 		if err != nil {
 			t.state = inEnded
 			b.skipped[id] = true
@@ -278,4 +305,35 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		return append(evs, engine.Finished(now, id))
 	}
 	return evs
+}
+
+// nodeWentDown reports whether nodes shows a node of the cluster down that
+// the engine was not told is down.
+func (b *Backend) nodeWentDown(nodes []nodeRec) bool {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range nodes {
+		if b.inSpec[n.Name] && b.nodes[n.Name] != topo.Down && b.nodeStateAt(n, now) == topo.Down {
+			return true
+		}
+	}
+	return false
+}
+
+// recsByIDLocked maps berth's job IDs to the records of started jobs
+// (replicas and pending array records left out). b.mu is held.
+func (b *Backend) recsByIDLocked(recs []jobRec) map[string]*jobRec {
+	m := make(map[string]*jobRec, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		if r.ArrayTaskID == nil && r.ArrayTaskString != "" {
+			continue
+		}
+		if _, ok := b.replicaRec(r); ok {
+			continue
+		}
+		m[b.berthIDLocked(recID(r))] = r
+	}
+	return m
 }

@@ -887,3 +887,116 @@ func TestIntegrationUserHold(t *testing.T) {
 		return st == "RUNNING" || st == "COMPLETED"
 	})
 }
+
+// A berth process that stops in a preemption's grace period (its victim
+// already ended by the SIGTERM, the requeue still due) loses nothing: the
+// next process finds the victim ended in the run partition, marked as
+// being stopped by berth, requeues it and places it again (the fault
+// suite's restarts found it ended and never requeued: it never ran
+// again, and the run hung).
+func TestIntegrationRestartInGracePeriod(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	long := func(c *slurm.Config) {
+		c.Partitions["berth"] = slurm.Partition{Preemptible: true, GracePeriod: 30 * time.Second}
+	}
+	rn := startRunner(t, conf, long)
+	low := sbatch(t, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 120")
+	waitFor(t, 30*time.Second, "the low gang to run", func() bool { return showJob(t, conf, low).State == "RUNNING" })
+	high := sbatch(t, conf, "-p", "berth-hi", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 2")
+	waitFor(t, 30*time.Second, "the victim to end by the SIGTERM", func() bool {
+		st := showJob(t, conf, low).State
+		return st != "RUNNING" && st != "COMPLETING"
+	})
+	rn.stop(t) // in the grace period: the requeue was not made
+	jl := showJob(t, conf, low)
+	require.Zero(t, jl.Restarts, "not requeued before the restart (state %s)", jl.State)
+	rn2 := startRunner(t, conf, long)
+	defer rn2.stop(t)
+	waitFor(t, 60*time.Second, "the high gang to run and end", func() bool { return showJob(t, conf, high).State == "COMPLETED" })
+	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
+		j := showJob(t, conf, low)
+		return j.State == "RUNNING" && j.Restarts >= 1
+	})
+}
+
+// What the backend tells the engine when SLURM ends or requeues a job
+// between two polls (Next is called by hand, so nothing is seen in
+// between): a job that completed before its node went down is Finished
+// before the NodeFailed (a job the engine requeued for the node could not
+// finish any more; the fault suite's node loss hung on one); a running job
+// SLURM requeued is Cancelled and Submitted again, never Finished (it did
+// not complete; the suite counted it finished twice).
+func TestIntegrationEndsBetweenPolls(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	b, err := slurm.New(backendConfig(conf, t))
+	require.NoError(t, err)
+	defer b.Close()
+	ctx := context.Background()
+	_, err = b.Cluster(ctx)
+	require.NoError(t, err)
+	poll := func() []engine.Event {
+		evs, err := b.Next(ctx, time.Now().Add(300*time.Millisecond))
+		require.NoError(t, err)
+		return evs
+	}
+	pollUntil := func(what string, ok func([]engine.Event) bool) []engine.Event {
+		var all []engine.Event
+		waitFor(t, 20*time.Second, what, func() bool {
+			all = append(all, poll()...)
+			return ok(all)
+		})
+		return all
+	}
+	has := func(evs []engine.Event, k engine.EventKind, id string) bool {
+		return slices.ContainsFunc(evs, func(e engine.Event) bool {
+			return e.Kind == k && (e.JobID == id || e.Job != nil && e.Job.ID == id)
+		})
+	}
+	kinds := func(evs []engine.Event, id, node string) []string {
+		var out []string
+		for _, e := range evs {
+			if e.JobID == id || e.Job != nil && e.Job.ID == id || e.NodeName == node && node != "" {
+				out = append(out, e.Kind.String())
+			}
+		}
+		return out
+	}
+	short := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "5", "--wrap", "sleep 4")
+	long := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "5", "--wrap", "sleep 300")
+	pollUntil("both submitted", func(evs []engine.Event) bool {
+		return has(evs, engine.EventJobSubmitted, short) && has(evs, engine.EventJobSubmitted, long)
+	})
+	all := func(n string) []engine.Member { return []engine.Member{{Node: n, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}} }
+	require.NoError(t, b.BindGang(ctx, short, all("node05")))
+	require.NoError(t, b.BindGang(ctx, long, all("node06")))
+	evs := pollUntil("both started", func(evs []engine.Event) bool {
+		return has(evs, engine.EventDevicesReported, short) && has(evs, engine.EventDevicesReported, long)
+	})
+	require.False(t, has(evs, engine.EventJobFinished, short), "the short job ended before a poll saw it run alone")
+
+	// short completes, then its node goes down; one poll sees both.
+	waitFor(t, 20*time.Second, "the short job to complete", func() bool { return showJob(t, conf, short).State == "COMPLETED" })
+	cmd(t, conf, "scontrol", "update", "NodeName=node05", "State=DOWN", "Reason=berth-test")
+	cmd(t, conf, "scontrol", "update", "NodeName=node05", "State=DRAIN", "Reason=berth-test")
+	// (A node without jobs stays DOWN until slurmd's next ping: a poll
+	// sees it down.)
+	evs = pollUntil("node05 down", func(evs []engine.Event) bool {
+		return slices.ContainsFunc(evs, func(e engine.Event) bool { return e.NodeName == "node05" || e.Node.Name == "node05" })
+	})
+	if got := kinds(evs, short, "node05"); slices.Contains(got, "node-failed") {
+		assert.Equal(t, []string{"job-finished", "node-failed"}, got, "ended before its node went down")
+	} else {
+		assert.Equal(t, []string{"job-finished"}, kinds(evs, short, ""))
+		t.Logf("node05 was back before the poll (%v): the ordering was not exercised", got)
+	}
+
+	// long is requeued by SLURM (no node event tells why).
+	cmd(t, conf, "scontrol", "requeue", long)
+	evs = pollUntil("the requeue", func(evs []engine.Event) bool { return has(evs, engine.EventJobSubmitted, long) })
+	assert.Equal(t, []string{"job-cancelled", "job-submitted"}, kinds(evs, long, ""), "requeued: not finished")
+	j := showJob(t, conf, long)
+	assert.Equal(t, "berth", j.Partition, "handed back to its managed partition")
+	assert.Equal(t, 1, j.Restarts)
+}

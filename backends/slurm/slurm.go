@@ -178,6 +178,12 @@ type Backend struct {
 	failures int
 	stats    Stats
 
+	// smu orders a grace period's stop (requeuehold, then the move back:
+	// Lock) against binds (RLock): a bind of the requeued job made
+	// between the two would be undone by the move back, the job left
+	// pending in its managed partition while berth books it running.
+	smu sync.RWMutex
+
 	bmu     sync.Mutex
 	batch   []*bindReq
 	leading bool
@@ -379,6 +385,21 @@ func nodeState(r nodeRec) topo.NodeState {
 // moved to RunPartition that has not started yet is moved back to its
 // managed partition: the Runner places it again (never twice).
 func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
+	// A job berth bound just before it stopped may start between the read
+	// and its move back ("no longer pending"): read again, it is running.
+	for try := 1; ; try++ {
+		out, err := b.running(ctx)
+		if err == nil || try == 3 || !errors.Is(err, errStartedMeanwhile) {
+			return out, err
+		}
+	}
+}
+
+// errStartedMeanwhile: a job Running found pending in RunPartition
+// started before it could be moved back.
+var errStartedMeanwhile = errors.New("slurm: a job started while it was moved back")
+
+func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
 	recs, err := b.squeue(ctx)
 	if err != nil {
 		return nil, err
@@ -417,8 +438,19 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 			b.mu.Lock()
 			b.jobs[id] = &tracked{state: inRunning, partition: part, nodes: r.NodeCount, running: nodeNames(ms), devices: strings.Join(r.GresDetail, ";"), restarts: r.RestartCnt}
 			b.mu.Unlock()
+		case terminal(r.State) && stopping(r.AdminComment):
+			// Preempted by a berth that stopped in the grace period: the
+			// SIGTERM ended it, the requeue was not made. Make it now (the
+			// engine requeues the job at its deadline, or Pending reports
+			// it to a new engine).
+			if err := b.stop(ctx, id, part, false); err != nil {
+				b.skip(id, fmt.Errorf("requeueing a job preempted before the restart: %w", err))
+			}
 		case r.State == "PENDING":
 			if err := b.moveBack(ctx, id, part); err != nil {
+				if strings.Contains(err.Error(), "no longer pending") || strings.Contains(err.Error(), "already finished") {
+					return nil, fmt.Errorf("%w: job %s: %w", errStartedMeanwhile, id, err)
+				}
 				return nil, err
 			}
 		}
@@ -476,6 +508,13 @@ func taskIndex(r *jobRec) int {
 }
 
 const adminTag = "berth:from="
+
+// stoppingTag marks, in a job's admin comment, a job berth preempted and
+// will requeue at the end of its grace period (BindGang's update clears
+// it).
+const stoppingTag = "berth:stopping"
+
+func stopping(admin string) bool { return slices.Contains(strings.Fields(admin), stoppingTag) }
 
 func fromPartition(admin string, cfg Config) string {
 	for _, f := range strings.Fields(admin) {
@@ -553,6 +592,8 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	if b.isReplicaJob(job) {
 		return b.bindReplica(ctx, job, ms)
 	}
+	b.smu.RLock()
+	defer b.smu.RUnlock()
 	b.mu.Lock()
 	sid := b.slurmIDLocked(job)
 	t := b.jobs[job]
@@ -677,7 +718,18 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	cancel := b.cfg.Partitions[t.partition].Cancel
 	wait := time.Until(p.Deadline)
 	if wait > 0 {
+		if !cancel {
+			// Marked in SLURM, so that a berth started again finds a
+			// victim the SIGTERM ended, whose requeue this process's
+			// timer was to make, and makes it (Running).
+			if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+t.partition+" "+stoppingTag); err != nil {
+				return refusal(err)
+			}
+		}
 		if _, err := b.cli.run(ctx, "scancel", "--signal=TERM", "--full", sid); err != nil {
+			if !cancel { // not preempted (it ended first): no requeue is due
+				_, _ = b.cli.run(context.WithoutCancel(ctx), "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+t.partition)
+			}
 			return refusal(err)
 		}
 	}
@@ -720,7 +772,10 @@ func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error 
 	}
 	// A job that ended in its grace period (SIGTERM often ends it) is
 	// requeued too: the engine requeues every preempted job, and SLURM
-	// requeues a finished job on request.
+	// requeues a finished job on request. No bind between the requeue
+	// and the move back (smu).
+	b.smu.Lock()
+	defer b.smu.Unlock()
 	if _, err := b.cli.run(ctx, "scontrol", "requeuehold", id); err != nil {
 		return refusal(err)
 	}
