@@ -90,13 +90,8 @@ func runHybrid(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 		}
 	}
 	for i := range rows {
-		// Counts are means over the seeds too (rounded).
-		n := len(o.seeds)
-		rows[i].NodeMoves = (rows[i].NodeMoves + n/2) / n
-		rows[i].TrainingPreemptions = (rows[i].TrainingPreemptions + n/2) / n
-		rows[i].TrainingJobs = (rows[i].TrainingJobs + n/2) / n
-		rows[i].TrainingStarted = (rows[i].TrainingStarted + n/2) / n
-		rows[i].Dropped = (rows[i].Dropped + n/2) / n
+		r := &rows[i]
+		meanCounts(len(o.seeds), &r.NodeMoves, &r.TrainingPreemptions, &r.TrainingJobs, &r.TrainingStarted, &r.Dropped)
 	}
 	switch o.format {
 	case "json":

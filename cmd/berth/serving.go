@@ -119,10 +119,8 @@ func runServing(ctx context.Context, o *options, stdout, stderr io.Writer) error
 		}
 	}
 	for i := range rows {
-		k := len(o.seeds)
-		for _, c := range []*int{&rows[i].ScaleUps, &rows[i].ScaleDowns, &rows[i].Reclaimed, &rows[i].TrainingJobs, &rows[i].TrainingStarted, &rows[i].Dropped} {
-			*c = (*c + k/2) / k
-		}
+		r := &rows[i]
+		meanCounts(len(o.seeds), &r.ScaleUps, &r.ScaleDowns, &r.Reclaimed, &r.TrainingJobs, &r.TrainingStarted, &r.Dropped)
 	}
 	switch o.format {
 	case "json":

@@ -46,6 +46,14 @@ func runSweep[R any](ctx context.Context, o *options, stderr io.Writer, variants
 	return out, nil
 }
 
+// meanCounts turns counts summed over k seeds into their means, rounded
+// to the nearest (counts are means over the seeds, like the rates).
+func meanCounts(k int, counts ...*int) {
+	for _, c := range counts {
+		*c = (*c + k/2) / k
+	}
+}
+
 // plotFile is one plot that writePlots saves (see savePlot).
 type plotFile struct {
 	base, title, xlabel, ylabel string
