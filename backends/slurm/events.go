@@ -162,19 +162,10 @@ func (b *Backend) poll(ctx context.Context) error {
 		if !managed && r.Partition != b.cfg.RunPartition {
 			continue // left to SLURM
 		}
-		ids := []string{b.berthIDLocked(recID(r))}
-		idx := []int{taskIndex(r)}
-		if r.ArrayTaskID == nil && r.ArrayTaskString != "" {
-			tasks, err := taskIDs(r.ArrayTaskString)
-			if err != nil {
-				b.mu.Unlock()
-				return err
-			}
-			ids, idx = ids[:0], idx[:0]
-			for _, k := range tasks {
-				ids = append(ids, fmt.Sprintf("%d_%d", r.JobID, k))
-				idx = append(idx, k)
-			}
+		ids, idx, err := b.recJobs(r)
+		if err != nil {
+			b.mu.Unlock()
+			return err
 		}
 		for k, id := range ids {
 			present[id] = true

@@ -634,28 +634,46 @@ func TestIntegrationBackfillAroundReservation(t *testing.T) {
 	t.Logf("reserved %v, started on %v", reserved, nodes)
 }
 
-// Every task of a job array is a berth job "ARRAY_TASK", bound and run once.
+// Every task of a job array is a berth job "ARRAY_TASK", bound and run
+// once: an array submitted before the Runner starts (read by Pending) and
+// one submitted after (read by Next).
 func TestIntegrationJobArray(t *testing.T) {
 	conf := slurmConf(t)
 	reset(t, conf)
+	array := func() string {
+		return sbatch(t, conf, "-p", "berth", "-a", "0-3", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+	}
+	before := array()
 	rn := startRunner(t, conf, nil)
 	defer rn.stop(t)
-	arr := sbatch(t, conf, "-p", "berth", "-a", "0-3", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
-	want := []string{arr + "_0", arr + "_1", arr + "_2", arr + "_3"}
+	after := array()
+	var want []string
+	for _, arr := range []string{before, after} {
+		for k := range 4 {
+			want = append(want, fmt.Sprintf("%s_%d", arr, k))
+		}
+	}
 	waitFor(t, 40*time.Second, "every task to complete", func() bool {
-		out := cmd(t, conf, "squeue", "-h", "-r", "-t", "all", "-o", "%i %T")
-		done := 0
-		for _, id := range want {
-			if strings.Contains(out, id+" COMPLETED") {
-				done++
+		state := map[string]string{}
+		for _, line := range strings.Split(cmd(t, conf, "squeue", "-h", "-r", "-t", "all", "-o", "%i %T"), "\n") {
+			if id, st, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+				state[id] = st
 			}
 		}
-		return done == len(want)
+		for _, id := range want {
+			if state[id] != "COMPLETED" {
+				return false
+			}
+		}
+		return true
 	})
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	for _, id := range want {
 		assert.Contains(t, rn.binds, id)
+	}
+	for id := range rn.binds {
+		assert.Contains(t, want, id, "only array tasks are bound")
 	}
 }
 

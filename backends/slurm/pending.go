@@ -10,7 +10,7 @@ import (
 var _ backends.PendingReporter = (*Backend)(nil)
 
 // Pending reports the jobs of the managed partitions that wait (squeue
-// --json: PENDING, not held), so that a Runner started again tells a job
+// --json: PENDING, not held; each task of a pending array), so that a Runner started again tells a job
 // berth had bound and SLURM never started (Running moves it back) from one
 // that ended: the first is requeued, not finished. The jobs are tracked
 // as pending, so Next does not submit them again. Jobs berth cannot
@@ -31,18 +31,23 @@ func (b *Backend) Pending(ctx context.Context) ([]*queue.Job, error) {
 		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
 			continue // placed once released
 		}
-		id := b.berthIDLocked(recID(r))
-		if b.skipped[id] {
-			continue
-		}
-		j, err := b.toJob(id, r, r.Partition, taskIndex(r))
+		ids, idx, err := b.recJobs(r)
 		if err != nil {
-			continue // Next skips it and tells OnSkip
+			continue // Next fails on it
 		}
-		if t := b.jobs[id]; t == nil || t.state != inPending {
-			b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}
+		for k, id := range ids {
+			if b.skipped[id] {
+				continue
+			}
+			j, err := b.toJob(id, r, r.Partition, idx[k])
+			if err != nil {
+				continue // Next skips it and tells OnSkip
+			}
+			if t := b.jobs[id]; t == nil || t.state != inPending {
+				b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}
+			}
+			out = append(out, j)
 		}
-		out = append(out, j)
 	}
 	return out, nil
 }

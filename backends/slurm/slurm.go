@@ -500,6 +500,25 @@ func recID(r *jobRec) string {
 	return strconv.FormatInt(r.JobID, 10)
 }
 
+// recJobs lists the berth jobs one squeue record stands for, with their
+// array indices: one, or each task of a pending array's meta record
+// ("ARRAY_TASK"; SLURM shows the tasks not yet split off as one record with
+// array_task_string). b.mu is held.
+func (b *Backend) recJobs(r *jobRec) (ids []string, idx []int, err error) {
+	if r.ArrayTaskID != nil || r.ArrayTaskString == "" {
+		return []string{b.berthIDLocked(recID(r))}, []int{taskIndex(r)}, nil
+	}
+	tasks, err := taskIDs(r.ArrayTaskString)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, k := range tasks {
+		ids = append(ids, fmt.Sprintf("%d_%d", r.JobID, k))
+		idx = append(idx, k)
+	}
+	return ids, idx, nil
+}
+
 func taskIndex(r *jobRec) int {
 	if r.ArrayTaskID != nil {
 		return int(*r.ArrayTaskID)
