@@ -61,6 +61,7 @@ type cycleState struct {
 	seenGen  uint32
 	holdback gang.Holdback
 	inc      overlapHold // enoughFree across one reserve call (reservehold.go)
+	tls      tlSnaps     // the timeline's what-if snapshots (tlsnaps.go)
 	// limMin and limMax are the least and greatest runtime limits of the
 	// jobs considered (zero: none had one).
 	limMin, limMax time.Duration
@@ -102,6 +103,7 @@ type failRec struct {
 func (cs *cycleState) reset(now time.Time) {
 	cs.now, cs.nowNs = now, now.UnixNano()
 	cs.plan = nil
+	cs.tls.reset()
 	cs.holds = cs.holds[:0]
 	cs.res = cs.res[:0]
 	cs.held = cs.held[:0]
@@ -230,6 +232,7 @@ func (e *Engine) cycle() Ready {
 	e.snap = cs.plan
 	cs.plan = nil
 	cs.held = cs.held[:0]
+	cs.tls.reset() // its snapshots hold pages until the next cycle otherwise
 	if len(cs.placedLate) > 0 {
 		cs.pend = slices.DeleteFunc(cs.pend, func(p PendingStatus) bool { return slices.Contains(cs.placedLate, p.Job) })
 	}

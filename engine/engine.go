@@ -56,6 +56,7 @@ type Engine struct {
 	active    map[string]*job     // running and stopping
 	activeIDs []string            // keys of active, sorted
 	tl        []tlEntry           // active jobs by expected end (see timeline.go)
+	tlGen     uint64              // changes whenever tl does (tlsnaps.go)
 	elastic   int                 // active elastic jobs
 	stopping  int                 // jobs in their grace period
 	shapes    map[string]uint64

@@ -63,13 +63,26 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	if hasSticky && (sticky.start.Before(cs.now) || len(sticky.gpus) != js.req.GPUs() || sticky.pl == nil) {
 		hasSticky = false
 	}
-	w := cs.plan.Clone()
+	// w is the plan with the GPUs of the jobs ending by the probe time
+	// released: shared snapshots of the cycle (tlsnaps.go), or, without
+	// caches, one clone released step by step.
+	cached := !e.cfg.DisableCaches
+	var (
+		w  *topo.Snapshot
+		tc *tlSnaps
+	)
+	if cached {
+		tc = e.tlSnapsValid()
+		w = e.snapAt(tc, 0)
+	} else {
+		w = cs.plan.Clone()
+	}
 	var buf []uint32
 	probes := 0
 	cs.inc.begin(w.Cluster(), cs.res, cs.yield)
 	trySticky := func() bool {
 		hasSticky = false
-		if !allFree(e.withOverlapping(w, sticky.start, r), sticky.gpus) {
+		if !e.freeOffOverlapping(w, sticky.start, r, sticky.gpus) {
 			return false
 		}
 		r.start, r.gpus, r.pl = sticky.start, sticky.gpus, sticky.pl
@@ -106,10 +119,26 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		if hasSticky && t.After(sticky.start) && trySticky() {
 			return r, true
 		}
+		i0 := i
 		for i < len(tl) && tl[i].at <= t.UnixNano() {
-			buf = e.releaseOn(w, tl[i].js, buf)
-			cs.inc.released(w, buf, tl[i].js.place.shared)
+			if !cached {
+				buf = e.releaseOn(w, tl[i].js, buf)
+				cs.inc.released(w, buf, tl[i].js.place.shared)
+			}
 			i++
+		}
+		if cached && i > i0 {
+			w = e.snapAt(tc, i)
+			// A GPU free after its job's release stays free after the
+			// later ones: told on the last snapshot, as on each.
+			for k := i0; k < i; k++ {
+				gs := tl[k].js.place.gpus // read only
+				if cs.claimed != nil {
+					buf = e.releasedGPUs(tl[k].js, buf)
+					gs = buf
+				}
+				cs.inc.released(w, gs, tl[k].js.place.shared)
+			}
 		}
 		for k < len(resEnds) && !resEnds[k].After(t) {
 			k++
@@ -174,6 +203,45 @@ func (e *Engine) withOverlapping(w *topo.Snapshot, t time.Time, r *resv) *topo.S
 		s = e.advSnap(s, e.jobs[r.job], t)
 	}
 	return s
+}
+
+// freeOffOverlapping is allFree(e.withOverlapping(w, t, r), gpus)
+// without building that snapshot: gpus are free on w and none is held by
+// a reservation r would overlap at t. With advance reservations (site
+// rules) or Config.DisableCaches it builds the snapshot.
+func (e *Engine) freeOffOverlapping(w *topo.Snapshot, t time.Time, r *resv, gpus []uint32) bool {
+	cs := &e.cyc
+	if e.site != nil || e.cfg.DisableCaches {
+		return allFree(e.withOverlapping(w, t, r), gpus)
+	}
+	if !allFree(w, gpus) {
+		return false
+	}
+	if ng := w.Cluster().NumGPUs(); len(cs.seen) < ng {
+		cs.seen = make([]uint32, ng)
+	}
+	if cs.seenGen++; cs.seenGen == 0 {
+		clear(cs.seen)
+		cs.seenGen = 1
+	}
+	for _, g := range gpus {
+		if int(g) < len(cs.seen) {
+			cs.seen[g] = cs.seenGen
+		}
+	}
+	for _, rs := range [2][]*resv{cs.res, cs.yield} {
+		for _, o := range rs {
+			if !overlaps(t, r.lim, r.limited, o.start, o.dur, o.bounded) {
+				continue
+			}
+			for _, g := range o.gpus {
+				if int(g) < len(cs.seen) && cs.seen[g] == cs.seenGen {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // enoughFree is gang.Possible for the snapshot withOverlapping would

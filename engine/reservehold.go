@@ -18,10 +18,10 @@ import (
 // HoldN per node with held GPUs, not one step per reserved GPU.
 // Config.DisableCaches uses enoughFree instead (FuzzEngine compares).
 type overlapHold struct {
-	cnt     []int32 // per GPU: overlapping reservations holding it
-	held    []int32 // per node: GPUs with cnt > 0 that are free on w
-	listed  []bool  // per node: in nodes
-	nodes   []topo.NodeID
+	cnt []int32 // per GPU: overlapping reservations holding it
+	// hb holds back, per node, the GPUs with cnt > 0 that are free on w,
+	// kept up to date (gang.Holdback.Add) rather than built per probe.
+	hb      gang.Holdback
 	touched []uint32 // GPUs whose cnt was raised in this call
 	in      []bool   // per reservation (cs.res, then cs.yield): overlapping at the last probe
 	// start and end: per reservation, its start and expected end in Unix
@@ -47,17 +47,11 @@ func (h *overlapHold) begin(c *topo.Cluster, res, yield []*resv) {
 	if ng := c.NumGPUs(); len(h.cnt) < ng {
 		h.cnt = make([]int32, ng)
 	}
-	if nn := c.NumNodes(); len(h.held) < nn {
-		h.held = make([]int32, nn)
-		h.listed = make([]bool, nn)
-	}
 	for _, g := range h.touched {
 		h.cnt[g] = 0
 	}
-	for _, n := range h.nodes {
-		h.held[n], h.listed[n] = 0, false
-	}
-	h.touched, h.nodes = h.touched[:0], h.nodes[:0]
+	h.hb.Reset()
+	h.touched = h.touched[:0]
 	h.in = append(h.in[:0], make([]bool, nres)...)
 	h.off = false
 }
@@ -67,11 +61,7 @@ func (h *overlapHold) add(c *topo.Cluster, g uint32, d int32) {
 	if err != nil {
 		return
 	}
-	h.held[n] += d
-	if !h.listed[n] {
-		h.listed[n] = true
-		h.nodes = append(h.nodes, n)
-	}
+	h.hb.Add(n, int(d))
 }
 
 // released notes GPUs released on w by the timeline; shared: the job held
@@ -130,12 +120,7 @@ func (e *Engine) enoughFreeInc(w *topo.Snapshot, t time.Time, r *resv, req *gang
 			i++
 		}
 	}
-	hb := &cs.holdback
-	hb.Reset()
-	for _, n := range h.nodes {
-		hb.HoldN(n, int(h.held[n]))
-	}
-	return hb.Len() == 0 || gang.PossibleWithout(w, req, hb)
+	return h.hb.Len() == 0 || gang.PossibleWithout(w, req, &h.hb)
 }
 
 // enoughFreeOf is enoughFreeInc, or enoughFree with Config.DisableCaches.

@@ -66,6 +66,7 @@ func (e *Engine) tlAdd(js *job) {
 	en := tlEntry{at: js.tlAt, js: js}
 	i, _ := slices.BinarySearchFunc(e.tl, en, cmpTL)
 	e.tl = slices.Insert(e.tl, i, en)
+	e.tlGen++
 }
 
 func (e *Engine) tlRemove(js *job) {
@@ -75,6 +76,7 @@ func (e *Engine) tlRemove(js *job) {
 	js.inTL = false
 	if i, ok := slices.BinarySearchFunc(e.tl, tlEntry{at: js.tlAt, js: js}, cmpTL); ok {
 		e.tl = slices.Delete(e.tl, i, i+1)
+		e.tlGen++
 	}
 }
 
@@ -101,6 +103,7 @@ func (e *Engine) tlRefresh(now time.Time) {
 		due[i].inTL = false
 	}
 	e.tl = slices.Delete(e.tl, 0, k)
+	e.tlGen++
 	for _, js := range due {
 		e.tlAdd(js)
 	}

@@ -23,15 +23,16 @@ func Possible(s *topo.Snapshot, r *Request) bool {
 // GPUs of reservations a probe would overlap. The zero value holds nothing;
 // Reset empties it for reuse (its memory is kept).
 type Holdback struct {
-	took  []int32       // per node: how many of its free GPUs are held
-	nodes []topo.NodeID // nodes with took > 0
-	total int
+	took   []int32       // per node: how many of its free GPUs are held
+	listed []bool        // per node: in nodes
+	nodes  []topo.NodeID // nodes that held GPUs since Reset (took may be 0 again)
+	total  int
 }
 
 // Reset empties h.
 func (h *Holdback) Reset() {
 	for _, id := range h.nodes {
-		h.took[id] = 0
+		h.took[id], h.listed[id] = 0, false
 	}
 	h.nodes = h.nodes[:0]
 	h.total = 0
@@ -39,15 +40,24 @@ func (h *Holdback) Reset() {
 
 // Hold holds back one free GPU of node id. The caller holds each GPU at
 // most once, and only GPUs free in the snapshot it asks about.
-func (h *Holdback) Hold(id topo.NodeID) {
+func (h *Holdback) Hold(id topo.NodeID) { h.Add(id, 1) }
+
+// Add changes the GPUs held back on node id by d; a negative d gives
+// held GPUs back, so that a caller can keep h up to date as GPUs come and
+// go instead of building it again. The caller keeps each node's count
+// between zero and the node's free GPUs in the snapshot it asks about.
+func (h *Holdback) Add(id topo.NodeID, d int) {
 	if int(id) >= len(h.took) {
-		h.took = append(h.took, make([]int32, int(id)+1-len(h.took))...)
+		n := int(id) + 1 - len(h.took)
+		h.took = append(h.took, make([]int32, n)...)
+		h.listed = append(h.listed, make([]bool, n)...)
 	}
-	if h.took[id] == 0 {
+	if !h.listed[id] {
+		h.listed[id] = true
 		h.nodes = append(h.nodes, id)
 	}
-	h.took[id]++
-	h.total++
+	h.took[id] += int32(d)
+	h.total += d
 }
 
 // Len is the number of GPUs held.
@@ -131,7 +141,5 @@ func (h *Holdback) HoldN(id topo.NodeID, k int) {
 	if k <= 0 {
 		return
 	}
-	h.Hold(id)
-	h.took[id] += int32(k - 1)
-	h.total += k - 1
+	h.Add(id, k)
 }

@@ -18,6 +18,7 @@ import (
 func (s *Snapshot) Pool() mig.PoolReader { return s.pool.ReadOnly() }
 
 func (s *Snapshot) poolW() *mig.Pool {
+	s.ver++
 	if s.poolTok != s.tok {
 		s.pool = s.pool.Clone()
 		s.poolTok = s.tok

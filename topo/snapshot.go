@@ -28,6 +28,8 @@ type Snapshot struct {
 	// cluster has none. Copied on first write after Clone (poolTok).
 	pool    *mig.Pool
 	poolTok *cowToken
+	// ver counts writes (see Version).
+	ver uint64
 }
 
 type cowToken struct{ _ byte }
@@ -116,7 +118,14 @@ func (s *Snapshot) Clone() *Snapshot {
 	}
 }
 
+// Version changes with every write to s (booking, release, node state,
+// host resources, MIG and shares); a Clone does not change it. Callers
+// that derive data from a snapshot compare the pointer and Version to
+// know whether it still holds.
+func (s *Snapshot) Version() uint64 { return s.ver }
+
 func (s *Snapshot) nodePageW(id NodeID) *nodePage {
+	s.ver++
 	i := int(id) >> pageShift
 	p := s.nodes[i]
 	if p.tok != s.tok {
@@ -134,6 +143,7 @@ func (s *Snapshot) cntAt(level, d int) (page, off int) {
 }
 
 func (s *Snapshot) cntW(level, d int) []int32 {
+	s.ver++
 	pi, off := s.cntAt(level, d)
 	p := s.cnt[pi]
 	if p.tok != s.tok {

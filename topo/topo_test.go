@@ -162,6 +162,40 @@ func TestCloneIsCopyOnWrite(t *testing.T) {
 	require.NoError(t, cc.Verify())
 }
 
+// Version changes with every kind of write and not with reads, a Clone,
+// or a write refused before it changed anything.
+func TestVersionChangesOnWrite(t *testing.T) {
+	c, err := topo.New(topo.Spec{Nodes: []topo.NodeSpec{{Name: "a", GPUs: 2, CPUMilli: 4000, MemoryMiB: 1024}, {Name: "b", GPUs: 2}}})
+	require.NoError(t, err)
+	s := c.NewSnapshot()
+	v := s.Version()
+	changed := func(what string) {
+		t.Helper()
+		assert.NotEqual(t, v, s.Version(), what)
+		v = s.Version()
+	}
+	same := func(what string) {
+		t.Helper()
+		assert.Equal(t, v, s.Version(), what)
+	}
+	_ = s.IsFree(0)
+	_ = s.Free()
+	_ = s.Clone()
+	same("reads and Clone")
+	require.NoError(t, s.Allocate([]uint32{0}))
+	changed("Allocate")
+	assert.Error(t, s.Allocate([]uint32{0}))
+	same("a refused Allocate")
+	require.NoError(t, s.Release([]uint32{0}))
+	changed("Release")
+	require.NoError(t, s.SetNodeState(1, topo.Down))
+	changed("SetNodeState")
+	require.NoError(t, s.AllocateHost(0, 1000, 10))
+	changed("AllocateHost")
+	require.NoError(t, s.ReleaseHost(0, 1000, 10))
+	changed("ReleaseHost")
+}
+
 func TestHostResources(t *testing.T) {
 	c, err := topo.New(topo.Spec{Nodes: []topo.NodeSpec{{Name: "a", GPUs: 2, CPUMilli: 4000, MemoryMiB: 1024}}})
 	require.NoError(t, err)

@@ -1,0 +1,81 @@
+package engine
+
+import "github.com/berthsched/berth/topo"
+
+// tlSnaps keeps, within one cycle, the what-if snapshots that reserve's
+// probes read: at[i] is the plan with the GPUs of the timeline's first i
+// jobs released (releaseOn). Every reserve call of a walk replays the same
+// releases on the same plan until a job is placed, so with a thousand
+// blocked jobs under conservative backfill the releases were most of a
+// cycle; the snapshots are built once and shared (read-only) instead.
+// They hold while the plan (pointer and topo.Snapshot.Version), the
+// timeline (Engine.tlGen) and the claimed GPUs (set before the walk) do
+// not change; any placement changes the plan, and the next reserve call
+// starts again from a new clone. Config.DisableCaches replays the releases
+// per call as before (FuzzEngine compares both).
+type tlSnaps struct {
+	plan  *topo.Snapshot
+	ver   uint64
+	tlGen uint64
+	at    []*topo.Snapshot // by released count; nil: not built
+	buf   []uint32
+}
+
+// reset forgets the snapshots (a new cycle).
+func (c *tlSnaps) reset() {
+	c.plan = nil
+	clear(c.at)
+	c.at = c.at[:0]
+}
+
+// valid reports whether the snapshots were built on the plan and timeline
+// as they are; if not, it resets them for them.
+func (e *Engine) tlSnapsValid() *tlSnaps {
+	cs := &e.cyc
+	c := &cs.tls
+	if c.plan != cs.plan || c.ver != cs.plan.Version() || c.tlGen != e.tlGen {
+		c.reset()
+		c.plan, c.ver, c.tlGen = cs.plan, cs.plan.Version(), e.tlGen
+	}
+	return c
+}
+
+// snapAt returns the plan with the first i timeline jobs released. The
+// snapshot is shared: callers clone it before writing.
+func (e *Engine) snapAt(c *tlSnaps, i int) *topo.Snapshot {
+	if len(c.at) < len(e.tl)+1 {
+		c.at = append(c.at, make([]*topo.Snapshot, len(e.tl)+1-len(c.at))...)
+	}
+	if s := c.at[i]; s != nil {
+		return s
+	}
+	j := i
+	for j > 0 && c.at[j] == nil {
+		j--
+	}
+	var s *topo.Snapshot
+	if c.at[j] == nil { // j == 0
+		c.at[0] = c.plan.Clone()
+		if i == 0 {
+			return c.at[0]
+		}
+	}
+	s = c.at[j].Clone()
+	for k := j; k < i; k++ {
+		c.buf = e.releaseOn(s, e.tl[k].js, c.buf)
+	}
+	c.at[i] = s
+	return s
+}
+
+// releasedGPUs lists the GPUs releaseOn frees for js (claimed GPUs stay).
+func (e *Engine) releasedGPUs(js *job, buf []uint32) []uint32 {
+	cs := &e.cyc
+	buf = buf[:0]
+	for _, g := range js.place.gpus {
+		if cs.claimed == nil || !cs.claimed[g] {
+			buf = append(buf, g)
+		}
+	}
+	return buf
+}
