@@ -64,15 +64,17 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		hasSticky = false
 	}
 	// w is the plan with the GPUs of the jobs ending by the probe time
-	// released: shared snapshots of the cycle (tlsnaps.go), or, without
-	// caches, one clone released step by step.
-	cached := !e.cfg.DisableCaches
+	// released: shared snapshots of the cycle (tlsnaps.go), or one clone
+	// released step by step (the first call on a plan, or no caches).
 	var (
 		w  *topo.Snapshot
 		tc *tlSnaps
 	)
+	if !e.cfg.DisableCaches {
+		tc = e.tlSnapsFor()
+	}
+	cached := tc != nil
 	if cached {
-		tc = e.tlSnapsValid()
 		w = e.snapAt(tc, 0)
 	} else {
 		w = cs.plan.Clone()

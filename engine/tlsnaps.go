@@ -28,14 +28,19 @@ func (c *tlSnaps) reset() {
 	c.at = c.at[:0]
 }
 
-// valid reports whether the snapshots were built on the plan and timeline
-// as they are; if not, it resets them for them.
-func (e *Engine) tlSnapsValid() *tlSnaps {
+// tlSnapsFor returns the snapshots for a reserve call on the plan and
+// timeline as they are, or nil for the first call on them: building a
+// snapshot per probe step costs more than releasing in place on one clone
+// (EASY backfill makes one or two calls a cycle), so the cache pays only
+// from the second call on the same plan (conservative backfill's
+// hundreds).
+func (e *Engine) tlSnapsFor() *tlSnaps {
 	cs := &e.cyc
 	c := &cs.tls
 	if c.plan != cs.plan || c.ver != cs.plan.Version() || c.tlGen != e.tlGen {
 		c.reset()
 		c.plan, c.ver, c.tlGen = cs.plan, cs.plan.Version(), e.tlGen
+		return nil
 	}
 	return c
 }
