@@ -69,7 +69,7 @@ type suiteJob struct {
 const kubeUnit = 40 * time.Millisecond
 
 func (s *suiteKube) Shape() backendtest.Shape {
-	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second}
+	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true}
 }
 
 // Reopen makes a new kube.Backend, as a restarted berth process would: it
