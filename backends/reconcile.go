@@ -54,8 +54,9 @@ func (r *Runner) reconcileNodes(eng *engine.Engine, spec topo.Spec, now time.Tim
 //     grace period (the engine preempted it, and the backend may never have
 //     heard: berth died first), the preemption is sent again.
 //   - Running in the engine on other members (a bind the engine never
-//     recorded, a gang moved): the backend is right; the engine's run is
-//     cancelled and the backend's adopted (Moved).
+//     recorded, a gang moved): the backend is right; the engine's run was
+//     cancelled by reconcile, before any adoption (moved), and the
+//     backend's is adopted (Moved).
 //   - Pending in the engine or unknown: adopted (Adopted).
 //
 // A job that cannot be adopted (a gang bound in part when berth died, a
@@ -63,7 +64,7 @@ func (r *Runner) reconcileNodes(eng *engine.Engine, spec topo.Spec, now time.Tim
 // the engine does not book: its members are unbound in the backend and it
 // is submitted again (Stopped). If the backend refuses to unbind, Run
 // stops with the error rather than risk booking those GPUs twice.
-func (r *Runner) reconcileRunning(ctx context.Context, eng *engine.Engine, rj RunningJob, active, pending bool, deadline time.Time, now time.Time) error {
+func (r *Runner) reconcileRunning(ctx context.Context, eng *engine.Engine, rj RunningJob, active, pending, moved bool, deadline time.Time, now time.Time) error {
 	id := rj.Job.ID
 	if active {
 		if !deadline.IsZero() {
@@ -76,11 +77,14 @@ func (r *Runner) reconcileRunning(ctx context.Context, eng *engine.Engine, rj Ru
 		if ms, ok := eng.Members(id); ok && sameMembers(ms, rj.Members) {
 			return nil
 		}
+		// reconcile cancels moved jobs before it adopts any; a caller
+		// that did not gets the same here.
 		if err := r.step(eng, engine.Cancelled(now, id)); err != nil {
 			return err
 		}
 		r.rec.Moved = append(r.rec.Moved, id)
-	} else if pending {
+		moved = true
+	} else if pending && !moved {
 		if err := r.step(eng, engine.Cancelled(now, id)); err != nil {
 			return err
 		}
@@ -93,7 +97,7 @@ func (r *Runner) reconcileRunning(ctx context.Context, eng *engine.Engine, rj Ru
 	}
 	aerr := eng.Step(engine.AdoptedSince(at, rj.Start, rj.Job, rj.Members))
 	if aerr == nil {
-		if !active {
+		if !moved {
 			r.rec.Adopted = append(r.rec.Adopted, id)
 		}
 		return nil

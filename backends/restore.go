@@ -235,8 +235,29 @@ func (r *Runner) reconcile(ctx context.Context, eng *engine.Engine, spec topo.Sp
 			r.rec.Finished = append(r.rec.Finished, id)
 		}
 	}
+	// Jobs running in the engine on other members than the backend's are
+	// all cancelled in the engine before any is adopted: a job's new
+	// members may be GPUs the engine still books for another job that
+	// moved too (two jobs whose GPUs swapped, with a backend that names a
+	// node's devices anew when it restarts), and its adoption would fail.
+	moved := map[string]bool{}
 	for _, rj := range running {
-		if err := r.reconcileRunning(ctx, eng, rj, isActive[rj.Job.ID], isPending[rj.Job.ID], deadline[rj.Job.ID], now); err != nil {
+		id := rj.Job.ID
+		if !isActive[id] || !deadline[id].IsZero() {
+			continue
+		}
+		if ms, ok := eng.Members(id); ok && sameMembers(ms, rj.Members) {
+			continue
+		}
+		if err := r.step(eng, engine.Cancelled(now, id)); err != nil {
+			return err
+		}
+		moved[id] = true
+		r.rec.Moved = append(r.rec.Moved, id)
+	}
+	for _, rj := range running {
+		id := rj.Job.ID
+		if err := r.reconcileRunning(ctx, eng, rj, isActive[id] && !moved[id], isPending[id], moved[id], deadline[id], now); err != nil {
 			return err
 		}
 	}

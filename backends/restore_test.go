@@ -179,3 +179,59 @@ func TestRunnerCyclesAfterRestore(t *testing.T) {
 	assert.True(t, bound(), "%s is bound after the restart without any backend event", waiting)
 	assert.Len(t, r.Reconciled().Finished, 1)
 }
+
+// Two jobs whose GPUs of one node swapped between the saved state and the
+// backend's report (a backend that names devices anew at a restart) are
+// both moved: every moved job is cancelled in the engine before any is
+// adopted. One at a time, the first adoption found its new GPUs still
+// booked for the other job ("GPU already allocated") and the Runner
+// stopped a job that ran fine.
+func TestRunnerReconcilesSwappedGPUs(t *testing.T) {
+	ctx := context.Background()
+	qs := queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	e, err := engine.New(engine.Config{Cluster: topo.Uniform(nil, nil, 1, 8, "H100"), Queues: qs, Start: t0, Policy: queue.StrictPriority()})
+	require.NoError(t, err)
+	require.NoError(t, e.EnableJournal())
+	require.NoError(t, e.Step(engine.Submitted(t0, job("a", 1, 4))))
+	require.NoError(t, e.Step(engine.Submitted(t0, job("b", 1, 4))))
+	rd := e.Ready()
+	require.Len(t, rd.Binds, 2)
+	require.NoError(t, e.Advance(rd, engine.Outcome{}))
+	am, _ := e.Members("a")
+	bm, _ := e.Members("b")
+	require.Len(t, am, 1)
+	require.Len(t, bm, 1)
+	st, err := e.Save()
+	require.NoError(t, err)
+	store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+	require.NoError(t, store.Save(ctx, st))
+
+	f := newFake(1, 8)
+	f.running = []backends.RunningJob{
+		{Job: job("a", 1, 4), Members: bm, Start: t0}, // a where the engine has b
+		{Job: job("b", 1, 4), Members: am, Start: t0},
+	}
+	f.bound["a"], f.bound["b"] = slices.Clone(bm), slices.Clone(am)
+	f.closeAtEnd = true
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine:  engine.Config{Queues: qs, Policy: queue.StrictPriority()},
+		Backend: f, Clock: &clock{}, Store: store,
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Run(ctx))
+	rec := r.Reconciled()
+	assert.Equal(t, []string{"a", "b"}, rec.Moved)
+	assert.Empty(t, rec.Stopped, "nothing stopped")
+	assert.Empty(t, f.unbinds, "nothing unbound")
+
+	back, err := store.Load(ctx)
+	require.NoError(t, err)
+	e2, err := engine.Restore(engine.Config{Queues: qs, Policy: queue.StrictPriority()}, back)
+	require.NoError(t, err)
+	got, ok := e2.Members("a")
+	require.True(t, ok)
+	assert.Equal(t, bm[0].GPUs, got[0].GPUs, "a is booked where the backend runs it")
+	got, ok = e2.Members("b")
+	require.True(t, ok)
+	assert.Equal(t, am[0].GPUs, got[0].GPUs, "b is booked where the backend runs it")
+}

@@ -103,8 +103,14 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 	b.assumed[pr.uid] = assumedBind{node: m.Node, d: pr.d}
 	b.mu.Unlock()
 
+	// The Binding's annotations go onto the pod with the bind: the GPU
+	// indices the engine booked, for a restarted berth to adopt the pod on.
+	meta := metav1.ObjectMeta{Namespace: pr.ns, Name: pr.name, UID: pr.uid}
+	if v := gpusAnnotation(m); v != "" {
+		meta.Annotations = map[string]string{AnnotationGPUs: v}
+	}
 	err := b.cs.CoreV1().Pods(pr.ns).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pr.ns, Name: pr.name, UID: pr.uid},
+		ObjectMeta: meta,
 		Target:     corev1.ObjectReference{Kind: "Node", Name: m.Node},
 	}, metav1.CreateOptions{})
 

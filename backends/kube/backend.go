@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -490,6 +491,73 @@ func (d *nodeDevs) take(jobID string, dm demand) (engine.Member, bool) {
 	return m, false
 }
 
+// takeAt books a member for job on the mirror at the indices v names (an
+// AnnotationGPUs value: what berth booked when it bound the pod), when
+// they are what dm asks and free. ok is false otherwise, and nothing is
+// booked.
+func (d *nodeDevs) takeAt(jobID string, dm demand, v string) (engine.Member, bool) {
+	if v == "" {
+		return engine.Member{}, false
+	}
+	if dm.mig == "" {
+		var m engine.Member
+		for f := range strings.SplitSeq(v, ",") {
+			g, err := strconv.Atoi(f)
+			if err != nil || g < 0 || g >= len(d.gpu) || d.gpu[g] != "" || slices.Contains(m.GPUs, g) {
+				return engine.Member{}, false
+			}
+			m.GPUs = append(m.GPUs, g)
+		}
+		if len(m.GPUs) != dm.gpus {
+			return engine.Member{}, false
+		}
+		for _, g := range m.GPUs {
+			d.gpu[g] = jobID
+		}
+		return m, true
+	}
+	gs, ss, ok := strings.Cut(v, "/")
+	g, gerr := strconv.Atoi(gs)
+	start, serr := strconv.Atoi(ss)
+	if !ok || gerr != nil || serr != nil || g < 0 || g >= len(d.gpu) {
+		return engine.Member{}, false
+	}
+	for in, h := range d.inst {
+		if in.Profile.Name() == dm.mig && int(in.Start) == start && h[g] == "" {
+			h[g] = jobID
+			return engine.Member{GPUs: []int{g}, Fractional: true, Instance: in}, true
+		}
+	}
+	return engine.Member{}, false
+}
+
+// adoptAt books a member for an adopted pod: on the indices its
+// AnnotationGPUs names when they are free (berth bound it), else on the
+// lowest free ones (another scheduler's pod, or one bound before berth
+// wrote the annotation).
+func (d *nodeDevs) adoptAt(jobID string, dm demand, p *corev1.Pod) (engine.Member, bool) {
+	if m, ok := d.takeAt(jobID, dm, p.Annotations[AnnotationGPUs]); ok {
+		return m, true
+	}
+	return d.take(jobID, dm)
+}
+
+// gpusAnnotation is the AnnotationGPUs value of member m ("" when m
+// holds no GPU).
+func gpusAnnotation(m engine.Member) string {
+	if m.Fractional {
+		if len(m.GPUs) != 1 || m.Share.ID != 0 {
+			return ""
+		}
+		return strconv.Itoa(m.GPUs[0]) + "/" + strconv.Itoa(int(m.Instance.Start))
+	}
+	parts := make([]string, len(m.GPUs))
+	for i, g := range m.GPUs {
+		parts[i] = strconv.Itoa(g)
+	}
+	return strings.Join(parts, ",")
+}
+
 // book records a member the engine chose.
 func (d *nodeDevs) book(jobID string, m engine.Member) {
 	if m.Fractional {
@@ -785,7 +853,7 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 			b.cfg.Logf("kube: pod %s on %s, which is not a GPU node berth knows: not booked", podKey(p), p.Spec.NodeName)
 			continue
 		}
-		m, ok := devs.take(id, d)
+		m, ok := devs.adoptAt(id, d, p)
 		if !ok {
 			b.cfg.Logf("kube: pod %s on %s asks for %v, which the node does not have free: not booked", podKey(p), p.Spec.NodeName, d)
 			continue
@@ -793,6 +861,11 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 		m.Node, m.Group = p.Spec.NodeName, groups[i]
 		j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID, group: groups[i], d: d})
 		j.bound[len(j.pods)-1] = m
+		if ours {
+			// UnbindMember finds the pod by its member: the Runner stops
+			// an adopted gang it cannot book by unbinding its members.
+			j.assigned[memberKey(m)] = len(j.pods) - 1
+		}
 		members = append(members, m)
 		b.byUID[p.UID] = id
 	}

@@ -68,8 +68,11 @@ type suiteJob struct {
 // kubeUnit is one scenario minute on the real clock.
 const kubeUnit = 40 * time.Millisecond
 
+// Shape: 24 jobs a scenario, one seed, 40ms a scenario minute. Each
+// Runner but the last is stopped at its stop time by a timer
+// (StopOnTime), mid-cycle or mid-bind, as a berth process dies.
 func (s *suiteKube) Shape() backendtest.Shape {
-	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second}
+	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true}
 }
 
 // Reopen makes a new kube.Backend, as a restarted berth process would: it

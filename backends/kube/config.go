@@ -56,6 +56,13 @@ const (
 	// AnnotationMinRuntime (a Go duration) protects a job from preemption
 	// for that long after it starts.
 	AnnotationMinRuntime = "berth.dev/min-runtime"
+	// AnnotationGPUs is written by berth on the pods it binds (through the
+	// Binding, with the bind): the node-local GPU indices the engine booked
+	// for the pod's member ("4,5"; a MIG member: "<gpu>/<instance start>",
+	// "3/4"). They are berth's books, not the devices the kubelet gave (see
+	// the package documentation): a restarted berth adopts the pod on the
+	// same indices, so its saved engine state and the cluster agree.
+	AnnotationGPUs = "berth.dev/gpus"
 )
 
 // Errors.

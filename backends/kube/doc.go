@@ -50,6 +50,9 @@
 // node than it has, the kubelet never hands out a device twice, and the
 // two counts agree, so no GPU is booked twice; what berth cannot promise
 // is which GPUs of a node (NVLink islands inside a node are not used).
+// The Binding writes the engine's indices on the pod (AnnotationGPUs), and
+// a restarted backend adopts berth's pods on them, so that a restored
+// engine's books and the backend's report agree.
 // MIG nodes (mixed strategy) are modelled with the same layout on every GPU
 // (nvidia.com/gpu.count GPUs); berth never reconfigures MIG.
 //

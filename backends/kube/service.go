@@ -305,6 +305,10 @@ func (b *Backend) replicaPod(sp *svcSpec, id string, rp *repPod) *corev1.Pod {
 	p.Labels[LabelService] = sp.svc.Name
 	p.Labels[LabelQueue] = sp.svc.Queue
 	p.Annotations[AnnotationReplica] = id
+	delete(p.Annotations, AnnotationGPUs)
+	if v := gpusAnnotation(rp.m); v != "" {
+		p.Annotations[AnnotationGPUs] = v
+	}
 	p.Spec.SchedulerName = b.cfg.SchedulerName
 	p.Spec.NodeName = rp.m.Node
 	return p
@@ -552,7 +556,7 @@ func (b *Backend) adoptReplicas(now time.Time) []backends.RunningJob {
 				ok = false
 				break
 			}
-			m, took := devs.take(id, d)
+			m, took := devs.adoptAt(id, d, p)
 			if !took {
 				ok = false
 				break
