@@ -267,7 +267,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 				*moves = append(*moves, [2]string{id, t.partition})
 			}
 		}
-	case r.State == "PENDING" && (!t.bound || r.RestartCnt > t.restarts):
+	case r.State == "PENDING" && (!t.bound || r.RestartCnt > t.restarts || unstartable(r)):
 		// SLURM requeued it (a node failure no poll saw: a node set DOWN
 		// that ReturnToService brought back at once, or drained after;
 		// an admin's scontrol requeue): its run was stopped, and the job
@@ -276,7 +276,11 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		// count a completion that did not happen). A job bound and not yet
 		// seen running is pending too, until it starts: its restart count
 		// tells a requeue from that (a node that went down before a poll
-		// saw the job run).
+		// saw the job run). A bound job that SLURM will not start, since a
+		// node it was bound to went down or was drained before it started
+		// (a bind that raced the node's change, a drain no poll saw in
+		// time), is handed back the same way, to be placed again where it
+		// can run: it would wait in the run partition for ever.
 		t.state, t.devices, t.restarts = inPending, "", r.RestartCnt
 		j, err := b.toJob(id, r, t.partition, idx)
 		evs = append(evs, engine.Cancelled(now, id))
@@ -296,6 +300,13 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		return append(evs, engine.Finished(now, id))
 	}
 	return evs
+}
+
+// unstartable reports whether SLURM will not start a job bound to its
+// nodes: a node it requires is down, drained or not responding
+// (ReqNodeNotAvail names them; NodeDown: a node of it failed).
+func unstartable(r *jobRec) bool {
+	return strings.HasPrefix(r.StateReason, "ReqNodeNotAvail") || r.StateReason == "NodeDown"
 }
 
 // nodeWentDown reports whether nodes shows a node of the cluster down that

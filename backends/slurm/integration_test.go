@@ -677,6 +677,57 @@ func TestIntegrationJobArray(t *testing.T) {
 	}
 }
 
+// A job bound to a node that SLURM will not start it on (drained after
+// the bind was decided, before the job started: a race with the node's
+// change, or a drain no poll saw in time) is handed back to the engine as
+// a requeue (Cancelled, then Submitted) and moved back to its partition,
+// not left pending in the run partition for ever (TestIntegrationDrainAndDown
+// failed so under load).
+func TestIntegrationBoundToUnavailableNode(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	ctx := context.Background()
+	b, err := slurm.New(backendConfig(conf, t))
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = b.Cluster(ctx)
+	require.NoError(t, err)
+	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+	kinds := map[string][]engine.EventKind{}
+	next := func() {
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		evs, err := b.Next(wctx, time.Now().Add(300*time.Millisecond))
+		require.NoError(t, err)
+		for _, ev := range evs {
+			if ev.Job != nil {
+				kinds[ev.Job.ID] = append(kinds[ev.Job.ID], ev.Kind)
+			} else if ev.JobID != "" {
+				kinds[ev.JobID] = append(kinds[ev.JobID], ev.Kind)
+			}
+		}
+	}
+	waitFor(t, 20*time.Second, "the job submitted", func() bool {
+		next()
+		return slices.Contains(kinds[id], engine.EventJobSubmitted)
+	})
+	// Drained in SLURM, and the backend's next read not yet done: the
+	// engine, which decided the bind, still had the node ready.
+	cmd(t, conf, "scontrol", "update", "NodeName=node03", "State=DRAIN", "Reason=berth-test")
+	defer cmd(t, conf, "scontrol", "update", "NodeName=node03", "State=RESUME")
+	require.NoError(t, b.BindGang(ctx, id, []engine.Member{{Node: "node03", GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}))
+	kinds[id] = nil
+	waitFor(t, 30*time.Second, "the job handed back", func() bool {
+		next()
+		return slices.Contains(kinds[id], engine.EventJobSubmitted)
+	})
+	assert.Equal(t, []engine.EventKind{engine.EventJobCancelled, engine.EventJobSubmitted}, kinds[id])
+	waitFor(t, 20*time.Second, "the job back in its partition", func() bool {
+		return showJob(t, conf, id).Partition == "berth"
+	})
+	assert.Equal(t, "PENDING", showJob(t, conf, id).State)
+}
+
 // Binds that arrive together run in one scontrol; when one of them fails
 // (here: a node SLURM does not have), the others still apply and only the
 // failed one is refused.
