@@ -318,7 +318,7 @@ func (e *Engine) resumable(now time.Time) bool {
 		e.cfg.DisableCaches || e.elastic > 0 || e.cfg.Preemption.Priority || e.cfg.Preemption.Reclaim || e.cfg.Backfill.Window > 0 {
 		return false
 	}
-	if len(e.tl) > 0 && e.tl[0].at <= now.UnixNano() {
+	if first, ok := e.tl.Min(); ok && first.at <= now.UnixNano() {
 		return false
 	}
 	for _, r := range cs.res {

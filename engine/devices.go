@@ -106,10 +106,10 @@ func (e *Engine) devicesReported(id string, ms []Member) error {
 	// the report takes from another job moves that job onto one the
 	// reporting job gave up (ascending with ascending, deterministic).
 	owner := map[uint32]*job{}
-	for _, oid := range e.activeIDs {
+	e.activeIDs.Ascend(func(oid string) bool {
 		o := e.active[oid]
 		if o == js || o.place == nil {
-			continue
+			return true
 		}
 		for _, m := range o.place.members {
 			if _, ok := want[m.node]; ok && !m.shared {
@@ -118,7 +118,8 @@ func (e *Engine) devicesReported(id string, ms []Member) error {
 				}
 			}
 		}
-	}
+		return true
+	})
 	subst := map[uint32]uint32{}
 	moved := map[*job]bool{}
 	changed := map[uint32]bool{}

@@ -183,15 +183,16 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 	if e.elastic == 0 {
 		return false
 	}
-	for _, id := range e.activeIDs {
+	e.activeIDs.Ascend(func(id string) bool {
 		js := e.active[id]
 		if _, grew := e.out.grows[id]; js == p || js.start.Equal(cs.now) || grew {
-			continue
+			return true
 		}
 		if ms := extra(js); len(ms) > 0 {
 			cands = append(cands, shrink{js, ms})
 		}
-	}
+		return true
+	})
 	if len(cands) == 0 {
 		return false
 	}

@@ -52,13 +52,15 @@ type Engine struct {
 	policy  queue.Policy
 
 	jobs      map[string]*job
-	byPtr     map[*queue.Job]*job // the same jobs, for the walk (no string hashing)
-	active    map[string]*job     // running and stopping
-	activeIDs []string            // keys of active, sorted
-	tl        []tlEntry           // active jobs by expected end (see timeline.go)
-	tlGen     uint64              // changes whenever tl does (tlsnaps.go)
-	elastic   int                 // active elastic jobs
-	stopping  int                 // jobs in their grace period
+	byPtr     map[*queue.Job]*job    // the same jobs, for the walk (no string hashing)
+	active    map[string]*job        // running and stopping
+	activeIDs *btree.BTreeG[string]  // keys of active, sorted (timeline.go)
+	tl        *btree.BTreeG[tlEntry] // active jobs by expected end (see timeline.go)
+	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
+	tlView    []tlEntry              // tl as a slice, as of tlViewGen (Engine.timeline)
+	tlViewGen uint64
+	elastic   int // active elastic jobs
+	stopping  int // jobs in their grace period
 	shapes    map[string]uint64
 	keyBuf    []byte // shapeID's scratch
 	claims    map[string]*claim
@@ -141,6 +143,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, tree: tree, pending: pending, intake: in, policy: cfg.Policy,
 		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{},
 		now: cfg.Start, dirty: true,
+		activeIDs: btree.NewG(32, func(a, b string) bool { return a < b }), tl: btree.NewG(32, tlLess),
 	}
 	if !cfg.Site.isZero() {
 		e.siteInit()

@@ -106,7 +106,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 	resEnds = e.advEnds(cs.now, resEnds)
 	slices.SortFunc(resEnds, time.Time.Compare)
 	cs.unplanned = noEstimateNoRoom
-	tl := e.tl
+	tl := e.timeline()
 	for i, k := 0, 0; i < len(tl) || k < len(resEnds); {
 		var t time.Time
 		if k >= len(resEnds) || (i < len(tl) && tl[i].at <= resEnds[k].UnixNano()) {

@@ -1,15 +1,10 @@
 package engine
 
-import (
-	"cmp"
-	"slices"
-	"strings"
-	"time"
-)
+import "time"
 
-// The timeline is the running and stopping jobs by expected end, kept
-// sorted as jobs start and stop so that a cycle does not sort thousands of
-// jobs. A job's expected end changes only when the clock passes it (it
+// The timeline is the running and stopping jobs by expected end, in a
+// B-tree kept as jobs start and stop, so that a cycle does not sort
+// thousands of jobs and a start or an end costs O(log n). A job's expected end changes only when the clock passes it (it
 // overran its estimate, or its limit); those jobs are the timeline's
 // prefix at or before now, re-keyed at the start of each cycle.
 
@@ -18,18 +13,50 @@ type tlEntry struct {
 	js *job
 }
 
-func cmpTL(a, b tlEntry) int {
-	if c := cmp.Compare(a.at, b.at); c != 0 {
-		return c
+// tlLess orders the timeline by expected end, then job ID; an entry
+// without a job (a search pivot) comes first among those of its time.
+func tlLess(a, b tlEntry) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return strings.Compare(a.js.j.ID, b.js.j.ID)
+	if a.js == nil || b.js == nil {
+		return a.js == nil && b.js != nil
+	}
+	return a.js.j.ID < b.js.j.ID
+}
+
+// timeline returns the timeline as a slice in order, read only: a copy
+// of the tree, made again only when the timeline changed since (a cycle's
+// reservation searches read it by index; starts and ends, thousands a
+// second on a large cluster, cost O(log n) in the tree instead of a
+// slice's O(n) move).
+func (e *Engine) timeline() []tlEntry {
+	if e.tlView != nil && e.tlViewGen == e.tlGen {
+		return e.tlView
+	}
+	// A new slice, never the old one's array: a caller may still hold it.
+	v := make([]tlEntry, 0, e.tl.Len())
+	e.tl.Ascend(func(en tlEntry) bool {
+		v = append(v, en)
+		return true
+	})
+	e.tlView, e.tlViewGen = v, e.tlGen
+	return v
+}
+
+// tlFirstAfter returns the earliest expected end after n (ok false: none).
+func (e *Engine) tlFirstAfter(n int64) (at int64, ok bool) {
+	e.tl.AscendGreaterOrEqual(tlEntry{at: n + 1}, func(en tlEntry) bool {
+		at, ok = en.at, true
+		return false
+	})
+	return at, ok
 }
 
 // activate records a job that now holds GPUs.
 func (e *Engine) activate(js *job) {
 	e.active[js.j.ID] = js
-	i, _ := slices.BinarySearch(e.activeIDs, js.j.ID)
-	e.activeIDs = slices.Insert(e.activeIDs, i, js.j.ID)
+	e.activeIDs.ReplaceOrInsert(js.j.ID)
 	e.tlAdd(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic++
@@ -43,9 +70,7 @@ func (e *Engine) activate(js *job) {
 // deactivate forgets a job that released its GPUs.
 func (e *Engine) deactivate(js *job) {
 	delete(e.active, js.j.ID)
-	if i, ok := slices.BinarySearch(e.activeIDs, js.j.ID); ok {
-		e.activeIDs = slices.Delete(e.activeIDs, i, i+1)
-	}
+	e.activeIDs.Delete(js.j.ID)
 	e.tlRemove(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic--
@@ -63,9 +88,7 @@ func (e *Engine) tlAdd(js *job) {
 		return
 	}
 	js.inTL, js.tlAt = true, at.UnixNano()
-	en := tlEntry{at: js.tlAt, js: js}
-	i, _ := slices.BinarySearchFunc(e.tl, en, cmpTL)
-	e.tl = slices.Insert(e.tl, i, en)
+	e.tl.ReplaceOrInsert(tlEntry{at: js.tlAt, js: js})
 	e.tlGen++
 }
 
@@ -74,8 +97,7 @@ func (e *Engine) tlRemove(js *job) {
 		return
 	}
 	js.inTL = false
-	if i, ok := slices.BinarySearchFunc(e.tl, tlEntry{at: js.tlAt, js: js}, cmpTL); ok {
-		e.tl = slices.Delete(e.tl, i, i+1)
+	if _, ok := e.tl.Delete(tlEntry{at: js.tlAt, js: js}); ok {
 		e.tlGen++
 	}
 }
@@ -90,19 +112,21 @@ func (e *Engine) tlRekey(js *job) {
 // tlRefresh re-keys the jobs whose expected end is not after now.
 func (e *Engine) tlRefresh(now time.Time) {
 	n := now.UnixNano()
-	k := 0
-	for k < len(e.tl) && e.tl[k].at <= n {
-		k++
-	}
-	if k == 0 {
+	var due []*job
+	e.tl.Ascend(func(en tlEntry) bool {
+		if en.at > n {
+			return false
+		}
+		due = append(due, en.js)
+		return true
+	})
+	if len(due) == 0 {
 		return
 	}
-	due := make([]*job, k)
-	for i := range k {
-		due[i] = e.tl[i].js
-		due[i].inTL = false
+	for _, js := range due {
+		e.tl.Delete(tlEntry{at: js.tlAt, js: js})
+		js.inTL = false
 	}
-	e.tl = slices.Delete(e.tl, 0, k)
 	e.tlGen++
 	for _, js := range due {
 		e.tlAdd(js)

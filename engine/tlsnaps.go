@@ -48,8 +48,9 @@ func (e *Engine) tlSnapsFor() *tlSnaps {
 // snapAt returns the plan with the first i timeline jobs released. The
 // snapshot is shared: callers clone it before writing.
 func (e *Engine) snapAt(c *tlSnaps, i int) *topo.Snapshot {
-	if len(c.at) < len(e.tl)+1 {
-		c.at = append(c.at, make([]*topo.Snapshot, len(e.tl)+1-len(c.at))...)
+	tl := e.timeline()
+	if len(c.at) < len(tl)+1 {
+		c.at = append(c.at, make([]*topo.Snapshot, len(tl)+1-len(c.at))...)
 	}
 	if s := c.at[i]; s != nil {
 		return s
@@ -67,7 +68,7 @@ func (e *Engine) snapAt(c *tlSnaps, i int) *topo.Snapshot {
 	}
 	s = c.at[j].Clone()
 	for k := j; k < i; k++ {
-		c.buf = e.releaseOn(s, e.tl[k].js, c.buf)
+		c.buf = e.releaseOn(s, tl[k].js, c.buf)
 	}
 	c.at[i] = s
 	return s

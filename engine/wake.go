@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sort"
 	"time"
 )
 
@@ -50,8 +49,8 @@ func (e *Engine) NextWake() (time.Time, bool) {
 		}
 	}
 	n := now.UnixNano()
-	if i := sort.Search(len(e.tl), func(i int) bool { return e.tl[i].at > n }); i < len(e.tl) {
-		take(time.Unix(0, e.tl[i].at).In(now.Location()))
+	if at, ok := e.tlFirstAfter(n); ok {
+		take(time.Unix(0, at).In(now.Location()))
 	}
 	for _, r := range e.lastRes {
 		take(r.start)

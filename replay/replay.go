@@ -526,10 +526,10 @@ func (o *observer) observe(c backends.Cycle) {
 		}
 	}
 	o.migDecided += len(c.Ready.MIG)
-	st := o.sim.State(o.buf)
-	o.buf = st.NodeFree
+	st := o.sim.Summary(o.buf)
+	o.buf = st.FreeHist
 	o.integrate(c.Ready.At)
-	o.frag, o.largest = o.measure(st.NodeFree, c.Ready.Pending)
+	o.frag, o.largest = o.measure(st.FreeHist, c.Ready.Pending)
 	if o.cfg.Progress != nil {
 		o.cfg.Progress(st.Finished)
 	}
@@ -553,13 +553,19 @@ func (o *observer) integrate(now time.Time) {
 // zero when nothing is pending) and the largest gang that could still be
 // placed in the replay's member shapes (whole free nodes plus the freest
 // other node, or the freest node alone).
-func (o *observer) measure(free []int, pending []engine.PendingStatus) (frag, largest float64) {
+//
+// hist[f] is the number of nodes with f free GPUs (sim.State.FreeHist):
+// a cycle costs O(GPUs per node), not O(nodes).
+func (o *observer) measure(hist []int, pending []engine.PendingStatus) (frag, largest float64) {
 	per := o.per
 	whole, best, bestPartial := 0, 0, 0
-	for _, f := range free {
+	for f, c := range hist {
+		if c == 0 {
+			continue
+		}
 		best = max(best, f)
 		if f == per {
-			whole++
+			whole += c
 		} else {
 			bestPartial = max(bestPartial, f)
 		}
@@ -578,9 +584,9 @@ func (o *observer) measure(free []int, pending []engine.PendingStatus) (frag, la
 		}
 	}
 	n := 0
-	for _, f := range free {
+	for f, c := range hist {
 		if f < ask {
-			n += f
+			n += f * c
 		}
 	}
 	return float64(n), largest

@@ -103,6 +103,9 @@ type Sim struct {
 
 	factor func(job string, nodes []string) float64
 	fnodes []string // scratch for factor
+	// freeHist[f] counts the nodes with f idle GPUs (down nodes: 0),
+	// kept as nodes change (State's FreeHist).
+	freeHist []int
 
 	svcs     map[string]*engine.Service // service specs (service.go)
 	replicas []*job                     // replicas, by first bind
@@ -256,7 +259,28 @@ func New(cfg Config) (*Sim, error) {
 		}
 		s.nodes = append(s.nodes, nd)
 	}
+	for i := range s.nodes {
+		s.histAdd(&s.nodes[i], 1)
+	}
 	return s, nil
+}
+
+// nodeFree is what State reports of n: its idle GPUs, 0 when down.
+func nodeFree(n *node) int {
+	if n.down {
+		return 0
+	}
+	return len(n.gpus) - n.busy
+}
+
+// histAdd counts n (d = 1) in freeHist, or takes it out (d = -1); every
+// change of n.busy or n.down is wrapped in a take-out and a count.
+func (s *Sim) histAdd(n *node, d int) {
+	f := nodeFree(n)
+	if f >= len(s.freeHist) {
+		s.freeHist = append(s.freeHist, make([]int, f+1-len(s.freeHist))...)
+	}
+	s.freeHist[f] += d
 }
 
 func cloneSpec(sp topo.Spec) topo.Spec {
@@ -518,7 +542,9 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		return engine.Finished(s.now, js.j.ID), true
 	case evNodeFail:
 		n := &s.nodes[s.nodeIdx[e.node]]
+		s.histAdd(n, -1)
 		n.down = true
+		s.histAdd(n, 1)
 		var hit []*job
 		add := func(h string) {
 			if js := s.jobs[h]; js != nil && !slices.Contains(hit, js) {
@@ -549,7 +575,9 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		return s.fireService(*e.svc), true
 	case evNodeRecover:
 		n := &s.nodes[s.nodeIdx[e.node]]
+		s.histAdd(n, -1)
 		n.down = false
+		s.histAdd(n, 1)
 		return engine.NodeChanged(s.now, e.node, topo.Ready, s.spec.Nodes[s.nodeIdx[e.node]].Labels), true
 	}
 	return engine.Event{}, false
@@ -592,11 +620,15 @@ func sameMember(a, b engine.Member) bool {
 func (s *Sim) busyDelta(n *node, gs *gpu, wasIdle bool) {
 	switch idle := gs.idle(); {
 	case wasIdle && !idle:
+		s.histAdd(n, -1)
 		n.busy++
 		s.busy++
+		s.histAdd(n, 1)
 	case !wasIdle && idle:
+		s.histAdd(n, -1)
 		n.busy--
 		s.busy--
+		s.histAdd(n, 1)
 	}
 }
 
@@ -991,8 +1023,11 @@ type State struct {
 	// Shares counts the shares held now.
 	Shares int
 	// NodeFree is the count of idle GPUs (nothing on them) of every ready
-	// node, in spec order; down nodes count 0.
+	// node, in spec order; down nodes count 0. Filled by State only.
 	NodeFree []int
+	// FreeHist[f] is the number of nodes whose NodeFree value is f.
+	// Filled by Summary only.
+	FreeHist []int
 }
 
 // State returns the occupancy now. NodeFree is appended to buf[:0].
@@ -1001,15 +1036,27 @@ func (s *Sim) State(buf []int) State {
 	defer s.mu.Unlock()
 	buf = buf[:0]
 	for i := range s.nodes {
-		n := &s.nodes[i]
-		if n.down {
-			buf = append(buf, 0)
-		} else {
-			buf = append(buf, len(n.gpus)-n.busy)
-		}
+		buf = append(buf, nodeFree(&s.nodes[i]))
 	}
+	st := s.stateLocked()
+	st.NodeFree = buf
+	return st
+}
+
+// Summary is State with FreeHist (appended to buf[:0]) instead of
+// NodeFree: O(GPUs per node), not O(nodes), for observers that follow
+// every cycle of a large cluster.
+func (s *Sim) Summary(buf []int) State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stateLocked()
+	st.FreeHist = append(buf[:0], s.freeHist...)
+	return st
+}
+
+func (s *Sim) stateLocked() State {
 	return State{Now: s.now, BusyGPUs: s.busy, BusyMilli: s.busyMilli, Running: s.running, Finished: s.finished,
-		Shares: s.stats.shares, NodeFree: buf}
+		Shares: s.stats.shares}
 }
 
 // Violations returns the binds and MIG changes the simulator refused

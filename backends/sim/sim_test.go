@@ -168,3 +168,33 @@ func TestDeterministic(t *testing.T) {
 		require.True(t, o.Finished, o.ID)
 	}
 }
+
+// Summary's FreeHist is the histogram of State's NodeFree at every cycle,
+// through starts, ends, a node failure and its recovery.
+func TestSummaryHistogramMatchesState(t *testing.T) {
+	s := newSim(t, 4, 8)
+	for i := range 40 {
+		members, per := 1+i%2, []int{1, 2, 3, 8}[i%4]
+		require.NoError(t, s.Submit(wholeJob(fmt.Sprintf("j%02d", i), time.Duration(i)*time.Minute, members, per), time.Duration(10+i%7*13)*time.Minute))
+	}
+	require.NoError(t, s.FailNode(t0.Add(15*time.Minute), "n2"))
+	require.NoError(t, s.RecoverNode(t0.Add(50*time.Minute), "n2"))
+	require.NoError(t, s.FailNode(t0.Add(30*time.Second), "n3")) // idle then
+	require.NoError(t, s.RecoverNode(t0.Add(40*time.Minute), "n3"))
+	cycles, busy := 0, 0
+	run(t, s, engine.Config{Policy: queue.StrictPriority(), Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}}, func(backends.Cycle) {
+		st := s.State(nil)
+		want := make([]int, 9)
+		for _, f := range st.NodeFree {
+			want[f]++
+		}
+		got := s.Summary(nil).FreeHist
+		got = append(got, make([]int, max(0, 9-len(got)))...)
+		require.Equal(t, want, got, "cycle %d", cycles)
+		cycles++
+		busy += st.BusyGPUs
+	})
+	assert.Greater(t, cycles, 20)
+	assert.Greater(t, busy, 0, "GPUs were busy during the run")
+	assert.Empty(t, s.Violations())
+}
