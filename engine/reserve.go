@@ -31,8 +31,20 @@ func (e *Engine) releaseOn(s *topo.Snapshot, js *job, buf []uint32) []uint32 {
 		}
 	}
 	if js.place.shared {
-		// A GPU shared on demand is whole again once its last share goes.
+		// A GPU shared on demand is whole again once its last share goes;
+		// one a preemptor claimed stays booked (it goes to the claim, as
+		// claimed whole GPUs above: FuzzEngineShared 91aa8c24844bd483, a
+		// reservation on a GPU a victim held a share of).
 		js.place.unbookShared(s)
+		if cs.claimed != nil {
+			for _, m := range js.place.members {
+				if g := m.grant.GPU; m.shared && cs.claimed[g] && s.IsFree(g) {
+					if err := s.Allocate([]uint32{g}); err != nil {
+						panic("engine: broken invariant: keeping a claimed GPU: " + err.Error())
+					}
+				}
+			}
+		}
 	}
 	return buf
 }
