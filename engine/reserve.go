@@ -12,16 +12,7 @@ import (
 // snapshot, except GPUs claimed by preemptors, which go to them.
 func (e *Engine) releaseOn(s *topo.Snapshot, js *job, buf []uint32) []uint32 {
 	cs := &e.cyc
-	buf = buf[:0]
-	if cs.claimed == nil {
-		buf = append(buf, js.place.gpus...)
-	} else {
-		for _, g := range js.place.gpus {
-			if !cs.claimed[g] {
-				buf = append(buf, g)
-			}
-		}
-	}
+	buf = e.releasedGPUs(js, buf)
 	if err := s.Release(buf); err != nil {
 		panic("engine: broken invariant: what-if release: " + err.Error())
 	}
@@ -44,6 +35,22 @@ func (e *Engine) releaseOn(s *topo.Snapshot, js *job, buf []uint32) []uint32 {
 					}
 				}
 			}
+		}
+	}
+	return buf
+}
+
+// releasedGPUs lists, into buf, the whole GPUs releaseOn frees for js:
+// its own, but those claimed by preemptors.
+func (e *Engine) releasedGPUs(js *job, buf []uint32) []uint32 {
+	cs := &e.cyc
+	if cs.claimed == nil {
+		return append(buf[:0], js.place.gpus...)
+	}
+	buf = buf[:0]
+	for _, g := range js.place.gpus {
+		if !cs.claimed[g] {
+			buf = append(buf, g)
 		}
 	}
 	return buf
@@ -135,24 +142,25 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		}
 		i0 := i
 		for i < len(tl) && tl[i].at <= t.UnixNano() {
-			if !cached {
-				buf = e.releaseOn(w, tl[i].js, buf)
-				cs.inc.released(w, buf, tl[i].js.place.shared)
-			}
 			i++
 		}
 		if cached && i > i0 {
 			w = e.snapAt(tc, i)
-			// A GPU free after its job's release stays free after the
-			// later ones: told on the last snapshot, as on each.
-			for k := i0; k < i; k++ {
-				gs := tl[k].js.place.gpus // read only
-				if cs.claimed != nil {
-					buf = e.releasedGPUs(tl[k].js, buf)
-					gs = buf
-				}
-				cs.inc.released(w, gs, tl[k].js.place.shared)
+		}
+		// A GPU free after its job's release stays free after the later
+		// ones, so the shared snapshot, with all of them released, is told
+		// of each as the clone released step by step is.
+		for k := i0; k < i; k++ {
+			gs := tl[k].js.place.gpus // read only
+			switch {
+			case !cached:
+				buf = e.releaseOn(w, tl[k].js, buf)
+				gs = buf
+			case cs.claimed != nil:
+				buf = e.releasedGPUs(tl[k].js, buf)
+				gs = buf
 			}
+			cs.inc.released(w, gs, tl[k].js.place.shared)
 		}
 		for k < len(resEnds) && !resEnds[k].After(t) {
 			k++
@@ -231,13 +239,7 @@ func (e *Engine) freeOffOverlapping(w *topo.Snapshot, t time.Time, r *resv, gpus
 	if !allFree(w, gpus) {
 		return false
 	}
-	if ng := w.Cluster().NumGPUs(); len(cs.seen) < ng {
-		cs.seen = make([]uint32, ng)
-	}
-	if cs.seenGen++; cs.seenGen == 0 {
-		clear(cs.seen)
-		cs.seenGen = 1
-	}
+	cs.nextSeen(w.Cluster().NumGPUs())
 	for _, g := range gpus {
 		if int(g) < len(cs.seen) {
 			cs.seen[g] = cs.seenGen
@@ -266,13 +268,7 @@ func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Re
 	cs := &e.cyc
 	c := w.Cluster()
 	// seen[g] == seenGen: g was held in this call.
-	if ng := c.NumGPUs(); len(cs.seen) < ng {
-		cs.seen = make([]uint32, ng)
-	}
-	if cs.seenGen++; cs.seenGen == 0 {
-		clear(cs.seen)
-		cs.seenGen = 1
-	}
+	cs.nextSeen(c.NumGPUs())
 	h := &cs.holdback
 	h.Reset()
 	for _, rs := range [2][]*resv{cs.res, cs.yield} {
@@ -294,6 +290,18 @@ func (e *Engine) enoughFree(w *topo.Snapshot, t time.Time, r *resv, req *gang.Re
 		}
 	}
 	return h.Len() == 0 || gang.PossibleWithout(w, req, h)
+}
+
+// nextSeen starts a marking round over n GPUs: from now on cs.seen[g] ==
+// cs.seenGen marks g in this round only.
+func (cs *cycleState) nextSeen(n int) {
+	if len(cs.seen) < n {
+		cs.seen = make([]uint32, n)
+	}
+	if cs.seenGen++; cs.seenGen == 0 {
+		clear(cs.seen)
+		cs.seenGen = 1
+	}
 }
 
 func overlaps(a time.Time, da time.Duration, ba bool, b time.Time, db time.Duration, bb bool) bool {

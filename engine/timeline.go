@@ -4,9 +4,10 @@ import "time"
 
 // The timeline is the running and stopping jobs by expected end, in a
 // B-tree kept as jobs start and stop, so that a cycle does not sort
-// thousands of jobs and a start or an end costs O(log n). A job's expected end changes only when the clock passes it (it
-// overran its estimate, or its limit); those jobs are the timeline's
-// prefix at or before now, re-keyed at the start of each cycle.
+// thousands of jobs and a start or an end costs O(log n). A job's
+// expected end changes only when the clock passes it (it overran its
+// estimate, or its limit); those jobs are the timeline's prefix at or
+// before now, re-keyed at the start of each cycle.
 
 type tlEntry struct {
 	at int64 // expected end, Unix nanoseconds

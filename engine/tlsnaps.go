@@ -59,29 +59,16 @@ func (e *Engine) snapAt(c *tlSnaps, i int) *topo.Snapshot {
 	for j > 0 && c.at[j] == nil {
 		j--
 	}
-	var s *topo.Snapshot
 	if c.at[j] == nil { // j == 0
 		c.at[0] = c.plan.Clone()
 		if i == 0 {
 			return c.at[0]
 		}
 	}
-	s = c.at[j].Clone()
+	s := c.at[j].Clone()
 	for k := j; k < i; k++ {
 		c.buf = e.releaseOn(s, tl[k].js, c.buf)
 	}
 	c.at[i] = s
 	return s
-}
-
-// releasedGPUs lists the GPUs releaseOn frees for js (claimed GPUs stay).
-func (e *Engine) releasedGPUs(js *job, buf []uint32) []uint32 {
-	cs := &e.cyc
-	buf = buf[:0]
-	for _, g := range js.place.gpus {
-		if cs.claimed == nil || !cs.claimed[g] {
-			buf = append(buf, g)
-		}
-	}
-	return buf
 }

@@ -329,7 +329,7 @@ func (b *Backend) recsByIDLocked(recs []jobRec) map[string]*jobRec {
 	m := make(map[string]*jobRec, len(recs))
 	for i := range recs {
 		r := &recs[i]
-		if r.ArrayTaskID == nil && r.ArrayTaskString != "" {
+		if arrayMeta(r) {
 			continue
 		}
 		if _, ok := b.replicaRec(r); ok {

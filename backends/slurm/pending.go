@@ -10,9 +10,10 @@ import (
 var _ backends.PendingReporter = (*Backend)(nil)
 
 // Pending reports the jobs of the managed partitions that wait (squeue
-// --json: PENDING, not held; each task of a pending array), so that a Runner started again tells a job
-// berth had bound and SLURM never started (Running moves it back) from one
-// that ended: the first is requeued, not finished. The jobs are tracked
+// --json: PENDING, not held; each task of a pending array), so that a
+// Runner started again tells a job berth had bound and SLURM never
+// started (Running moves it back) from one that ended: the first is
+// requeued, not finished. The jobs are tracked
 // as pending, so Next does not submit them again. Jobs berth cannot
 // schedule are left out (they are reported to OnSkip by Next).
 func (b *Backend) Pending(ctx context.Context) ([]*queue.Job, error) {

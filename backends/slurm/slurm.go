@@ -505,7 +505,7 @@ func recID(r *jobRec) string {
 // ("ARRAY_TASK"; SLURM shows the tasks not yet split off as one record with
 // array_task_string). b.mu is held.
 func (b *Backend) recJobs(r *jobRec) (ids []string, idx []int, err error) {
-	if r.ArrayTaskID != nil || r.ArrayTaskString == "" {
+	if !arrayMeta(r) {
 		return []string{b.berthIDLocked(recID(r))}, []int{taskIndex(r)}, nil
 	}
 	tasks, err := taskIDs(r.ArrayTaskString)
@@ -518,6 +518,10 @@ func (b *Backend) recJobs(r *jobRec) (ids []string, idx []int, err error) {
 	}
 	return ids, idx, nil
 }
+
+// arrayMeta reports a pending array's meta record: its tasks not yet split
+// off, listed in array_task_string.
+func arrayMeta(r *jobRec) bool { return r.ArrayTaskID == nil && r.ArrayTaskString != "" }
 
 func taskIndex(r *jobRec) int {
 	if r.ArrayTaskID != nil {
