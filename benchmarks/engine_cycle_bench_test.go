@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -20,8 +21,11 @@ import (
 // and EASY backfill. The first cycle (which binds what fits into the 40%
 // left free) runs before the timer; each timed cycle follows one running
 // job finishing and the clock moving one second, so it binds a little,
-// reserves for the first blocked job, backfills, and explains the ~10,000
-// jobs still pending.
+// reserves for the first blocked job, backfills, and stops its walk once
+// nothing more can start (engine.Config.LazyPending; walked/cycle reports
+// how many pending jobs a cycle reached). BERTH_FULL_WALK=1 runs it
+// without LazyPending: every cycle then explains the ~7,500 jobs still
+// pending.
 //
 // cluster=B12K/pending=100000 is the same on B12K with 100,000 pending
 // jobs across 200 queues (issue 17).
@@ -42,7 +46,7 @@ func BenchmarkCycleSite(b *testing.B) {
 }
 
 func engineCycleBench(b *testing.B, sh ClusterShape, pending, queues int) {
-	engineCycleBenchOpts(b, sh, engineBenchOpts{pending: pending, queues: queues})
+	engineCycleBenchOpts(b, sh, engineBenchOpts{pending: pending, queues: queues, lazy: os.Getenv("BERTH_FULL_WALK") == ""})
 }
 
 func engineCycleBenchOpts(b *testing.B, sh ClusterShape, o engineBenchOpts) {
@@ -69,7 +73,7 @@ func engineCycleBenchOpts(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 	track(rd)
 	firstBinds := len(rd.Binds)
 	now := e.Now()
-	binds, reserved := 0, 0
+	binds, reserved, walked := 0, 0, 0
 	b.ReportAllocs()
 	for b.Loop() {
 		now = now.Add(time.Second)
@@ -87,6 +91,7 @@ func engineCycleBenchOpts(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 		}
 		binds += len(rd.Binds)
 		reserved += len(rd.Reservations)
+		walked += len(rd.Pending)
 		if len(rd.Binds) > 0 {
 			b.StopTimer()
 			track(rd)
@@ -97,7 +102,8 @@ func engineCycleBenchOpts(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/n, "ms/cycle")
 	b.ReportMetric(float64(binds)/n, "binds/cycle")
 	b.ReportMetric(float64(reserved)/n, "reservations/cycle")
-	b.ReportMetric(float64(len(e.View().Pending)), "pending")
+	b.ReportMetric(float64(len(e.View().Pending)+e.View().Unwalked), "pending")
+	b.ReportMetric(float64(walked)/n, "walked/cycle")
 	b.ReportMetric(float64(firstBinds), "first-cycle-binds")
 	b.ReportMetric(float64(stats.Jobs), "fill-jobs")
 }
@@ -124,6 +130,7 @@ type engineBenchOpts struct {
 	backfill        engine.BackfillConfig // zero: EASY
 	policy          queue.Policy          // nil: DRS
 	noCaches        bool                  // engine.Config.DisableCaches
+	lazy            bool                  // engine.Config.LazyPending
 	// full: every node's GPUs left free by the fill are booked too, by
 	// one more running job per node (with its own estimate), so every
 	// pending job is blocked and the cohort lends three times the cluster
@@ -180,6 +187,7 @@ func engineBenchSetup(b testing.TB, sh ClusterShape, o engineBenchOpts) (*engine
 		Backfill:       o.backfill,
 		IntakeCapacity: 1 << 17,
 		DisableCaches:  o.noCaches,
+		LazyPending:    o.lazy,
 	}
 	if o.site {
 		cfg.Site = engineBenchSite(sh)

@@ -442,6 +442,7 @@ func (f *File) buildEngine(cfg *engine.Config) error {
 	if cfg.BindRetryBackoff, err = f.duration("engine.bindRetryBackoff", e.BindRetryBackoff); err != nil {
 		return err
 	}
+	cfg.LazyPending = e.LazyPending
 	// MIG.
 	m := &e.MIG
 	if badWeight(m.WaitFactor) {

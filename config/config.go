@@ -135,6 +135,9 @@ type Engine struct {
 	BindRetryBackoff Duration `json:"bindRetryBackoff,omitzero" yaml:"bindRetryBackoff,omitempty"`
 	MIG              MIG      `json:"mig" yaml:"mig"`
 	Scorer           Scorer   `json:"scorer" yaml:"scorer"`
+	// LazyPending: engine.Config.LazyPending (cycles stop their walk once
+	// nothing more can start; only the reached jobs get a status).
+	LazyPending bool `json:"lazyPending,omitempty" yaml:"lazyPending,omitempty"`
 }
 
 // Policy names a queue.Policy: drs (default when empty), priority,

@@ -173,6 +173,22 @@ type Config struct {
 	// way (FuzzEngine and the replay tests compare both); it exists to
 	// prove that, and to measure what the caches save.
 	DisableCaches bool
+	// LazyPending lets a cycle stop its walk once no later job can start,
+	// backfill, get a reservation or be acted on otherwise: no node has
+	// as many GPUs free (off the reservations) as the smallest pending
+	// member asks, the reservations are made, and none of preemption,
+	// fractional or MIG jobs, services or site rules is in use (the full
+	// list: docs/scale.md, "A walk that stops"). Under a backlog a cycle
+	// then costs what the jobs up to that point cost, not the whole
+	// backlog. Ready.Pending and View.Pending list only the jobs the walk
+	// reached, Ready.Unwalked and View.Unwalked count the others, and
+	// Engine.PendingAll computes every status on demand (View.EachPending
+	// lists every pending job). Decisions are the same either way
+	// (FuzzEngine compares them, and the full statuses, for every policy).
+	// Observers that need every job's reason from Ready.Pending (the kube
+	// backend's pod conditions, the audit record's waits, View.Estimates
+	// and View.Explanations) get only the reached jobs' while it is on.
+	LazyPending bool
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap

@@ -55,6 +55,13 @@ type cycleState struct {
 	// reservation this cycle (it goes to the yielding job next cycle).
 	yielded bool
 	backoff bool // a job waited for its bind retry backoff
+	cut     bool // the walk stopped early (lazy.go)
+	// cutPlan is the plan at the cut when steps after the walk may change
+	// it (elastic jobs grow), else nil.
+	cutPlan *topo.Snapshot
+	cutCur  queue.Cursor // the walk's cursor at the cut
+	cutJob  *queue.Job   // the job it stopped before
+	cutSeen cutKey       // the state cutHere last found not cut
 	// seen and seenGen: GPUs counted by enoughFree (seen[g] == seenGen);
 	// holdback: the GPUs it holds back.
 	seen     []uint32
@@ -116,7 +123,7 @@ func (cs *cycleState) reset(now time.Time) {
 	clear(cs.fits)
 	clear(cs.statusOf)
 	cs.claimed = nil
-	cs.yield, cs.yielded, cs.backoff = cs.yield[:0], false, false
+	cs.yield, cs.yielded, cs.backoff, cs.cut, cs.cutSeen = cs.yield[:0], false, false, false, cutKey{}
 	cs.limMin, cs.limMax = 0, 0
 	cs.gen++
 	cs.reserveTries = 0
@@ -172,6 +179,11 @@ func (e *Engine) cycle() Ready {
 		e.tlRefresh(now)
 		// Room for the jobs a resumed cycle appends (see resume).
 		n := e.pending.Len()
+		if e.tail != nil && e.cutAllowed() {
+			// The last walk stopped early and this one may too: room
+			// for about as many, grown by append if it goes further.
+			n = min(n, 2*len(e.lastPend)+64)
+		}
 		cs.pend = make([]PendingStatus, 0, n+n/32+16)
 		e.order = e.order[:0]
 
@@ -240,9 +252,15 @@ func (e *Engine) cycle() Ready {
 	// cycle appends to cs.pend beyond their length, never within it.
 	rd.Pending = cs.pend[:len(cs.pend):len(cs.pend)]
 	e.lastPend = cs.pend
+	e.tail = nil
+	if cs.cut {
+		rd.Unwalked = e.pending.Len() - len(cs.pend)
+		e.tail = &tailState{gen: cs.gen, first: cs.cutJob, cur: cs.cutCur, plan: cs.cutPlan}
+		cs.cutPlan, cs.cutCur, cs.cutJob = nil, nil, nil
+	}
 	e.quiet = len(rd.Binds) == 0 && len(cs.placedLate) == 0 && len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 &&
 		len(rd.MIG) == 0 && len(cs.fracBlocked) == 0 && len(e.claims) == 0 && len(cs.holds) == 0 &&
-		!cs.backoff && !cs.yielded && e.stopping == 0 && len(e.requeued) == 0 && len(e.failed) == 0
+		!cs.backoff && !cs.yielded && !cs.cut && e.stopping == 0 && len(e.requeued) == 0 && len(e.failed) == 0
 	e.since = sinceCycle{}
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
@@ -274,7 +292,15 @@ func (e *Engine) nextOutstanding() *outstanding {
 // walk runs steps 4 to 6 over the cursor's jobs, noting the order.
 func (e *Engine) walk(cur queue.Cursor, rd *Ready) {
 	cs := &e.cyc
+	canCut := e.cutAllowed()
 	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
+		if canCut && e.cutHere(&canCut) {
+			cs.cut, cs.cutCur, cs.cutJob = true, cur, j
+			if e.elastic > 0 { // grow books after the walk
+				cs.cutPlan = cs.plan.Clone()
+			}
+			return
+		}
 		if st, waits := e.consider(j, rd); waits {
 			cs.pend = append(cs.pend, st)
 			e.order = append(e.order, j)
@@ -357,6 +383,7 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 	cs.now, cs.nowNs = now, now.UnixNano()
 	cs.held = cs.held[:0]
 	cs.plan = e.snap.Clone()
+	cs.cutSeen = cutKey{}
 	clear(cs.batches) // computed on the last cycle's plan
 	// The last cycle's statuses, shared: Ready and View hold them with no
 	// spare capacity, and they are never written again, so new statuses

@@ -93,7 +93,14 @@ type Engine struct {
 	// the last cycle found waiting for one, or Advance refused (Unix ns;
 	// 0: none). See BindRetryAt.
 	retryAt int64
-	out     *outstanding
+	// maxNotBefore is the latest bind backoff end ever set, and fracSeen
+	// whether a fractional or MIG job was ever known: two conditions of
+	// the walk's cut (lazy.go); tail is what the last cycle's cut left
+	// for PendingAll (nil: no cut).
+	maxNotBefore int64
+	fracSeen     bool
+	tail         *tailState
+	out          *outstanding
 	// outBuf is the outstanding record reused by every cycle (its maps
 	// cleared): nothing keeps it once the next cycle starts.
 	outBuf *outstanding
@@ -191,6 +198,9 @@ func (e *Engine) Step(ev Event) error {
 	}
 	var err error
 	e.since.events |= 1 << ev.Kind
+	if e.tail != nil {
+		e.tail.stale = true
+	}
 	switch ev.Kind {
 	case EventTick:
 	case EventJobSubmitted:
@@ -368,6 +378,9 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 			return fmt.Errorf("%w: refused MIG change of %s GPU %d, which Ready %d did not make", ErrInvalidEvent, r.Node, r.GPU, rd.Seq)
 		}
 	}
+	if len(refBinds) > 0 || len(out.RefusedMIG) > 0 {
+		e.freezeTail()
+	}
 	for _, id := range refBinds {
 		js := e.jobs[id]
 		created := js.place.created()
@@ -375,6 +388,7 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		e.destroyCreated(created)
 		js.refusals++
 		js.notBefore = e.now.Add(e.bindBackoff(js.refusals)).UnixNano()
+		e.maxNotBefore = max(e.maxNotBefore, js.notBefore)
 		e.noteRetry(js.notBefore)
 		e.toPending(js)
 	}

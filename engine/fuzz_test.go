@@ -73,6 +73,26 @@ func fuzzConfig(rng *rand.Rand, shared bool) Config {
 	return cfg
 }
 
+// fuzzSeedConfig is fuzzConfig with the seed's policy. Seeds with bit 32
+// set get no preemption and quotas too large to hold a job back, so that
+// the walk's cut under LazyPending can happen (lazy.go) and FuzzEngine
+// compares it with a full walk; with bit 33 too, conservative backfill
+// may hold more reservations than the cut reads one by one (maxCutRes).
+func fuzzSeedConfig(rng *rand.Rand, seed uint64, shared bool) Config {
+	cfg := fuzzConfig(rng, shared)
+	cfg.Policy = fuzzPolicy(seed)
+	if seed>>32&1 == 1 {
+		cfg.Preemption.Priority, cfg.Preemption.Reclaim = false, false
+		for i := range cfg.Queues.Queues {
+			cfg.Queues.Queues[i].Quota = map[queue.ResourceName]queue.Quota{queue.GPUMilli: {Nominal: queue.WholeGPUs(1000)}}
+		}
+		if seed>>33&1 == 1 {
+			cfg.Backfill.Depth = maxCutRes + 1 + int(seed>>34&3)
+		}
+	}
+	return cfg
+}
+
 func fuzzPolicy(seed uint64) queue.Policy {
 	switch seed % 3 {
 	case 0:
@@ -156,6 +176,10 @@ func FuzzEngine(f *testing.F) {
 	// services (232..249): set, scale, delete amid jobs, failures, refusals
 	f.Add(uint64(11), []byte{232, 233, 9, 0, 0, 240, 9, 4, 241, 9, 2, 3, 9, 6, 9, 235, 236, 9, 4, 9, 245, 9, 0, 9})
 	f.Add(uint64(12), []byte{232, 9, 234, 9, 0, 0, 0, 9, 238, 9, 4, 4, 9, 239, 237, 9, 3, 9, 7, 9, 248, 9, 4, 9})
+	// no preemption, ample quota, StrictPriority: walks stop early
+	// (LazyPending), with refusals, ends, failures and backoffs
+	f.Add(uint64(1<<32), []byte{0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 9, 2, 9, 4, 9, 0, 0, 9, 2, 2, 9, 6, 9, 7, 9, 4, 9, 3, 9, 4, 4, 9})
+	f.Add(uint64(1<<32|3), []byte{0, 1, 0, 1, 0, 1, 0, 1, 0, 9, 9, 2, 9, 2, 0, 0, 9, 4, 9, 8, 9, 0, 0, 0, 9, 5, 9, 4, 9, 2, 2, 9, 10, 9})
 	f.Fuzz(runFuzzBody)
 }
 
@@ -184,8 +208,11 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			ops = ops[:300]
 		}
 		rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		cfg := fuzzConfig(rng, shared)
-		cfg.Policy = fuzzPolicy(seed)
+		cfg := fuzzSeedConfig(rng, seed, shared)
+		// The first engine stops its walks early where it may
+		// (LazyPending); apply compares its PendingAll with the second
+		// engine's full Ready.Pending below.
+		cfg.LazyPending = true
 		e, err := New(cfg)
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -287,14 +314,16 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			digests = append(digests, d)
 			check(t, e, m)
 		}
+		if os.Getenv("FUZZDBG") != "" {
+			t.Logf("cycles cut (LazyPending): %d", m.cuts)
+		}
 		// Restore: the saved state, through JSON, gives an engine that
 		// decides as this one does from here (a tick, then a cycle).
 		checkRestore(t, e, seed, shared)
 		// Replay: the same inputs give the same decisions, also with every
 		// cycle a full one and every cache off (Config.DisableCaches).
 		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		cfg2 := fuzzConfig(rng2, shared)
-		cfg2.Policy = fuzzPolicy(seed)
+		cfg2 := fuzzSeedConfig(rng2, seed, shared)
 		cfg2.DisableCaches = true // every cache off: resumption, memos
 		e2, err := New(cfg2)
 		if err != nil {
@@ -321,6 +350,7 @@ type fuzzModel struct {
 	preemptedAt map[string]time.Time
 	lastSeq     uint64
 	prevClaims  map[string]*claim // the engine's claims before the Ready being checked
+	cuts        int               // cycles whose walk stopped early (LazyPending)
 }
 
 func pick[V any](rng *rand.Rand, m map[string]V) string {
@@ -358,9 +388,16 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		return fmt.Sprintf("%v %s%s err=%v", ev.Kind, ev.JobID, ev.ServiceName, err)
 	}
 	m.prevClaims = maps.Clone(e.claims)
+	lazy := e.cfg.LazyPending && e.HasReady() // a cycle runs
 	rd := e.Ready()
 	if os.Getenv("FUZZDBG") != "" {
 		t.Logf("READY %s", digest(rd))
+	}
+	// Under LazyPending, the statuses after the walk's cut, computed
+	// before Advance or after it (which must not change them).
+	lazyAfter := len(st.refuse) > 1 && st.refuse[1]%2 == 1
+	if lazy && !lazyAfter {
+		pendingAll(t, e, &rd, m)
 	}
 	for _, f := range rd.Failed {
 		delete(m.known, f.Job)
@@ -371,7 +408,28 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 	if err := e.Advance(rd, out); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
+	if lazy && lazyAfter {
+		pendingAll(t, e, &rd, m)
+	}
 	return digest(rd) + fmt.Sprintf(" refused=%v", out)
+}
+
+// pendingAll sets rd.Pending to e.PendingAll, checked against rd.
+func pendingAll(t *testing.T, e *Engine, rd *Ready, m *fuzzModel) {
+	t.Helper()
+	all, ok := e.PendingAll()
+	if !ok {
+		t.Fatalf("PendingAll: stale right after cycle %d", rd.Seq)
+	}
+	if len(all) != len(rd.Pending)+rd.Unwalked || !slices.Equal(all[:len(rd.Pending)], rd.Pending) {
+		t.Fatalf("PendingAll: %d statuses, Ready has %d and %d unwalked, or its head differs", len(all), len(rd.Pending), rd.Unwalked)
+	}
+	fuzzCycles++
+	if rd.Unwalked > 0 {
+		m.cuts++
+		fuzzCuts++
+	}
+	rd.Pending, rd.Unwalked = all, 0
 }
 
 // outcome refuses the decisions of rd that st's refusals pick.
@@ -529,8 +587,8 @@ func checkReady(t *testing.T, e *Engine, rd Ready, m *fuzzModel) {
 			t.Fatalf("job %q listed as pending but is not", p.Job)
 		}
 	}
-	if len(seen) != e.pending.Len() {
-		t.Fatalf("%d pending statuses for %d pending jobs", len(seen), e.pending.Len())
+	if len(seen)+rd.Unwalked != e.pending.Len() {
+		t.Fatalf("%d pending statuses and %d unwalked for %d pending jobs", len(seen), rd.Unwalked, e.pending.Len())
 	}
 }
 
@@ -793,8 +851,7 @@ func checkRestore(t *testing.T, e *Engine, seed uint64, shared bool) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	cfg := fuzzConfig(rng, shared)
-	cfg.Policy = fuzzPolicy(seed)
+	cfg := fuzzSeedConfig(rng, seed, shared)
 	e2, err := Restore(cfg, &back)
 	if err != nil {
 		t.Fatalf("Restore: %v", err)

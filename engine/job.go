@@ -190,6 +190,7 @@ func (e *Engine) newJob(j *queue.Job) *job {
 	for gi := range js.req.Groups {
 		if _, ok := sharedRequest(&js.req.Groups[gi]); ok {
 			js.frac = true
+			e.fracSeen = true
 			if len(js.req.Groups) > 1 || !j.Elastic.IsZero() {
 				js.badOf, js.badC = errFractional, nil // whatever the cluster
 			}

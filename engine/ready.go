@@ -289,6 +289,10 @@ type Ready struct {
 	// read-only: it is shared with the View, and a later cycle that
 	// resumes this one's walk shares its elements too.
 	Pending []PendingStatus
+	// Unwalked counts the pending jobs after the walk's cut, not in
+	// Pending (Config.LazyPending; Engine.PendingAll lists them); zero
+	// when the walk reached every job.
+	Unwalked int
 	// Requeued lists running jobs put back to pending this cycle or by
 	// the events since the last one (preempted victims, failed nodes).
 	Requeued []string

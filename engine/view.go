@@ -18,6 +18,9 @@ type View struct {
 	At  time.Time
 	// Pending explains every pending job, in the policy's order.
 	Pending []PendingStatus
+	// Unwalked counts the pending jobs that Pending leaves out: see
+	// Ready.Unwalked.
+	Unwalked int
 	// Reservations held by the cycle.
 	Reservations []Reservation
 	// Holds: see Ready.Holds.
@@ -95,6 +98,17 @@ type RunningJob struct {
 	Deadline time.Time
 }
 
+// EachPending calls fn for every pending job of the cycle, until fn
+// returns false: queue by queue, in each queue's order (not the policy's
+// order across queues). It reads the published pending sets, so it lists
+// the jobs after a LazyPending cut too, without their statuses, at the
+// cost of a B-tree walk. The jobs must not be modified.
+func (v *View) EachPending(fn func(*queue.Job) bool) {
+	if v.queues != nil {
+		v.queues.Each(fn)
+	}
+}
+
 // Queues returns the usage, quotas and fair share of every leaf queue. It
 // allocates.
 func (v *View) Queues() []queue.QueueStatus {
@@ -108,7 +122,7 @@ func (v *View) Queues() []queue.QueueStatus {
 func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs, x: e.viewExtra()}
 	if rd != nil {
-		v.Seq, v.Pending, v.Reservations, v.Holds = rd.Seq, rd.Pending, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
+		v.Seq, v.Pending, v.Unwalked, v.Reservations, v.Holds = rd.Seq, rd.Pending, rd.Unwalked, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
 	}
 	v.Services = e.serviceStatuses(v.Pending)
 	if e.running != nil {
@@ -129,7 +143,7 @@ func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 // and free GPUs as they are now (after Advance undid refused decisions).
 func (e *Engine) republish() {
 	old := e.view.Load()
-	rd := &Ready{Seq: old.Seq, Pending: old.Pending, Reservations: old.Reservations, Holds: old.Holds}
+	rd := &Ready{Seq: old.Seq, Pending: old.Pending, Unwalked: old.Unwalked, Reservations: old.Reservations, Holds: old.Holds}
 	e.publish(rd, old.queues)
 }
 

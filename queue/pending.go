@@ -61,8 +61,11 @@ type entry struct {
 	d      *demand
 	key    i128 // larger first: priority (aged)
 	submit int64
-	gone   bool     // removed; written and read by the owner only
-	queue  int32    // d.queue: one cache miss less per DRS pick
+	gone   bool  // removed; written and read by the owner only
+	queue  int32 // d.queue: one cache miss less per DRS pick
+	ask    uint8 // askOf(job): its class in Pending.asks
+	askT   uint8
+	seq    uint64   // order of addition: the tie-break in askBucket.limits
 	vec    []Amount // d.vec, or a copy in small: one cache miss less per pick
 	small  [4]Amount
 }
@@ -112,6 +115,119 @@ type Pending struct {
 	dirty  []bool
 	dirtyN int
 	static []snapStatic // the snapshots' constant part, built once
+	// maxVec is, per resource, the largest demand of any job ever added
+	// (it never shrinks): QuotaIdle compares it with what every queue
+	// could still admit.
+	maxVec []Amount
+	// asks[k][t] describes the pending jobs of size class (k, t) (askOf);
+	// askMask[k] has bit t set when asks[k][t] has jobs. AskClasses reads
+	// them.
+	asks    [maxAsk + 1][askTotals]askBucket
+	askMask [maxAsk + 1]uint32
+	seq     uint64
+}
+
+// maxAsk caps the per-member asks counted: a member asking more counts as
+// maxAsk. askTotals is the number of total-size classes: class 1 holds
+// the jobs asking one GPU in all, class t >= 2 those asking 2^(t-2)+1 ..
+// 2^(t-1) (t = bits.Len(total-1)+1), the last one everything larger.
+const (
+	maxAsk    = 64
+	askTotals = 24
+)
+
+type askBucket struct {
+	n, unlimited int
+	limits       *btree.BTreeG[limitKey] // the others' limits; made on first use
+}
+
+type limitKey struct {
+	lim time.Duration
+	seq uint64
+}
+
+func limitLess(a, b limitKey) bool { return a.lim < b.lim || a.lim == b.lim && a.seq < b.seq }
+
+// askOf is j's size class: the fewest whole GPUs any member asks (at most
+// maxAsk; 0 when a member asks a fraction, a MIG instance or no GPU), and
+// the class of the whole GPUs it asks in all (with an elastic job's
+// fewest members).
+func askOf(j *Job) (k, t uint8) {
+	a, total := maxAsk, 0
+	for i, g := range j.Request.Groups {
+		if g.GPUMilli > 0 || g.MIGProfile != "" {
+			return 0, 0
+		}
+		a = min(a, g.GPUsPerMember)
+		m := g.Members
+		if i == 0 && j.Elastic.MinMembers > 0 {
+			m = min(m, j.Elastic.MinMembers)
+		}
+		total += m * g.GPUsPerMember
+	}
+	if a <= 0 {
+		return 0, 0
+	}
+	return uint8(a), uint8(min(bits.Len(uint(total-1))+1, askTotals-1))
+}
+
+// AskClass describes a class of pending jobs by size (Pending.AskClasses).
+type AskClass struct {
+	// PerMember is what the smallest member of each job asks, in whole
+	// GPUs: 64 stands for 64 or more, 0 for a fractional, MIG or GPU-less
+	// member. MinTotal is the fewest whole GPUs a job of the class asks
+	// in all (an elastic job with its fewest members).
+	PerMember, MinTotal int
+	Jobs                int // pending jobs
+	Unlimited           int // of them, those with no runtime limit
+	// ShortestLimit is the shortest runtime limit of the others; zero
+	// when every one is unlimited.
+	ShortestLimit time.Duration
+}
+
+// AskClasses calls fn for each class of pending jobs with PerMember <=
+// maxPerMember, by PerMember then MinTotal, until fn returns false. A job
+// can start only on nodes with as many GPUs free as its smallest member
+// asks and with at least its total free, and it may use GPUs reserved
+// for later only if its runtime limit ends before: the engine's walk
+// stops early on these classes (engine.Config.LazyPending). A class costs
+// O(log n).
+func (p *Pending) AskClasses(maxPerMember int, fn func(AskClass) bool) {
+	for k := 0; k <= min(max(maxPerMember, 0), maxAsk); k++ {
+		for m := p.askMask[k]; m != 0; m &= m - 1 {
+			t := bits.TrailingZeros32(m)
+			b := &p.asks[k][t]
+			c := AskClass{PerMember: k, Jobs: b.n, Unlimited: b.unlimited}
+			if t > 0 {
+				c.MinTotal = 1<<(t-1)/2 + 1 // 1 for t == 1
+			}
+			if b.limits != nil {
+				if lk, ok := b.limits.Min(); ok {
+					c.ShortestLimit = lk.lim
+				}
+			}
+			if !fn(c) {
+				return
+			}
+		}
+	}
+}
+
+// QuotaIdle reports whether quota holds no pending job back: every leaf
+// queue could admit now, for each resource, as much as the largest demand
+// of any job ever added to p. When it is true, Tree.Fits accepts every
+// pending job, and goes on accepting them until usage grows (a Charge or
+// an Adopt). It costs O(queues x resources x depth).
+func (p *Pending) QuotaIdle() bool {
+	t := p.tree
+	for _, q := range t.queues {
+		for k, v := range p.maxVec {
+			if v > 0 && t.available(q, k) < v {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // NewPending returns an empty pending set over t.
@@ -173,8 +289,27 @@ func (p *Pending) Add(j *Job) error {
 	if _, dup := p.byID[j.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
+	if len(p.maxVec) != len(d.vec) {
+		p.maxVec = make([]Amount, len(d.vec))
+	}
+	for k, v := range d.vec {
+		p.maxVec[k] = max(p.maxVec[k], v)
+	}
 	sub := j.Submit.UnixNano()
-	e := &entry{job: j, d: d, queue: d.queue, submit: sub, vec: d.vec}
+	p.seq++
+	e := &entry{job: j, d: d, queue: d.queue, submit: sub, vec: d.vec, seq: p.seq}
+	e.ask, e.askT = askOf(j)
+	b := &p.asks[e.ask][e.askT]
+	b.n++
+	p.askMask[e.ask] |= 1 << e.askT
+	if j.RuntimeLimit > 0 {
+		if b.limits == nil {
+			b.limits = btree.NewG(8, limitLess)
+		}
+		b.limits.ReplaceOrInsert(limitKey{j.RuntimeLimit, e.seq})
+	} else {
+		b.unlimited++
+	}
 	if len(d.vec) <= len(e.small) {
 		e.vec = e.small[:len(d.vec):len(d.vec)]
 		copy(e.vec, d.vec)
@@ -208,6 +343,15 @@ func (p *Pending) Remove(id string) (*Job, bool) {
 		return nil, false
 	}
 	delete(p.byID, id)
+	b := &p.asks[e.ask][e.askT]
+	if b.n--; b.n == 0 {
+		p.askMask[e.ask] &^= 1 << e.askT
+	}
+	if e.job.RuntimeLimit > 0 {
+		b.limits.Delete(limitKey{e.job.RuntimeLimit, e.seq})
+	} else {
+		b.unlimited--
+	}
 	p.byQueue[e.d.queue].Delete(e)
 	p.byAccount[e.d.account].Delete(e)
 	p.touch(e.d.queue)

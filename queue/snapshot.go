@@ -136,6 +136,18 @@ func (s *Snapshot) status(i int) QueueStatus {
 	return st
 }
 
+// Each calls fn for every pending job, queue by queue (in the tree's
+// order) and in queue order within each, until fn returns false.
+func (s *Snapshot) Each(fn func(*Job) bool) {
+	for _, t := range s.pending {
+		more := true
+		t.Ascend(func(e *entry) bool { more = fn(e.job); return more })
+		if !more {
+			return
+		}
+	}
+}
+
 // Pending calls fn for the pending jobs of a queue, in queue order, until
 // fn returns false. It reports false for an unknown queue.
 func (s *Snapshot) Pending(queue string, fn func(*Job) bool) bool {

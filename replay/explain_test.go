@@ -33,6 +33,7 @@ func TestReplayPendingReasonsActionable(t *testing.T) {
 		n := 0
 		_, err := Run(context.Background(), Config{
 			Workload: "itp04", Jobs: jobs, Cluster: Cluster{Nodes: 64, GPUsPerNode: 8, Racks: 8}, Policy: p, EstimateFactor: 1,
+			AllPending: true, // every pending job's explanation
 			Observe: func(c backends.Cycle) {
 				if n++; n%25 != 0 {
 					return

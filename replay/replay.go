@@ -133,7 +133,14 @@ type Config struct {
 	// replays with it).
 	Done func()
 	// Observe, if set, sees every cycle (tests read reservations from it).
+	// Its Ready.Pending lists only the jobs the cycle's walk reached
+	// (engine.Config.LazyPending, on unless AllPending or a Recorder is
+	// set); View.EachPending lists every pending job.
 	Observe func(backends.Cycle)
+	// AllPending turns engine.Config.LazyPending off: every cycle walks
+	// and explains every pending job (Observe's Ready.Pending is whole),
+	// at a cost that grows with the backlog. The results are the same.
+	AllPending bool
 	// Spec, when it has nodes, is the cluster instead of Cluster's uniform
 	// shape: heterogeneous nodes, MIG nodes, shared GPUs, host resources
 	// (see OpenbSpec and SyntheticMIG). Jobs are then split over nodes of
@@ -407,6 +414,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	spec, ecfg.Scorer = pl.spec, pl.scorer
 	ecfg.Queues = replayQueues(queues, gpus)
 	ecfg.DisableCaches = cfg.DisableCaches
+	// The recorder writes each waiting job's reason from Ready.Pending.
+	ecfg.LazyPending = !cfg.AllPending && cfg.Recorder == nil
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
 	for _, j := range jobs {
@@ -529,7 +538,7 @@ func (o *observer) observe(c backends.Cycle) {
 	st := o.sim.Summary(o.buf)
 	o.buf = st.FreeHist
 	o.integrate(c.Ready.At)
-	o.frag, o.largest = o.measure(st.FreeHist, c.Ready.Pending)
+	o.frag, o.largest = o.measure(st.FreeHist, c.View)
 	if o.cfg.Progress != nil {
 		o.cfg.Progress(st.Finished)
 	}
@@ -556,7 +565,7 @@ func (o *observer) integrate(now time.Time) {
 //
 // hist[f] is the number of nodes with f free GPUs (sim.State.FreeHist):
 // a cycle costs O(GPUs per node), not O(nodes).
-func (o *observer) measure(hist []int, pending []engine.PendingStatus) (frag, largest float64) {
+func (o *observer) measure(hist []int, v *engine.View) (frag, largest float64) {
 	per := o.per
 	whole, best, bestPartial := 0, 0, 0
 	for f, c := range hist {
@@ -571,17 +580,18 @@ func (o *observer) measure(hist []int, pending []engine.PendingStatus) (frag, la
 		}
 	}
 	largest = float64(max(best, whole*per+bestPartial))
-	if len(pending) == 0 {
-		return 0, largest
-	}
-	ask := per + 1
-	for _, p := range pending {
-		if m, ok := o.minPer[p.Job]; ok && m < ask {
+	// The smallest per-member ask among the pending jobs (all of them:
+	// the View's pending sets include those after a LazyPending cut).
+	ask, some := per+1, false
+	v.EachPending(func(j *queue.Job) bool {
+		some = true
+		if m, ok := o.minPer[j.ID]; ok && m < ask {
 			ask = m
-			if ask == 1 {
-				break
-			}
 		}
+		return ask > 1
+	})
+	if !some {
+		return 0, largest
 	}
 	n := 0
 	for f, c := range hist {
