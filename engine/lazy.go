@@ -177,10 +177,10 @@ func (e *Engine) freezeTail() {
 // computed on the first call and kept; the slice is shared and must not
 // be modified. The first call costs what the full walk would have.
 //
-// ok is false when an event was stepped since that cycle (the statuses
-// after the cut would no longer be that cycle's): PendingAll then returns
-// Ready.Pending alone. Advance does not make them stale (one with
-// refusals computes them first). Without a cut it returns the latest
+// ok is false when an event was stepped since that cycle and before the
+// first call (the statuses after the cut would no longer be that
+// cycle's): PendingAll then returns Ready.Pending alone. Advance does not
+// make them stale (one with refusals computes them first). Without a cut it returns the latest
 // Ready.Pending and true. Like Step, it is for the engine's owner only
 // (observers read the View).
 func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
