@@ -8,10 +8,10 @@ import (
 // A cycle under Config.LazyPending may stop its walk early (the cut): once
 // no reservation can be made any more, no pending job can start on what
 // is free, and nothing else can act on the jobs left, every job after
-// that point would only get a status. The walk then stops, Ready.Pending lists
-// the jobs it reached, and Ready.Unwalked counts the others; PendingAll
-// computes their statuses when asked. docs/scale.md ("A walk that stops")
-// has the conditions and why each is needed.
+// that point would only get a status. The walk then stops, Ready.Pending
+// lists the jobs it reached, and Ready.Unwalked counts the others;
+// PendingAll computes their statuses when asked. docs/scale.md ("A walk
+// that stops") has the conditions and why each is needed.
 
 // tailState is what PendingAll needs after a cycle that cut its walk.
 type tailState struct {
@@ -180,9 +180,9 @@ func (e *Engine) freezeTail() {
 // ok is false when an event was stepped since that cycle and before the
 // first call (the statuses after the cut would no longer be that
 // cycle's): PendingAll then returns Ready.Pending alone. Advance does not
-// make them stale (one with refusals computes them first). Without a cut it returns the latest
-// Ready.Pending and true. Like Step, it is for the engine's owner only
-// (observers read the View).
+// make them stale (one with refusals computes them first). Without a cut
+// it returns the latest Ready.Pending and true. Like Step, it is for the
+// engine's owner only (observers read the View).
 func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 	head := e.View().Pending
 	t := e.tail
