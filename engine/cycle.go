@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
@@ -21,9 +23,23 @@ type cycleState struct {
 	holds []uint32
 	// res are this cycle's backfill reservations, by start then job.
 	res []*resv
+	// resByEnd is res by expected end (overlapHold): kept by addRes,
+	// rebuilt when res lost some (resByEndStale).
+	resByEnd      []*resv
+	resByEndStale bool
+	resEnds       []time.Time // reserve's probe times from reservations
+	scratch       gang.Result // placeScratch's answers
 	// held[p] is plan with the GPUs of res[:p] booked too (lazily built,
 	// nil when stale).
 	held []*topo.Snapshot
+	// dead are the what-if snapshots the cycle is done with, recycled
+	// (topo.Snapshot.Recycle) when it ends, not earlier: a caller may
+	// still read one it took before it was dropped. Off with
+	// Config.DisableCaches, so that FuzzEngine's replay without caches
+	// checks that no recycled page was still in use.
+	dead    []*topo.Snapshot
+	recycle bool
+	relBuf  []uint32 // reserve's buffer of released GPUs
 	// fail remembers, per shape and reservation prefix, the fewest members
 	// that did not fit: free GPUs only shrink during the walk, so a larger
 	// gang of that shape cannot fit either.
@@ -85,7 +101,10 @@ type resv struct {
 	job   string
 	start time.Time
 	gpus  []uint32 // ascending
-	pl    *placement
+	// bm is gpus as published (Reservation.GPUs, read-only), built once:
+	// a sticky reservation keeps it from cycle to cycle.
+	bm *roaring.Bitmap
+	pl *placement
 	// dur is how long the job is expected to hold the GPUs once started
 	// (duration: estimate, else limit; bounded false: unknown): later
 	// reservations may plan on them after start+dur.
@@ -95,6 +114,10 @@ type resv struct {
 	// overlap earlier reservations (see prefixFor).
 	lim     time.Duration
 	limited bool
+	// startNs and endNs: start and expected end in Unix nanoseconds, set
+	// when it joins cs.res (resNs); incGen: overlapHold.
+	startNs, endNs int64
+	incGen         uint64
 }
 
 type fracRec struct {
@@ -110,9 +133,12 @@ type failRec struct {
 func (cs *cycleState) reset(now time.Time) {
 	cs.now, cs.nowNs = now, now.UnixNano()
 	cs.plan = nil
-	cs.tls.reset()
+	cs.resetTLS()
 	cs.holds = cs.holds[:0]
 	cs.res = cs.res[:0]
+	clear(cs.resByEnd)
+	cs.resByEnd, cs.resByEndStale = cs.resByEnd[:0], false
+	cs.dropHeld()
 	cs.held = cs.held[:0]
 	if cs.fail == nil {
 		cs.fail = map[uint64]failRec{}
@@ -207,7 +233,10 @@ func (e *Engine) cycle() Ready {
 
 	// 9. Publish.
 	for _, r := range cs.res {
-		rd.Reservations = append(rd.Reservations, Reservation{Job: r.job, Start: r.start, GPUs: bitmapOf(r.gpus)})
+		if r.bm == nil {
+			r.bm = bitmapOf(r.gpus)
+		}
+		rd.Reservations = append(rd.Reservations, Reservation{Job: r.job, Start: r.start, GPUs: r.bm})
 	}
 	for _, id := range sortedKeys(e.claims) {
 		c := e.claims[id]
@@ -241,10 +270,14 @@ func (e *Engine) cycle() Ready {
 			panic("engine: broken invariant: releasing claim holds: " + err.Error())
 		}
 	}
+	if e.snap != cs.plan {
+		cs.drop(e.snap) // nothing holds it: Views and estimates hold clones
+	}
 	e.snap = cs.plan
 	cs.plan = nil
+	cs.dropHeld()
 	cs.held = cs.held[:0]
-	cs.tls.reset() // its snapshots hold pages until the next cycle otherwise
+	cs.resetTLS() // its snapshots hold pages until the next cycle otherwise
 	if len(cs.placedLate) > 0 {
 		cs.pend = slices.DeleteFunc(cs.pend, func(p PendingStatus) bool { return slices.Contains(cs.placedLate, p.Job) })
 	}
@@ -255,7 +288,8 @@ func (e *Engine) cycle() Ready {
 	e.tail = nil
 	if cs.cut {
 		rd.Unwalked = e.pending.Len() - len(cs.pend)
-		e.tail = &tailState{gen: cs.gen, first: cs.cutJob, cur: cs.cutCur, plan: cs.cutPlan}
+		e.tailBuf = tailState{gen: cs.gen, first: cs.cutJob, cur: cs.cutCur, plan: cs.cutPlan}
+		e.tail = &e.tailBuf
 		cs.cutPlan, cs.cutCur, cs.cutJob = nil, nil, nil
 	}
 	e.quiet = len(rd.Binds) == 0 && len(cs.placedLate) == 0 && len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 &&
@@ -268,7 +302,50 @@ func (e *Engine) cycle() Ready {
 	rd.Rejected, e.rejected = e.rejected, nil
 	rd.Stops, e.stops = e.stops, nil
 	e.publish(&rd, e.pending.Publish(now))
+	cs.recycleDead()
 	return rd
+}
+
+// placeScratch is e.placer.Place answering in memory the cycle reuses
+// (Placer.PlaceInto): the answer is valid until the next placeScratch,
+// so callers turn it into a placement (fromResult) or a reason first.
+func (e *Engine) placeScratch(s *topo.Snapshot, r *gang.Request) (gang.Result, error) {
+	err := e.placer.PlaceInto(&e.cyc.scratch, s, r)
+	return e.cyc.scratch, err
+}
+
+// drop notes that the cycle is done with s, a what-if clone of its own
+// that nothing else holds (see dead).
+func (cs *cycleState) drop(s *topo.Snapshot) {
+	if s != nil && cs.recycle {
+		cs.dead = append(cs.dead, s)
+	}
+}
+
+// dropHeld drops the held snapshots, leaving nil in their places.
+func (cs *cycleState) dropHeld() {
+	for i, s := range cs.held {
+		cs.drop(s)
+		cs.held[i] = nil
+	}
+}
+
+// resetTLS drops the timeline's snapshots and forgets them.
+func (cs *cycleState) resetTLS() {
+	for _, s := range cs.tls.at {
+		cs.drop(s)
+	}
+	cs.tls.reset()
+}
+
+// recycleDead recycles the dropped snapshots: the cycle (or PendingAll)
+// is over, and none of them is read again.
+func (cs *cycleState) recycleDead() {
+	for i, s := range cs.dead {
+		s.Recycle() // a second Recycle of the same snapshot does nothing
+		cs.dead[i] = nil
+	}
+	cs.dead = cs.dead[:0]
 }
 
 // nextOutstanding is the record of this cycle's decisions for Advance:
@@ -381,6 +458,7 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 		}
 	}
 	cs.now, cs.nowNs = now, now.UnixNano()
+	cs.dropHeld()
 	cs.held = cs.held[:0]
 	cs.plan = e.snap.Clone()
 	cs.cutSeen = cutKey{}
@@ -525,9 +603,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.boundPartition(js, p)})
 	e.out.binds[js.j.ID] = true
 	e.out.runs[js.j.ID] = js.run
-	for i := range cs.held {
-		cs.held[i] = nil
-	}
+	cs.dropHeld()
 	clear(cs.fits)
 	// The failure memo's verdicts stay true (free GPUs only shrink), but
 	// its reasons count what was free before this placement.
@@ -737,13 +813,14 @@ func (e *Engine) tryPlaceYielding(js *job, p int) (gang.Result, gang.Reason, boo
 	if s == e.snapFor(p) {
 		s = s.Clone()
 	}
+	defer e.cyc.drop(s)
 	l := js.j.RuntimeLimit
 	for _, r := range cs.yield {
 		if l <= 0 || r.start.Before(cs.now.Add(l)) {
 			bookFree(s, r.gpus)
 		}
 	}
-	res, err := e.placer.Place(s, &js.req)
+	res, err := e.placeScratch(s, &js.req)
 	if err != nil {
 		js.badOf, js.badC = err, e.cluster
 		return gang.Result{}, gang.Reason{}, false
@@ -869,6 +946,7 @@ func (e *Engine) dropConflicting(p *job, gpus []uint32) {
 	for _, g := range gpus {
 		taken[g] = true
 	}
+	cs.resByEndStale = true
 	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool {
 		if r.job == p.j.ID || slices.Contains(cs.ahead[p.j.ID], r.job) {
 			return false
@@ -897,7 +975,8 @@ func allFree(s *topo.Snapshot, gpus []uint32) bool {
 
 // bookFree books the GPUs of gpus that are free on s.
 func bookFree(s *topo.Snapshot, gpus []uint32) {
-	var buf []uint32
+	var arr [256]uint32 // on the stack for gangs up to 256 GPUs
+	buf := arr[:0]
 	for _, g := range gpus {
 		if s.IsFree(g) {
 			buf = append(buf, g)
@@ -953,7 +1032,7 @@ func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 	if held {
 		s = e.advSnap(s, js, cs.now)
 	}
-	res, err := e.placer.Place(s, &js.req)
+	res, err := e.placeScratch(s, &js.req)
 	if err != nil {
 		js.badOf, js.badC = err, e.cluster
 		return gang.Result{}, gang.Reason{}, false
@@ -982,10 +1061,13 @@ func (cs *cycleState) addRes(r *resv) {
 		return 1
 	})
 	cs.res = slices.Insert(cs.res, i, r)
-	clear(cs.batches)
-	for i := range cs.held {
-		cs.held[i] = nil
+	r.resNs()
+	if !cs.resByEndStale {
+		j, _ := slices.BinarySearchFunc(cs.resByEnd, r.endNs, func(a *resv, end int64) int { return cmp.Compare(a.endNs, end) })
+		cs.resByEnd = slices.Insert(cs.resByEnd, j, r)
 	}
+	clear(cs.batches)
+	cs.dropHeld()
 	clear(cs.fail)
 	clear(cs.fits)
 }

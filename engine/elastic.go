@@ -54,9 +54,7 @@ func (e *Engine) grow(rd *Ready) {
 		e.out.grows[id] = append(e.out.grows[id], add...)
 		e.out.runs[id] = js.run
 	}
-	for i := range cs.held {
-		cs.held[i] = nil
-	}
+	cs.dropHeld()
 }
 
 // growOne books new members of js on s and on the plan: nodes the job
@@ -258,9 +256,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 		e.runUpsert(c.js)
 		rd.Resizes = append(rd.Resizes, Resize{Job: c.js.j.ID, Members: c.js.members, Remove: toMembers(e.cluster, c.ms)})
 	}
-	for i := range cs.held {
-		cs.held[i] = nil
-	}
+	cs.dropHeld()
 	res, err := e.placer.Place(e.aheadSnap(p), &p.req)
 	if err != nil || !res.Found || cs.onHeld(&res, protect) {
 		return true // shrunk, but the placement moved: the next cycle places it
@@ -271,6 +267,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 	}
 	cs.placedLate = append(cs.placedLate, p.j.ID)
 	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool { return r.job == p.j.ID })
+	cs.resByEndStale = true
 	e.dropConflicting(p, pl.claimGPUs()) // shares too: a share keeps its GPU from a reservation
 	return true
 }

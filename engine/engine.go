@@ -59,8 +59,10 @@ type Engine struct {
 	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
 	tlView    []tlEntry              // tl as a slice, as of tlViewGen (Engine.timeline)
 	tlViewGen uint64
-	elastic   int // active elastic jobs
-	stopping  int // jobs in their grace period
+	tlSpare   []tlEntry // the array of the tlView before, reused by the next
+	tailBuf   tailState // e.tail's memory when set
+	elastic   int       // active elastic jobs
+	stopping  int       // jobs in their grace period
 	shapes    map[string]uint64
 	keyBuf    []byte // shapeID's scratch
 	claims    map[string]*claim
@@ -113,8 +115,7 @@ type Engine struct {
 	placer   gang.Placer
 	drainBuf []*queue.Job
 	view     atomic.Pointer[View]
-	running  *btree.BTreeG[*runRec] // observers' copy of the running jobs
-	runDirty bool                   // running changed since the last View
+	running  runSet // observers' copy of the running jobs
 	cyc      cycleState
 	site     *siteState // site rules (site.go); nil while none is used
 
@@ -152,6 +153,7 @@ func New(cfg Config) (*Engine, error) {
 		now: cfg.Start, dirty: true,
 		activeIDs: btree.NewG(32, func(a, b string) bool { return a < b }), tl: btree.NewG(32, tlLess),
 	}
+	e.cyc.recycle = !cfg.DisableCaches
 	if !cfg.Site.isZero() {
 		e.siteInit()
 	}

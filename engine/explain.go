@@ -72,12 +72,7 @@ func (v *View) runsByEnd(c *explainCache) []*runRec {
 		return c.run
 	}
 	c.built = true
-	if v.running != nil {
-		v.running.Ascend(func(r *runRec) bool {
-			c.run = append(c.run, r)
-			return true
-		})
-	}
+	c.run = append(c.run, v.running.all()...)
 	slices.SortStableFunc(c.run, func(a, b *runRec) int {
 		ea, eb := expectedEndAt(a, v.At), expectedEndAt(b, v.At)
 		if ea.IsZero() != eb.IsZero() {

@@ -200,6 +200,7 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 	if cs.plan == nil {
 		cs.plan = e.snap
 	}
+	cs.dropHeld()
 	cs.held = cs.held[:0]
 	tail := []*queue.Job{t.first}
 	for j, more := t.cur.Next(); more; j, more = t.cur.Next() {
@@ -215,8 +216,10 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 		}
 		all = append(all, st)
 	}
+	cs.dropHeld()
 	cs.plan, cs.held = nil, cs.held[:0]
-	cs.tls.reset()
+	cs.resetTLS()
+	cs.recycleDead()
 	t.all, t.plan, t.cur, t.first = all, nil, nil, nil
 	return all, true
 }

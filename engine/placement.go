@@ -45,7 +45,10 @@ func sharedRequest(g *gang.Group) (mig.Request, bool) {
 func fromResult(res *gang.Result, r *gang.Request) *placement {
 	p := &placement{members: make([]pmember, len(res.Members))}
 	all := res.GPUs()
-	p.gpus = make([]uint32, len(all))
+	// One array: the members' GPUs in member order, then (whole GPUs
+	// only) the same sorted.
+	buf := make([]uint32, 2*len(all))
+	p.gpus = buf[:len(all):len(all)]
 	copy(p.gpus, all)
 	for i, m := range res.Members {
 		cpu, mem := res.Host(i)
@@ -60,7 +63,7 @@ func fromResult(res *gang.Result, r *gang.Request) *placement {
 		p.rebuildAll()
 		return p
 	}
-	p.gpus = slices.Clone(p.gpus)
+	p.gpus = append(buf[len(all):len(all)], p.gpus...)
 	slices.Sort(p.gpus)
 	return p
 }
@@ -193,9 +196,15 @@ func (p *placement) unbook(s *topo.Snapshot) {
 // toMembers renders members with node names and node-local GPU indices.
 func toMembers(c *topo.Cluster, ms []pmember) []Member {
 	out := make([]Member, len(ms))
+	n := 0
+	for _, m := range ms {
+		n += len(m.gpus)
+	}
+	locals := make([]int, n) // one array for every member's GPUs
 	for i, m := range ms {
 		first, _ := c.NodeGPUs(m.node)
-		local := make([]int, len(m.gpus))
+		local := locals[:len(m.gpus):len(m.gpus)]
+		locals = locals[len(m.gpus):]
 		for k, g := range m.gpus {
 			local[k] = int(g - first)
 		}

@@ -97,33 +97,40 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		w = e.snapAt(tc, 0)
 	} else {
 		w = cs.plan.Clone()
+		defer cs.drop(w)
 	}
-	var buf []uint32
+	buf := cs.relBuf // the cycle's, grown once
 	probes := 0
-	cs.inc.begin(w.Cluster(), cs.res, cs.yield)
+	cs.inc.begin(w.Cluster(), cs)
 	trySticky := func() bool {
 		hasSticky = false
 		if !e.freeOffOverlapping(w, sticky.start, r, sticky.gpus) {
 			return false
 		}
-		r.start, r.gpus, r.pl = sticky.start, sticky.gpus, sticky.pl
+		r.start, r.gpus, r.pl, r.bm = sticky.start, sticky.gpus, sticky.pl, sticky.bm
 		return true
 	}
 	// Probe times: the expected ends of running jobs and, in conservative
 	// mode, the ends of the reservations made before this one.
-	var resEnds []time.Time
-	for _, o := range cs.res {
+	// cs.resByEnd gives the first in order (begin synced it); the few
+	// others are sorted in.
+	resEnds := cs.resEnds[:0]
+	for _, o := range cs.resByEnd {
 		if o.bounded {
 			resEnds = append(resEnds, o.start.Add(o.dur))
 		}
 	}
+	n := len(resEnds)
 	for _, o := range cs.yield {
 		if o.bounded {
 			resEnds = append(resEnds, o.start.Add(o.dur))
 		}
 	}
 	resEnds = e.advEnds(cs.now, resEnds)
-	slices.SortFunc(resEnds, time.Time.Compare)
+	if len(resEnds) > n {
+		slices.SortFunc(resEnds, time.Time.Compare)
+	}
+	cs.resEnds = resEnds
 	cs.unplanned = noEstimateNoRoom
 	tl := e.timeline()
 	for i, k := 0, 0; i < len(tl) || k < len(resEnds); {
@@ -155,10 +162,10 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			switch {
 			case !cached:
 				buf = e.releaseOn(w, tl[k].js, buf)
-				gs = buf
+				gs, cs.relBuf = buf, buf
 			case cs.claimed != nil:
 				buf = e.releasedGPUs(tl[k].js, buf)
-				gs = buf
+				gs, cs.relBuf = buf, buf
 			}
 			cs.inc.released(w, gs, tl[k].js.place.shared)
 		}
@@ -185,7 +192,10 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 			continue // Place would fail: too few GPUs free at t
 		}
 		s := e.withOverlapping(w, t, r)
-		res, err := e.placer.Place(s, &js.req)
+		res, err := e.placeScratch(s, &js.req)
+		if s != w {
+			cs.drop(s)
+		}
 		if err != nil || !res.Found {
 			continue
 		}

@@ -30,13 +30,16 @@ func tlLess(a, b tlEntry) bool {
 // of the tree, made again only when the timeline changed since (a cycle's
 // reservation searches read it by index; starts and ends, thousands a
 // second on a large cluster, cost O(log n) in the tree instead of a
-// slice's O(n) move).
+// slice's O(n) move). The slice is valid while the timeline does not
+// change: its callers (a reservation search, snapAt within one) read it
+// within one search, during which it does not. The copies alternate
+// between two arrays.
 func (e *Engine) timeline() []tlEntry {
 	if e.tlView != nil && e.tlViewGen == e.tlGen {
 		return e.tlView
 	}
-	// A new slice, never the old one's array: a caller may still hold it.
-	v := make([]tlEntry, 0, e.tl.Len())
+	v := e.tlSpare[:0]
+	e.tlSpare = e.tlView
 	e.tl.Ascend(func(en tlEntry) bool {
 		v = append(v, en)
 		return true

@@ -21,7 +21,8 @@ type tlSnaps struct {
 	buf   []uint32
 }
 
-// reset forgets the snapshots (a new cycle).
+// reset forgets the snapshots (a new cycle); cycleState.resetTLS drops
+// them first.
 func (c *tlSnaps) reset() {
 	c.plan = nil
 	clear(c.at)
@@ -38,7 +39,7 @@ func (e *Engine) tlSnapsFor() *tlSnaps {
 	cs := &e.cyc
 	c := &cs.tls
 	if c.plan != cs.plan || c.ver != cs.plan.Version() || c.tlGen != e.tlGen {
-		c.reset()
+		cs.resetTLS()
 		c.plan, c.ver, c.tlGen = cs.plan, cs.plan.Version(), e.tlGen
 		return nil
 	}

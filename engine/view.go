@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/berthsched/berth/queue"
-	"github.com/google/btree"
 )
 
 // View is the read-only state an engine publishes after each cycle for
@@ -31,8 +30,8 @@ type View struct {
 	// its pending replicas wait.
 	Services []ServiceStatus
 	queues   *queue.Snapshot
-	running  *btree.BTreeG[*runRec] // copy-on-write clone; records never change
-	x        viewExtra              // what Estimates and Explain read (explain.go)
+	running  runView   // records never change
+	x        viewExtra // what Estimates and Explain read (explain.go)
 }
 
 // runRec is a running job as the View keeps it; ExpectedEnd is computed
@@ -43,21 +42,19 @@ type runRec struct {
 	gpus            []uint32 // the whole GPUs it holds (a copy: placements rewrite theirs)
 }
 
-func runLess(a, b *runRec) bool { return a.Job < b.Job }
-
 // Running lists running and stopping jobs, by ID. It allocates; the
-// engine pays only a copy-on-write btree clone per cycle for it.
+// engine pays nothing for it per cycle (runSet).
 func (v *View) Running() []RunningJob {
-	if v.running == nil {
+	if v.running.none() {
 		return nil
 	}
-	out := make([]RunningJob, 0, v.running.Len())
-	v.running.Ascend(func(r *runRec) bool {
+	recs := v.running.all()
+	out := make([]RunningJob, 0, len(recs))
+	for _, r := range recs {
 		rj := r.RunningJob
 		rj.ExpectedEnd = expectedEndAt(r, v.At)
 		out = append(out, rj)
-		return true
-	})
+	}
 	return out
 }
 
@@ -125,17 +122,7 @@ func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 		v.Seq, v.Pending, v.Unwalked, v.Reservations, v.Holds = rd.Seq, rd.Pending, rd.Unwalked, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
 	}
 	v.Services = e.serviceStatuses(v.Pending)
-	if e.running != nil {
-		// Clone only when a job started, stopped or changed since the last
-		// View: an unchanged tree is shared, and the owner's next change
-		// then copies no node for it.
-		if old := e.view.Load(); old != nil && old.running != nil && !e.runDirty {
-			v.running = old.running
-		} else {
-			v.running = e.running.Clone()
-		}
-		e.runDirty = false
-	}
+	v.running = e.running.view()
 	e.view.Store(v)
 }
 
@@ -149,11 +136,7 @@ func (e *Engine) republish() {
 
 // runUpsert records a job's current facts for observers.
 func (e *Engine) runUpsert(js *job) {
-	if e.running == nil {
-		e.running = btree.NewG(32, runLess)
-	}
-	e.runDirty = true
-	e.running.ReplaceOrInsert(&runRec{
+	e.running.set(js.j.ID, &runRec{
 		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Shared: js.shared(), Members: js.members,
 			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
 		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit, gpus: slices.Clone(js.place.gpus),
@@ -161,8 +144,7 @@ func (e *Engine) runUpsert(js *job) {
 }
 
 func (e *Engine) runDelete(id string) {
-	if e.running != nil {
-		e.runDirty = true
-		e.running.Delete(&runRec{RunningJob: RunningJob{Job: id}})
+	if !e.running.view().none() {
+		e.running.set(id, nil)
 	}
 }

@@ -43,6 +43,7 @@ type Cluster struct {
 	hists   int // number of histograms per domain: 1, or 1+len(models)
 	stride  int
 	cntBase []int // per level: index of its first counter page
+	rec     *recycler
 }
 
 type nodeInfo struct {
@@ -120,6 +121,7 @@ func New(spec Spec) (*Cluster, error) {
 		modelIdx:   make(map[string]int),
 		shareFree:  spec.ShareFreeGPUs,
 		shared:     spec.ShareFreeGPUs,
+		rec:        new(recycler),
 	}
 	c.levelIdx = make(map[string]int, len(c.levels))
 	for i, l := range c.levels {

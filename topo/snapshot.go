@@ -3,6 +3,8 @@ package topo
 import (
 	"fmt"
 	"math/bits"
+	"sync"
+	"sync/atomic"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/berthsched/berth/mig"
@@ -15,10 +17,11 @@ import (
 // A Snapshot is owned by one goroutine at a time. Clone is cheap and
 // copy-on-write: the clone and the original share pages of state until one
 // of them writes a page, so what-if placement (reservations, preemption,
-// backfill) can clone, mutate and drop freely.
+// backfill) can clone, mutate and drop freely; Recycle hands a dropped
+// clone's own pages back for later copies to reuse.
 type Snapshot struct {
 	c     *Cluster
-	tok   *cowToken
+	tok   uint64 // pages with this token are s's alone (see newTok)
 	nodes []*nodePage
 	cnt   []*cntPage
 	// allocated counts GPUs booked (whole, or for MIG / sharing), on nodes
@@ -27,18 +30,33 @@ type Snapshot struct {
 	// pool holds what is inside GPUs in MIG mode or shared; nil when the
 	// cluster has none. Copied on first write after Clone (poolTok).
 	pool    *mig.Pool
-	poolTok *cowToken
+	poolTok uint64
 	// ver counts writes (see Version).
 	ver uint64
 }
 
-type cowToken struct{ _ byte }
+// recycler keeps what Recycle hands back (pages and snapshot shells) for
+// later copies of the same cluster to reuse, and numbers the tokens. A
+// sync.Pool: snapshots of one cluster may live on several goroutines, and
+// the garbage collector may empty it; what it holds is overwritten in
+// full before use, so it never affects a result.
+type recycler struct {
+	tok   atomic.Uint64
+	nodes sync.Pool // *nodePage
+	cnt   sync.Pool // *cntPage
+	snaps sync.Pool // *Snapshot, with the capacity of its page slices
+}
+
+// newTok returns a token no page of the cluster holds yet. A page belongs
+// to the snapshot whose tok it carries; Clone gives both the original and
+// the copy new tokens, so every page they share carries neither.
+func (c *Cluster) newTok() uint64 { return c.rec.tok.Add(1) }
 
 const pageShift = 6
 const pageSize = 1 << pageShift
 
 type nodePage struct {
-	tok   *cowToken
+	tok   uint64
 	free  [pageSize]uint64 // unallocated GPUs, bit i = GPU base+i
 	state [pageSize]NodeState
 	auto  [pageSize]uint64 // GPUs booked because ShareFreeGPUs made them shared
@@ -48,14 +66,14 @@ type nodePage struct {
 
 // cntPage holds the counters of pageSize domains of one level.
 type cntPage struct {
-	tok *cowToken
+	tok uint64
 	v   []int32
 }
 
 // NewSnapshot returns the state of a cluster with nothing allocated and
 // every node in the state its spec gave.
 func (c *Cluster) NewSnapshot() *Snapshot {
-	s := &Snapshot{c: c, tok: new(cowToken)}
+	s := &Snapshot{c: c, tok: c.newTok()}
 	s.nodes = make([]*nodePage, (len(c.nodes)+pageSize-1)/pageSize)
 	for i := range s.nodes {
 		s.nodes[i] = &nodePage{tok: s.tok}
@@ -108,14 +126,51 @@ func (s *Snapshot) Cluster() *Cluster { return s.c }
 // afterwards without affecting each other; each copies a page of state the
 // first time it writes it. Cost: O(nodes/64 + domains/64) pointer copies.
 func (s *Snapshot) Clone() *Snapshot {
-	s.tok = new(cowToken) // every page is now shared: copy before writing
-	return &Snapshot{
-		c: s.c, tok: new(cowToken),
-		nodes:     append([]*nodePage(nil), s.nodes...),
-		cnt:       append([]*cntPage(nil), s.cnt...),
+	c := s.c
+	s.tok = c.newTok() // every page is now shared: copy before writing
+	w, _ := c.rec.snaps.Get().(*Snapshot)
+	if w == nil {
+		w = new(Snapshot)
+	}
+	*w = Snapshot{
+		c: c, tok: c.newTok(),
+		nodes:     append(w.nodes[:0], s.nodes...),
+		cnt:       append(w.cnt[:0], s.cnt...),
 		allocated: s.allocated,
 		pool:      s.pool,
+		// A recycled shell goes on counting: the same pointer never
+		// shows a Version it showed before.
+		ver: w.ver + 1,
 	}
+	return w
+}
+
+// Recycle declares s dropped: the pages that s alone holds (those it wrote
+// since it was made or last cloned) and s itself are kept for later
+// copies of the cluster's snapshots to reuse, instead of left to the
+// garbage collector. Pages s shares with other snapshots are left alone.
+// Neither s nor anything read from it (Pool) may be used afterwards:
+// Clone may hand s out again. For callers that drop many what-if clones
+// per decision (the engine's reservations and backfill probes).
+func (s *Snapshot) Recycle() {
+	c := s.c
+	if c == nil {
+		return
+	}
+	for i, p := range s.nodes {
+		if p.tok == s.tok {
+			c.rec.nodes.Put(p)
+		}
+		s.nodes[i] = nil
+	}
+	for i, p := range s.cnt {
+		if p.tok == s.tok {
+			c.rec.cnt.Put(p)
+		}
+		s.cnt[i] = nil
+	}
+	*s = Snapshot{nodes: s.nodes[:0], cnt: s.cnt[:0], ver: s.ver}
+	c.rec.snaps.Put(s)
 }
 
 // Version changes with every write to s (booking, release, node state,
@@ -129,9 +184,13 @@ func (s *Snapshot) nodePageW(id NodeID) *nodePage {
 	i := int(id) >> pageShift
 	p := s.nodes[i]
 	if p.tok != s.tok {
-		cp := *p
+		cp, _ := s.c.rec.nodes.Get().(*nodePage)
+		if cp == nil {
+			cp = new(nodePage)
+		}
+		*cp = *p
 		cp.tok = s.tok
-		p = &cp
+		p = cp
 		s.nodes[i] = p
 	}
 	return p
@@ -147,7 +206,12 @@ func (s *Snapshot) cntW(level, d int) []int32 {
 	pi, off := s.cntAt(level, d)
 	p := s.cnt[pi]
 	if p.tok != s.tok {
-		p = &cntPage{tok: s.tok, v: append([]int32(nil), p.v...)}
+		cp, _ := s.c.rec.cnt.Get().(*cntPage)
+		if cp == nil {
+			cp = new(cntPage)
+		}
+		cp.tok, cp.v = s.tok, append(cp.v[:0], p.v...)
+		p = cp
 		s.cnt[pi] = p
 	}
 	return p.v[off : off+s.c.stride]

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRunSetViews checks the running jobs a View froze against a map
+// model, after many later changes (compactions included) by the engine.
+func TestRunSetViews(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	var s runSet
+	model := map[string]*runRec{}
+	type frozen struct {
+		v    runView
+		want []string
+	}
+	var views []frozen
+	ids := func(m map[string]*runRec) []string { return slices.Sorted(maps.Keys(m)) }
+	for step := range 5000 {
+		id := fmt.Sprintf("j%03d", rng.IntN(400))
+		if rng.IntN(3) == 0 {
+			s.set(id, nil)
+			delete(model, id)
+		} else {
+			r := &runRec{RunningJob: RunningJob{Job: id, Members: step}}
+			s.set(id, r)
+			model[id] = r
+		}
+		if step%97 == 0 {
+			views = append(views, frozen{s.view(), ids(model)})
+		}
+		if step%501 == 0 {
+			for _, f := range views {
+				var got []string
+				for _, r := range f.v.all() {
+					got = append(got, r.Job)
+				}
+				require.Equal(t, f.want, got, "a View frozen earlier changed")
+			}
+			var got []*runRec
+			got = append(got, s.view().all()...)
+			require.Len(t, got, len(model))
+			for _, r := range got {
+				require.Same(t, model[r.Job], r, "the last record of %s", r.Job)
+			}
+		}
+	}
+}
