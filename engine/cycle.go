@@ -24,7 +24,7 @@ type cycleState struct {
 	// res are this cycle's backfill reservations, by start then job.
 	res []*resv
 	// resByEnd is res by expected end (overlapHold): kept by addRes,
-	// rebuilt when res lost some (resByEndStale).
+	// rebuilt after deleteRes (resByEndStale).
 	resByEnd      []*resv
 	resByEndStale bool
 	resEnds       []time.Time // reserve's probe times from reservations
@@ -139,7 +139,6 @@ func (cs *cycleState) reset(now time.Time) {
 	clear(cs.resByEnd)
 	cs.resByEnd, cs.resByEndStale = cs.resByEnd[:0], false
 	cs.dropHeld()
-	cs.held = cs.held[:0]
 	if cs.fail == nil {
 		cs.fail = map[uint64]failRec{}
 		cs.fits = map[uint64]int{}
@@ -276,7 +275,6 @@ func (e *Engine) cycle() Ready {
 	e.snap = cs.plan
 	cs.plan = nil
 	cs.dropHeld()
-	cs.held = cs.held[:0]
 	cs.resetTLS() // its snapshots hold pages until the next cycle otherwise
 	if len(cs.placedLate) > 0 {
 		cs.pend = slices.DeleteFunc(cs.pend, func(p PendingStatus) bool { return slices.Contains(cs.placedLate, p.Job) })
@@ -322,12 +320,13 @@ func (cs *cycleState) drop(s *topo.Snapshot) {
 	}
 }
 
-// dropHeld drops the held snapshots, leaving nil in their places.
+// dropHeld drops the held snapshots (snapFor builds them again).
 func (cs *cycleState) dropHeld() {
-	for i, s := range cs.held {
+	for _, s := range cs.held {
 		cs.drop(s)
-		cs.held[i] = nil
 	}
+	clear(cs.held)
+	cs.held = cs.held[:0]
 }
 
 // resetTLS drops the timeline's snapshots and forgets them.
@@ -459,7 +458,6 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 	}
 	cs.now, cs.nowNs = now, now.UnixNano()
 	cs.dropHeld()
-	cs.held = cs.held[:0]
 	cs.plan = e.snap.Clone()
 	cs.cutSeen = cutKey{}
 	clear(cs.batches) // computed on the last cycle's plan
@@ -946,8 +944,7 @@ func (e *Engine) dropConflicting(p *job, gpus []uint32) {
 	for _, g := range gpus {
 		taken[g] = true
 	}
-	cs.resByEndStale = true
-	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool {
+	cs.deleteRes(func(r *resv) bool {
 		if r.job == p.j.ID || slices.Contains(cs.ahead[p.j.ID], r.job) {
 			return false
 		}
@@ -1046,6 +1043,13 @@ func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 		return res, res.Reason, false
 	}
 	return res, gang.Reason{}, true
+}
+
+// deleteRes drops the reservations del picks (resByEnd is rebuilt when
+// next needed).
+func (cs *cycleState) deleteRes(del func(*resv) bool) {
+	cs.res = slices.DeleteFunc(cs.res, del)
+	cs.resByEndStale = true
 }
 
 // addRes inserts a reservation by start, then job; held snapshots and the

@@ -266,8 +266,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 		return true
 	}
 	cs.placedLate = append(cs.placedLate, p.j.ID)
-	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool { return r.job == p.j.ID })
-	cs.resByEndStale = true
+	cs.deleteRes(func(r *resv) bool { return r.job == p.j.ID })
 	e.dropConflicting(p, pl.claimGPUs()) // shares too: a share keeps its GPU from a reservation
 	return true
 }

@@ -201,7 +201,6 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 		cs.plan = e.snap
 	}
 	cs.dropHeld()
-	cs.held = cs.held[:0]
 	tail := []*queue.Job{t.first}
 	for j, more := t.cur.Next(); more; j, more = t.cur.Next() {
 		tail = append(tail, j)
@@ -217,7 +216,7 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 		all = append(all, st)
 	}
 	cs.dropHeld()
-	cs.plan, cs.held = nil, cs.held[:0]
+	cs.plan = nil
 	cs.resetTLS()
 	cs.recycleDead()
 	t.all, t.plan, t.cur, t.first = all, nil, nil, nil

@@ -293,8 +293,7 @@ func (e *Engine) stopVictims(p *job, vs []victim, pl *placement, rd *Ready) {
 	}
 	// Its backfill reservation, if any, gives way to the claim, and so do
 	// reservations behind it on the claimed GPUs.
-	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool { return r.job == p.j.ID })
-	cs.resByEndStale = true
+	cs.deleteRes(func(r *resv) bool { return r.job == p.j.ID })
 	e.dropConflicting(p, pl.claimGPUs())
 	if i, ok := cs.statusOf[p.j.ID]; ok && i < len(cs.pend) {
 		cs.pend[i].Reason, cs.pend[i].Start = ReasonPreempting, cl.start

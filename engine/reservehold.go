@@ -32,13 +32,10 @@ type overlapHold struct {
 	touched []uint32 // GPUs whose cnt was raised in this call
 	// gen numbers the reserve calls: a reservation of cs.res overlaps at
 	// the last probe when its incGen is gen.
-	gen    uint64
-	pa, pb int // cursors: into cs.res (by start) and cs.resByEnd
-	// yieldIn, yieldStart and yieldEnd: per reservation of cs.yield,
-	// overlapping at the last probe, its start and expected end.
-	yieldIn              []bool
-	yieldStart, yieldEnd []int64
-	off                  bool // a release this cannot follow came (shared GPUs): use enoughFree
+	gen     uint64
+	pa, pb  int    // cursors: into cs.res (by start) and cs.resByEnd
+	yieldIn []bool // per reservation of cs.yield: overlapping at the last probe
+	off     bool   // a release this cannot follow came (shared GPUs): use enoughFree
 }
 
 // resNs sets a reservation's start and expected end in Unix nanoseconds
@@ -56,10 +53,8 @@ func (h *overlapHold) begin(c *topo.Cluster, cs *cycleState) {
 	cs.syncResByEnd()
 	h.gen++
 	h.pa, h.pb = 0, 0
-	h.yieldStart, h.yieldEnd = h.yieldStart[:0], h.yieldEnd[:0]
 	for _, o := range cs.yield {
 		o.resNs()
-		h.yieldStart, h.yieldEnd = append(h.yieldStart, o.startNs), append(h.yieldEnd, o.endNs)
 	}
 	if ng := c.NumGPUs(); len(h.cnt) < ng {
 		h.cnt = make([]int32, ng)
@@ -69,10 +64,8 @@ func (h *overlapHold) begin(c *topo.Cluster, cs *cycleState) {
 	}
 	h.hb.Reset()
 	h.touched = h.touched[:0]
-	h.yieldIn = h.yieldIn[:0]
-	for range cs.yield {
-		h.yieldIn = append(h.yieldIn, false)
-	}
+	h.yieldIn = slices.Grow(h.yieldIn[:0], len(cs.yield))[:len(cs.yield)]
+	clear(h.yieldIn)
 	h.off = false
 }
 
@@ -150,7 +143,7 @@ func (e *Engine) enoughFreeInc(w *topo.Snapshot, t time.Time, r *resv, req *gang
 		}
 	}
 	for i, o := range cs.yield {
-		now := h.yieldStart[i] < tEnd && h.yieldEnd[i] > tNs
+		now := o.startNs < tEnd && o.endNs > tNs
 		if now != h.yieldIn[i] {
 			h.yieldIn[i] = now
 			d := int32(1)

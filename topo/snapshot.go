@@ -157,18 +157,18 @@ func (s *Snapshot) Recycle() {
 	if c == nil {
 		return
 	}
-	for i, p := range s.nodes {
+	for _, p := range s.nodes {
 		if p.tok == s.tok {
 			c.rec.nodes.Put(p)
 		}
-		s.nodes[i] = nil
 	}
-	for i, p := range s.cnt {
+	for _, p := range s.cnt {
 		if p.tok == s.tok {
 			c.rec.cnt.Put(p)
 		}
-		s.cnt[i] = nil
 	}
+	clear(s.nodes)
+	clear(s.cnt)
 	*s = Snapshot{nodes: s.nodes[:0], cnt: s.cnt[:0], ver: s.ver}
 	c.rec.snaps.Put(s)
 }
