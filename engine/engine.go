@@ -139,7 +139,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	pending, err := queue.NewPending(tree, cfg.Pending)
+	pending, err := queue.NewPending(tree, pendingConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -428,4 +428,12 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		e.republish()
 	}
 	return nil
+}
+
+// pendingConfig is cfg.Pending, with the policies' kept order off when
+// every cache is (Config.DisableCaches).
+func pendingConfig(cfg Config) queue.PendingConfig {
+	pc := cfg.Pending
+	pc.RebuildOrder = pc.RebuildOrder || cfg.DisableCaches
+	return pc
 }

@@ -19,6 +19,12 @@ type PendingConfig struct {
 	// linear and uncapped, so the order it gives does not change with now
 	// and needs no re-sorting. Zero: no aging (priority, then FIFO).
 	AgingPeriod time.Duration
+
+	// RebuildOrder makes policies that keep their order across cycles
+	// (DRS) rebuild it from scratch on every Order instead. The order is
+	// the same either way; this is for checks that say so (the engine sets
+	// it with Config.DisableCaches).
+	RebuildOrder bool `json:"-"`
 }
 
 // i128 is a signed 128-bit integer, for aging keys that must not overflow.
@@ -114,7 +120,11 @@ type Pending struct {
 	// only those.
 	dirty  []bool
 	dirtyN int
-	static []snapStatic // the snapshots' constant part, built once
+	// changed lists the queues whose pending set changed since a policy
+	// last took them (see DRS); rebuild is PendingConfig.RebuildOrder.
+	changed changeLog
+	rebuild bool
+	static  []snapStatic // the snapshots' constant part, built once
 	// maxVec is, per resource, the largest demand of any job ever added
 	// (it never shrinks): QuotaIdle compares it with what every queue
 	// could still admit.
@@ -246,6 +256,8 @@ func NewPending(t *Tree, cfg PendingConfig) (*Pending, error) {
 		byAccount: make([]*btree.BTreeG[*entry], len(t.accounts)),
 		qIndex:    map[string]int{},
 		dirty:     make([]bool, len(t.nodes)),
+		changed:   newChangeLog(len(t.nodes)),
+		rebuild:   cfg.RebuildOrder,
 	}
 	fl := btree.NewFreeListG[*entry](btree.DefaultFreeListSize)
 	for i, q := range t.queues {
@@ -333,6 +345,7 @@ func (p *Pending) touch(q int32) {
 		p.dirty[q] = true
 		p.dirtyN++
 	}
+	p.changed.note(q)
 }
 
 // Remove takes a job out of the set (bound, cancelled); false when no such

@@ -116,6 +116,15 @@ func (c *strictCursor) refreshTop() {
 // After each pick the cursor re-reads the usage of the queue it picked from
 // (so a Charge between picks counts) and updates that queue's path to the
 // root: a pick costs O(depth x log fan-out) share computations.
+//
+// The order is kept from one Order to the next, on the same Pending: Order
+// redoes only the queues whose pending jobs changed, whose usage changed
+// (Charge, Adopt, Release) or that the last cursor picked from, each with
+// its path to the root. A share depends only on its node's usage and the
+// tree's (fixed) quotas, and siblings compare on a total order (share,
+// then the candidate job), so the heaps give the picks a rebuilt cursor
+// would (PendingConfig.RebuildOrder rebuilds them, for checks). The cost
+// of Order follows what changed, not the number of queues.
 func DRS() Policy { return &drsPolicy{} }
 
 type drsPolicy struct{ c drsCursor }
@@ -130,19 +139,46 @@ type drsCursor struct {
 	heaps [][]int32 // by node (cohorts), plus the roots' heap at len(nodes)
 	pos   []int32   // position of a node in its parent's heap, -1: absent
 	last  int32
+
+	// Kept across Order calls: the set the heaps describe, the epochs of
+	// its change logs after this cursor's last take, and the queues picked
+	// from since the last Order (their walkers have moved).
+	p              *Pending
+	pEpoch, tEpoch uint64
+	picked         changeLog
 }
 
 func (dp *drsPolicy) Order(p *Pending, _ time.Time) Cursor {
 	c := &dp.c
 	t := p.tree
 	N := len(t.nodes)
-	if len(c.heaps) != N+1 { // heaps: one per node plus the roots' (an empty tree has only that)
+	if c.p == p && c.t == t && !p.rebuild && c.pEpoch == p.changed.epoch && c.tEpoch == t.charges.epoch {
+		c.last = -1
+		for _, q := range p.changed.take() {
+			c.picked.note(q)
+		}
+		for _, q := range t.charges.take() {
+			c.picked.note(q)
+		}
+		for _, q := range c.picked.take() {
+			c.ws[q].reset(p.byQueue[q])
+			c.update(q)
+		}
+		c.pEpoch, c.tEpoch = p.changed.epoch, t.charges.epoch
+		return c
+	}
+	p.changed.take()
+	t.charges.take()
+	c.p, c.pEpoch, c.tEpoch = p, p.changed.epoch, t.charges.epoch
+	if len(c.heaps) != N+1 || c.t != t { // heaps: one per node plus the roots' (an empty tree has only that)
+		c.picked = newChangeLog(N)
 		c.ws = make([]walker, N)
 		c.cand = make([]*entry, N)
 		c.key = make([]float64, N)
 		c.heaps = make([][]int32, N+1)
 		c.pos = make([]int32, N)
 	}
+	c.picked.take()
 	c.t, c.last = t, -1
 	for i := range c.heaps {
 		c.heaps[i] = c.heaps[i][:0]
@@ -259,6 +295,7 @@ func (c *drsCursor) Next() (*Job, bool) {
 			continue
 		}
 		c.last = e.queue
+		c.picked.note(e.queue)
 		return e.job, true
 	}
 	return nil, false

@@ -211,6 +211,7 @@ func (t *Tree) book(d *demand, now time.Time) {
 	t.nodes[d.queue].rate += d.gpuMilli
 	t.accounts[d.account].rate += d.gpuMilli
 	t.version++
+	t.charges.note(d.queue)
 }
 
 // Release returns the demand charged for the job with j's ID at time now:
@@ -235,6 +236,7 @@ func (t *Tree) Release(j *Job, now time.Time) error {
 	dropRate(&q.rate, d.gpuMilli)
 	dropRate(&t.accounts[d.account].rate, d.gpuMilli)
 	t.version++
+	t.charges.note(d.queue)
 	return nil
 }
 

@@ -152,6 +152,9 @@ type Tree struct {
 	clock    time.Time // decayed usage is accrued up to here
 	charged  map[string]*demand
 	version  uint64 // bumped on every usage change
+	// charges lists the queues whose usage changed (Charge, Adopt,
+	// Release) since a policy last took them (see DRS).
+	charges changeLog
 }
 
 // NewTree builds a tree from spec. It returns a *SpecError (wrapping
@@ -352,6 +355,7 @@ func NewTree(spec TreeSpec) (*Tree, error) {
 			t.computeSubtree(int32(i))
 		}
 	}
+	t.charges = newChangeLog(len(t.nodes))
 	return t, nil
 }
 
