@@ -169,3 +169,61 @@ func FuzzDRSKeptOrder(f *testing.F) {
 		checkKeptOrder(t, seed, int(ops%1000))
 	})
 }
+
+// BenchmarkDRSOrder times one cycle's use of the DRS order with 200
+// queues under 20 cohorts and 100,000 pending jobs: Order, ten picks (the
+// first admitted), a job ending and a job submitted. rebuild=true is the
+// order rebuilt at every Order (PendingConfig.RebuildOrder).
+func BenchmarkDRSOrder(b *testing.B) {
+	for _, rebuild := range []bool{false, true} {
+		b.Run(fmt.Sprintf("rebuild=%v", rebuild), func(b *testing.B) {
+			spec := TreeSpec{}
+			for c := range 20 {
+				spec.Cohorts = append(spec.Cohorts, CohortSpec{Name: fmt.Sprintf("c%d", c),
+					Quota: map[ResourceName]Quota{GPUMilli: {Nominal: 1 << 40}}})
+			}
+			for q := range 200 {
+				spec.Queues = append(spec.Queues, QueueSpec{Name: fmt.Sprintf("q%d", q), Cohort: fmt.Sprintf("c%d", q%20),
+					Quota: map[ResourceName]Quota{GPUMilli: {Nominal: Amount(1000 * (1 + q%7))}}})
+			}
+			tr, err := NewTree(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, _ := NewPending(tr, PendingConfig{RebuildOrder: rebuild})
+			rng := rand.New(rand.NewPCG(1, 2))
+			job := func(id int) *Job {
+				return &Job{ID: fmt.Sprintf("j%d", id), Queue: fmt.Sprintf("q%d", rng.IntN(200)), Priority: int32(rng.IntN(4)),
+					Submit: t0.Add(time.Duration(id) * time.Second), Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1 + rng.IntN(8)}}}}
+			}
+			for i := range 100000 {
+				if err := p.Add(job(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pol := DRS()
+			var running []*Job
+			next := 100000
+			b.ResetTimer()
+			for range b.N {
+				cur := pol.Order(p, t0)
+				for n := range 10 {
+					j, ok := cur.Next()
+					if !ok {
+						break
+					}
+					if n == 0 && tr.Charge(j, t0) == nil {
+						p.Remove(j.ID)
+						running = append(running, j)
+					}
+				}
+				if len(running) > 50 {
+					_ = tr.Release(running[0], t0)
+					running = running[1:]
+				}
+				_ = p.Add(job(next))
+				next++
+			}
+		})
+	}
+}
