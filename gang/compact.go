@@ -53,11 +53,14 @@ type compactScratch struct {
 	gcap   []int32 // item capacities per group, descending
 	goff   []int32 // group g's items are gcap[goff[g]:goff[g+1]]
 	gid    []int32 // group g's domain index
-	dp     []int64
+	dp     []int64 // knapsack tables (see knapsack)
+	dpRow  []int64 // the knapsack's answer, by r, for the last j
+	cells  int     // dpT cells per candidate
 	top    []int32 // group positions, by the sum of their m largest items
 	merged []int32
-	best   []int32 // per group, the sum of its m largest items
-	pre    []int64 // knapsack prefix sums
+	best   []int32  // per group, the sum of its m largest items
+	keys   []uint64 // greedyGroups' sort keys
+	pre    []int64  // knapsack prefix sums
 	mark   []bool
 	cand   []int32 // knapsack candidate groups
 	dpT    []int16
@@ -78,7 +81,28 @@ func (p *Placer) capOf(l, i int, gi *groupInfo) int {
 // p.chosen (level p.chosenL).
 func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 	c := &p.cmp
-	c.lpOK = false
+	// The preferred domains' capacities are read once by choose, several
+	// times past it: cache them.
+	lo, hi := p.span(p.lr, d, p.lp)
+	c.lpBase = lo
+	c.lpCap = slices.Grow(c.lpCap[:0], hi-lo)[:hi-lo]
+	if p.lp < p.nl && !gi.slow {
+		// One pass over the counters; a capacity is at most the free
+		// GPUs, so the clamp below is needed only past 1<<30 of them.
+		p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, c.lpCap)
+		if p.s.Free() > 1<<30 {
+			for i, v := range c.lpCap {
+				c.lpCap[i] = min(v, 1<<30)
+			}
+		}
+	} else {
+		for i := lo; i < hi; i++ {
+			c.lpCap[i-lo] = int32(min(p.capacity(p.lp, i, gi), 1<<30))
+		}
+	}
+	c.lpOK = true
+	defer func() { c.lpOK = false }()
+
 	if p.lr+1 == p.lp && p.lp+1 >= p.nl {
 		// No level between the required and the preferred one, none
 		// between the preferred one and the node: choose alone decides.
@@ -86,15 +110,6 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 		k.spread, k.freeChosen = p.choose(p.lr, c.cont, p.lp, gi, need)
 		return
 	}
-	// The preferred domains' capacities are read several times: cache them.
-	lo, hi := p.span(p.lr, d, p.lp)
-	c.lpBase = lo
-	c.lpCap = slices.Grow(c.lpCap[:0], hi-lo)[:hi-lo]
-	for i := lo; i < hi; i++ {
-		c.lpCap[i-lo] = int32(min(p.capacity(p.lp, i, gi), 1<<30))
-	}
-	c.lpOK = true
-
 	c.cont = append(c.cont[:0], int32(d))
 	cl := p.lr
 	m, _ := p.choose(cl, c.cont, p.lp, gi, need)
@@ -128,7 +143,6 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 		n, _ := p.choose(l-1, c.cont, l, gi, need)
 		set(n)
 	}
-	c.lpOK = false
 }
 
 // narrow makes the containers (domains of level cl in p.cmp.cont, whose
@@ -153,9 +167,12 @@ func (p *Placer) narrow(cl, l int, gi *groupInfo, need, m int) int {
 		return 1
 	}
 	p.groupItems(cl, l, p.lp, gi, need)
+	c.best = slices.Grow(c.best[:0], len(c.gid))[:len(c.gid)]
 	best, bestFree := -1, 0
 	for g := range len(c.gid) {
-		if prefix(c.gcap[c.goff[g]:c.goff[g+1]], m) >= need {
+		s := prefix(c.gcap[c.goff[g]:c.goff[g+1]], m)
+		c.best[g] = int32(min(s, 1<<30)) // for greedyGroups
+		if s >= need {
 			if f := p.free(l, int(c.gid[g])); best < 0 || f < bestFree {
 				best, bestFree = g, f
 			}
@@ -246,14 +263,26 @@ func (p *Placer) domainAbove(il, x, l int) int {
 func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need int) {
 	c := &p.cmp
 	c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
+	cached := c.lpOK && il == p.lp
+	need32 := int32(min(need, 1<<30)) // capOf is at most 1<<30
 	for _, cd := range c.cont {
 		glo, ghi := p.span(cl, int(cd), gl)
 		for g := glo; g < ghi; g++ {
 			start := len(c.gcap)
 			lo, hi := p.span(gl, g, il)
-			for i := lo; i < hi; i++ {
-				if v := p.capOf(il, i, gi); v > 0 {
-					c.gcap = append(c.gcap, int32(min(v, need)))
+			if cached {
+				gcap := c.gcap // a local: appends in registers
+				for _, v := range c.lpCap[lo-c.lpBase : hi-c.lpBase] {
+					if v > 0 {
+						gcap = append(gcap, min(v, need32))
+					}
+				}
+				c.gcap = gcap
+			} else {
+				for i := lo; i < hi; i++ {
+					if v := p.capOf(il, i, gi); v > 0 {
+						c.gcap = append(c.gcap, int32(min(v, need)))
+					}
 				}
 			}
 			if len(c.gcap) == start {
@@ -286,15 +315,19 @@ func minPrefix(items []int32, need int) int {
 	return 0
 }
 
-// knapsack fills p.cmp.dp with the most capacity that at most j groups and
-// at most r of their items hold (j <= jm, r <= rm), each group giving its
-// largest items, and p.cmp.dpT with the items candidate group i gives in
-// the best answer for (j, r) over candidates 0..i. Only candidates enter:
-// for each t <= rm, the jm groups whose t largest items hold the most (an
+// knapsack computes the most capacity that at most j groups and at most r
+// of their items hold (j <= jm, r <= rm), each group giving its largest
+// items, and fills p.cmp.dpT with the items candidate group i gives in the
+// best answer for (j, r) over candidates 0..i. Only candidates enter: for
+// each t <= rm, the jm groups whose t largest items hold the most (an
 // answer that uses another group for t items can swap it for one of
-// those, not in the answer, without losing capacity). It reports false,
-// doing nothing, when the table would exceed dpBudget cells.
-func (p *Placer) knapsack(jm, rm int) bool {
+// those, not in the answer, without losing capacity). It computes j = 1,
+// 2, ... in turn, each from the one before, up to jm or, with stop set,
+// the first j whose best for (j, rm) reaches need (minGroups needs no
+// more), and returns that last j, leaving its best, by r, in
+// p.cmp.dpRow. It reports false, doing nothing, when the table would
+// exceed dpBudget cells.
+func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	c := &p.cmp
 	ng := len(c.gid)
 	w := rm + 1
@@ -341,33 +374,49 @@ func (p *Placer) knapsack(jm, rm int) bool {
 			c.cand = append(c.cand, g)
 		}
 	}
-	cells := (jm + 1) * w
-	if cells*len(c.cand) > dpBudget {
-		return false
+	nc := len(c.cand)
+	c.cells = (jm + 1) * w
+	if c.cells*nc > dpBudget {
+		return 0, false
 	}
-	c.dp = slices.Grow(c.dp[:0], cells)[:cells]
-	clear(c.dp)
-	c.dpT = slices.Grow(c.dpT[:0], cells*len(c.cand))[:cells*len(c.cand)]
-	clear(c.dpT)
-	for ci, g := range c.cand {
-		n := min(int(c.goff[g+1]-c.goff[g]), rm)
-		pre := c.pre[int(g)*w : (int(g)+1)*w]
-		t0 := c.dpT[ci*cells : (ci+1)*cells]
-		for j := jm; j >= 1; j-- {
-			row, prev := c.dp[j*w:(j+1)*w], c.dp[(j-1)*w:j*w]
-			for r := rm; r >= 1; r-- {
-				best, bt := row[r], 0
+	// Two tables, for j-1 and j: row i holds the best, by r, over
+	// candidates 0..i-1 (row 0: none, all 0). Every cell of dpT that
+	// pickGroups reads (j up to the last computed, r >= 1) is written.
+	lw := (nc + 1) * w
+	c.dp = slices.Grow(c.dp[:0], 2*lw)[:2*lw]
+	prev, cur := c.dp[:lw], c.dp[lw:]
+	clear(prev) // j = 0: nothing
+	clear(cur[:w])
+	c.dpT = slices.Grow(c.dpT[:0], c.cells*nc)[:c.cells*nc]
+	c.dpRow = prev[nc*w : (nc+1)*w]
+	for j := 1; j <= jm; j++ {
+		for ci, g := range c.cand {
+			n := min(int(c.goff[g+1]-c.goff[g]), rm)
+			pre := c.pre[int(g)*w : (int(g)+1)*w]
+			a := prev[ci*w : (ci+1)*w]      // j-1, candidates before ci
+			b := cur[ci*w : (ci+1)*w]       // j, candidates before ci
+			out := cur[(ci+1)*w : (ci+2)*w] // j, candidates up to ci
+			t0 := c.dpT[ci*c.cells+j*w : ci*c.cells+(j+1)*w]
+			out[0] = 0
+			for r := 1; r <= rm; r++ {
+				// Ties keep the fewer items of ci (strictly greater wins).
+				best, bt := b[r], 0
 				for t := 1; t <= min(n, r); t++ {
-					if v := prev[r-t] + pre[t]; v > best {
+					if v := a[r-t] + pre[t]; v > best {
 						best, bt = v, t
 					}
 				}
-				row[r] = best
-				t0[j*w+r] = int16(bt)
+				out[r] = best
+				t0[r] = int16(bt)
 			}
 		}
+		c.dpRow = cur[nc*w : (nc+1)*w]
+		if stop && c.dpRow[rm] >= int64(need) {
+			return j, true
+		}
+		prev, cur = cur, prev
 	}
-	return true
+	return jm, true
 }
 
 // pickGroups leaves in p.cmp.sel, ascending, the groups (domain indices)
@@ -375,10 +424,9 @@ func (p *Placer) knapsack(jm, rm int) bool {
 func (p *Placer) pickGroups(j, r, rm int) {
 	c := &p.cmp
 	w := rm + 1
-	cells := (len(c.dp) / w) * w
 	c.sel = c.sel[:0]
 	for ci := len(c.cand) - 1; ci >= 0 && j > 0 && r > 0; ci-- {
-		if t := int(c.dpT[ci*cells+j*w+r]); t > 0 {
+		if t := int(c.dpT[ci*c.cells+j*w+r]); t > 0 {
 			c.sel = append(c.sel, c.gid[c.cand[ci]])
 			j--
 			r -= t
@@ -390,28 +438,25 @@ func (p *Placer) pickGroups(j, r, rm int) {
 // minGroups returns the fewest groups (at most jm) whose largest m items
 // hold need, leaving them in p.cmp.sel; 0 when none or over budget.
 func (p *Placer) minGroups(jm, m, need int) int {
-	if !p.knapsack(jm, m) {
+	j, ok := p.knapsack(jm, m, need, true)
+	if !ok || p.cmp.dpRow[m] < int64(need) {
 		return 0
 	}
-	w := m + 1
-	for j := 1; j <= jm; j++ {
-		if p.cmp.dp[j*w+m] >= int64(need) {
-			p.pickGroups(j, m, m)
-			return j
-		}
-	}
-	return 0
+	p.pickGroups(j, m, m)
+	return j
 }
 
 // minItems returns the fewest items (at most rm) of at most jm groups that
 // hold need, leaving the groups in p.cmp.sel; 0 when none or over budget.
 func (p *Placer) minItems(jm, rm, need int) int {
-	if rm < 1 || !p.knapsack(jm, rm) {
+	if rm < 1 {
 		return 0
 	}
-	w := rm + 1
+	if _, ok := p.knapsack(jm, rm, need, false); !ok {
+		return 0
+	}
 	for r := 1; r <= rm; r++ {
-		if p.cmp.dp[jm*w+r] >= int64(need) {
+		if p.cmp.dpRow[r] >= int64(need) {
 			p.pickGroups(jm, r, rm)
 			return r
 		}
@@ -425,24 +470,21 @@ func (p *Placer) minItems(jm, rm, need int) int {
 // bound lb. From lb on, it adds groups by their bests, largest first, until
 // their m largest items together hold need, and returns that count j (<=
 // jm, leaving the groups in p.cmp.sel), else 0. j == lb is the least.
+// p.cmp.best holds the bests (narrow fills it), clamped to 1<<30.
 func (p *Placer) greedyGroups(jm, m, need int) (lb, j int) {
 	c := &p.cmp
 	ng := len(c.gid)
-	c.top = c.top[:0]
-	for g := range int32(ng) {
-		c.top = append(c.top, g)
+	// By best, largest first, then by position: one key each, sorted.
+	c.keys = c.keys[:0]
+	for g, b := range c.best[:ng] {
+		c.keys = append(c.keys, uint64(1<<30-b)<<32|uint64(g))
 	}
-	c.best = slices.Grow(c.best[:0], ng)[:ng]
-	for g := range ng {
-		c.best[g] = int32(min(prefix(c.gcap[c.goff[g]:c.goff[g+1]], m), 1<<30))
+	slices.Sort(c.keys)
+	c.top = c.top[:0]
+	for _, k := range c.keys {
+		c.top = append(c.top, int32(uint32(k)))
 	}
 	best := func(g int32) int { return int(c.best[g]) }
-	slices.SortFunc(c.top, func(a, b int32) int {
-		if d := c.best[b] - c.best[a]; d != 0 {
-			return int(d)
-		}
-		return int(a - b)
-	})
 	sum := 0
 	for lb < ng && sum < need {
 		sum += best(c.top[lb])

@@ -445,17 +445,29 @@ func (p *Placer) placeOne() Result {
 // and free GPUs. Capacities are counted into buckets, so the cost is linear
 // in the domains read, with no sort of them. cont must not alias p.chosen.
 func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
-	p.caps = p.caps[:0]
+	caps := p.caps[:0] // a local: appends in registers
 	maxCap := 0
+	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
+		if cc.lpOK && il == p.lp {
+			// The cached capacities (capOf), read in a row.
+			for i, c := range cc.lpCap[lo-cc.lpBase : hi-cc.lpBase] {
+				if c > 0 {
+					caps = append(caps, domCap{cap: c, idx: int32(lo + i)})
+					maxCap = max(maxCap, int(c))
+				}
+			}
+			continue
+		}
 		for i := lo; i < hi; i++ {
 			if c := p.capOf(il, i, gi); c > 0 {
-				p.caps = append(p.caps, domCap{cap: int32(c), idx: int32(i)})
+				caps = append(caps, domCap{cap: int32(c), idx: int32(i)})
 				maxCap = max(maxCap, c)
 			}
 		}
 	}
+	p.caps = caps
 	if maxCap > 1<<20 {
 		// Huge domains: capacity beyond need never changes the count of
 		// picks, so clamp it to keep the buckets small (tightness among

@@ -332,6 +332,46 @@ func (s *Snapshot) DomainCapacity(level, d, per, model int) int {
 	return n
 }
 
+// DomainCapacities writes DomainCapacity(level, d, per, model) into
+// dst[d-lo] for the domains lo..hi-1 of a level (len(dst) >= hi-lo), in
+// one pass over their counters: for callers that read a whole range. A
+// capacity never exceeds the domain's free GPUs, so it fits an int32.
+func (s *Snapshot) DomainCapacities(level, lo, hi, per, model int, dst []int32) {
+	c := s.c
+	dst = dst[:hi-lo]
+	if per > c.maxGPUs {
+		clear(dst)
+		return
+	}
+	// The counters read, at offset at of each domain's: its free GPUs
+	// (per 1, any model), else its histogram of the model from k = per.
+	at, kn := 0, 1
+	if per > 1 || (model >= 0 && c.hists > 1) {
+		at, kn = 2+per, c.maxGPUs+1-per
+		if model >= 0 && c.hists > 1 {
+			at += (1 + model) * (c.maxGPUs + 1)
+		}
+	}
+	for d := lo; d < hi; {
+		v := s.cnt[c.cntBase[level]+d>>pageShift].v
+		end := min(hi, (d|(pageSize-1))+1) // past the page's last domain
+		off := (d&(pageSize-1))*c.stride + at
+		if kn == 1 { // one counter, weight 1
+			for ; d < end; d, off = d+1, off+c.stride {
+				dst[d-lo] = v[off]
+			}
+			continue
+		}
+		for ; d < end; d, off = d+1, off+c.stride {
+			n := int32(0)
+			for i, x := range v[off : off+kn] {
+				n += x * int32((per+i)/per)
+			}
+			dst[d-lo] = n
+		}
+	}
+}
+
 // Free returns the number of allocatable free GPUs of the cluster.
 func (s *Snapshot) Free() int { return s.DomainFree(0, 0) }
 
