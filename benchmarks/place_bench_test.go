@@ -156,3 +156,52 @@ func BenchmarkClone(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlaceAfterChange is BenchmarkPlace on B12K after random60 with
+// the cluster changing between decisions, as between an engine's cycles:
+// before each one a GPU of a random node is booked or released (on a
+// clone of the fill), and the decision is timed. memo=on keeps the search
+// inside each required domain while its counters are unchanged
+// (gang.Placer.Memo, as the engine runs); memo=off searches every domain
+// each time.
+func BenchmarkPlaceAfterChange(b *testing.B) {
+	sh := B12K()
+	for _, g := range []string{"A", "B", "C"} {
+		for _, memo := range []bool{false, true} {
+			b.Run(fmt.Sprintf("cluster=%s/fill=%s/gang=%s/memo=%s", sh.Name, Random60, g, map[bool]string{false: "off", true: "on"}[memo]), func(b *testing.B) {
+				s := filledSnapshot(b, sh, Random60).Clone()
+				req, err := Gang(g)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := s.Cluster()
+				rng := NewSplitMix64(17)
+				p := gang.Placer{Memo: memo}
+				var res gang.Result
+				lat := make([]time.Duration, 0, 10000)
+				b.ReportAllocs()
+				for b.Loop() {
+					id := topo.NodeID(rng.Draw(uint64(c.NumNodes())))
+					first, n := c.NodeGPUs(id)
+					gpu := []uint32{first + uint32(rng.Draw(uint64(n)))}
+					if s.IsFree(gpu[0]) {
+						err = s.Allocate(gpu)
+					} else {
+						err = s.Release(gpu)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					t0 := time.Now()
+					err = p.PlaceInto(&res, s, &req)
+					lat = append(lat, time.Since(t0))
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportLatency(b, lat)
+				b.ReportMetric(b2f(res.Found), "found")
+			})
+		}
+	}
+}

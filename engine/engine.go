@@ -167,6 +167,9 @@ func New(cfg Config) (*Engine, error) {
 	if e.placer.Scorer, err = gang.NewScorer(cfg.Scorer); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	// Placements keep the search inside each required domain until its
+	// counters change (gang.Placer.Memo), across cycles and what-if clones.
+	e.placer.Memo = !cfg.DisableCaches
 	if err := e.rebuild(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -125,9 +125,18 @@ func fuzzJob(rng *rand.Rand, id string, now time.Time, shared bool) *queue.Job {
 	switch rng.IntN(4) {
 	case 0:
 		j.Request.Required = "block"
+		if (members+per)%2 == 1 {
+			j.Request.Preferred = "rack"
+		}
 	case 1:
 		j.Request.Required = "rack"
+	default:
+		if members == 3 {
+			j.Request.Preferred = "rack"
+		}
 	}
+	// (Preferred levels come from the draws above, not from new ones, so
+	// that the corpus's inputs keep their jobs otherwise.)
 	if rng.IntN(5) > 0 {
 		j.RuntimeEstimate = time.Duration(1+rng.IntN(12)) * 10 * time.Minute
 		if rng.IntN(4) > 0 {

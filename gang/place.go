@@ -27,6 +27,16 @@ type Placer struct {
 	// with the lower Ties[id] wins. Nil, or a node beyond its length: the
 	// node ID. Unused without a Scorer.
 	Ties []int32
+	// Memo keeps, from one placement to the next, the search inside each
+	// domain of the required level (its preferred domains and their
+	// ranking) per gang shape, and reuses it while the domain's counters
+	// are unchanged (topo.Snapshot.DomainStamp), on any snapshot of the
+	// cluster: after a booking or a release only the domains it touched
+	// are searched again. Results are the same with it and without it.
+	// Only one-group gangs with a preferred level, without node selectors,
+	// host resources or fractional GPUs, use it; it holds at most a few
+	// thousand answers.
+	Memo bool
 
 	s  *topo.Snapshot
 	c  *topo.Cluster
@@ -58,6 +68,7 @@ type Placer struct {
 	scaps   []int32
 	sscores []int64
 	sorder  []int32
+	memo    domainMemo
 }
 
 type groupInfo struct {
@@ -416,7 +427,13 @@ func (p *Placer) placeOne() Result {
 		}
 		k := key{freeD: p.free(p.lr, d), d: d}
 		if p.lp >= 0 {
-			p.compact(d, gi, need, &k)
+			mk, memo := p.memoKeyOf(gi, need, d)
+			if !memo || !p.memoGet(mk, &k) {
+				p.compact(d, gi, need, &k)
+				if memo {
+					p.memoPut(mk, &k)
+				}
+			}
 		}
 		if !found || k.less(best) {
 			found, best = true, k

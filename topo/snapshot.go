@@ -64,10 +64,12 @@ type nodePage struct {
 	mem   [pageSize]int64  // free host memory MiB
 }
 
-// cntPage holds the counters of pageSize domains of one level.
+// cntPage holds the counters of pageSize domains of one level, and their
+// stamps (DomainStamp).
 type cntPage struct {
 	tok uint64
 	v   []int32
+	st  [pageSize]uint64
 }
 
 // NewSnapshot returns the state of a cluster with nothing allocated and
@@ -210,7 +212,7 @@ func (s *Snapshot) cntW(level, d int) []int32 {
 		if cp == nil {
 			cp = new(cntPage)
 		}
-		cp.tok, cp.v = s.tok, append(cp.v[:0], p.v...)
+		cp.tok, cp.v, cp.st = s.tok, append(cp.v[:0], p.v...), p.st
 		p = cp
 		s.cnt[pi] = p
 	}
@@ -237,8 +239,11 @@ func (s *Snapshot) count(id NodeID, k int, sign int32) {
 	if c.hists > 1 {
 		hm = 2 + (1+int(n.model))*(c.maxGPUs+1) + k
 	}
+	st := c.newTok() // a number no stamp holds yet (DomainStamp)
 	for l := range nl {
-		v := s.cntW(l, int(c.nodeDom[int(id)*nl+l]))
+		d := int(c.nodeDom[int(id)*nl+l])
+		v := s.cntW(l, d)
+		s.cnt[c.cntBase[l]+d>>pageShift].st[d&(pageSize-1)] = st
 		v[0] += sign * int32(k)
 		v[1] += whole
 		v[h0] += sign
@@ -298,6 +303,19 @@ func (s *Snapshot) HostFits(id NodeID, cpuMilli, memMiB int64) int {
 // and d in 0..Cluster.NumDomains(level)-1. Out of range is a programming error
 // and panics, like indexing a slice out of range.
 func (s *Snapshot) DomainFree(level, d int) int { return int(s.cntR(level, d)[0]) }
+
+// DomainStamp identifies the counters of domain d of a level and of every
+// domain inside it (DomainFree, DomainWholeNodes, DomainHistogram,
+// DomainCapacity): every write to one of them gives the domain a stamp no
+// snapshot of the cluster held before, and Clone keeps it. So two
+// snapshots of one cluster (clones of each other or not) that show a
+// domain the same stamp show it, and every domain inside it, the same
+// counters. What the counters do not say (which GPUs of a node are free,
+// host resources, MIG and shares) it does not cover. For caches of answers
+// computed from the counters alone (gang.Placer.Memo).
+func (s *Snapshot) DomainStamp(level, d int) uint64 {
+	return s.cnt[s.c.cntBase[level]+d>>pageShift].st[d&(pageSize-1)]
+}
 
 // DomainWholeNodes returns the number of ready nodes of a domain with all
 // their GPUs free.
