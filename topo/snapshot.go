@@ -310,9 +310,12 @@ func (s *Snapshot) DomainFree(level, d int) int { return int(s.cntR(level, d)[0]
 // snapshot of the cluster held before, and Clone keeps it. So two
 // snapshots of one cluster (clones of each other or not) that show a
 // domain the same stamp show it, and every domain inside it, the same
-// counters. What the counters do not say (which GPUs of a node are free,
-// host resources, MIG and shares) it does not cover. For caches of answers
-// computed from the counters alone (gang.Placer.Memo).
+// counters. Those writes are also every change of a ready node's count of
+// free GPUs (NodeAvailable) and every change of state into or out of
+// Ready, so the stamp covers the per-node counts inside the domain too.
+// What it does not cover: which of a node's GPUs are free, host
+// resources, MIG and shares. For caches of answers computed from counts
+// alone (gang.Placer.Memo).
 func (s *Snapshot) DomainStamp(level, d int) uint64 {
 	return s.cnt[s.c.cntBase[level]+d>>pageShift].st[d&(pageSize-1)]
 }
