@@ -7,10 +7,11 @@ import "github.com/berthsched/berth/topo"
 // levels between, and the key that ranks the domain) reads nothing but
 // the counters of that domain and of the domains inside it, and the free
 // GPU counts of its ready nodes, for gangs whose capacity those give (one
-// group, no node selector, host resources or fractional GPUs). topo.Snapshot.DomainStamp changes with
-// every write to those, on every snapshot of the cluster, so an
-// answer kept with the stamp it was computed under is the answer while
-// the stamp is unchanged, on any snapshot of the cluster.
+// group, no node selector, host resources or fractional GPUs).
+// topo.Snapshot.DomainStamp changes with every write to those, on every
+// snapshot of the cluster, so an answer kept with the stamp it was
+// computed under is the answer while the stamp is unchanged, on any
+// snapshot of the cluster.
 
 // memoMax bounds the memo's entries; past it the memo starts over.
 const memoMax = 1 << 14
