@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
 )
 
@@ -28,6 +29,52 @@ func BenchmarkReserve(b *testing.B) {
 		})
 		reserveBench(b, e, jobs)
 	})
+}
+
+// BenchmarkReserveSteady is BenchmarkReserve's input in a steady state:
+// each timed cycle follows the submission of a one-GPU job of ten
+// minutes that backfills (so no walk is resumed, and nothing is freed),
+// and every blocked job's reservation search runs again. There a search
+// skips the probes its last one proved to fail, up to the first affected
+// point (engine/resmemo.go).
+func BenchmarkReserveSteady(b *testing.B) {
+	b.Run("cluster=B2K/pending=1000", func(b *testing.B) {
+		const pending = 1000
+		e, _, _ := engineBenchSetup(b, B2K(), engineBenchOpts{
+			pending: pending, queues: 20, full: true, policy: queue.StrictPriority(),
+			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending},
+		})
+		rd := e.Ready()
+		if err := e.Advance(rd, engine.Outcome{}); err != nil {
+			b.Fatal(err)
+		}
+		now := e.Now()
+		reserved, binds := 0, 0
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			now = now.Add(time.Second)
+			if err := e.Step(engine.Submitted(now, smallJob(i, now))); err != nil {
+				b.Fatal(err)
+			}
+			rd := e.Ready()
+			if err := e.Advance(rd, engine.Outcome{}); err != nil {
+				b.Fatal(err)
+			}
+			reserved += len(rd.Reservations)
+			binds += len(rd.Binds)
+		}
+		n := float64(b.N)
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/n, "ms/cycle")
+		b.ReportMetric(float64(reserved)/n, "reservations/cycle")
+		b.ReportMetric(float64(binds)/n, "binds/cycle")
+	})
+}
+
+// smallJob is BenchmarkReserveSteady's i-th submission.
+func smallJob(i int, now time.Time) *queue.Job {
+	return &queue.Job{ID: fmt.Sprintf("small-%06d", i), Queue: engineBenchQueue(i % 20), Submit: now,
+		Request:         gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1}}},
+		RuntimeEstimate: 10 * time.Minute, RuntimeLimit: 10 * time.Minute}
 }
 
 func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
@@ -70,8 +117,10 @@ func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
 
 // TestReserveCachesOff: on BenchmarkReserve's input, conservative
 // backfill plans the same reservations with the engine's caches (the
-// incremental hold-back of reservehold.go among them) as without, over
-// the first cycle and three cycles after jobs end.
+// incremental hold-back of reservehold.go and the reservation memos of
+// resmemo.go among them) as without, over the first cycle, three cycles
+// after jobs end and three after submissions (BenchmarkReserveSteady's,
+// where the memos spare probes).
 func TestReserveCachesOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds of reservation planning")
@@ -89,8 +138,14 @@ func TestReserveCachesOff(t *testing.T) {
 			}
 		}
 		sortEnds(ends)
-		for c := range 4 {
-			if c > 0 {
+		for c := range 7 {
+			switch {
+			case c >= 4:
+				now := e.Now().Add(time.Second)
+				if err := e.Step(engine.Submitted(now, smallJob(c, now))); err != nil {
+					t.Fatal(err)
+				}
+			case c > 0:
 				if err := e.Step(engine.Finished(e.Now().Add(time.Second), ends[c-1].id)); err != nil {
 					t.Fatal(err)
 				}

@@ -89,6 +89,14 @@ type cycleState struct {
 	// jobs considered (zero: none had one).
 	limMin, limMax time.Duration
 	gen            uint64 // cycles run; job.walked is the cycle that considered it
+	// resKnown: the last reserve call tried every probe before it (Unix
+	// ns; it stopped at MaxProbes or the window there). memoPlan is the
+	// clone of the plan (memoPlanOf at memoPlanVer) the reservation memos
+	// of the cycle share (resmemo.go).
+	resKnown    int64
+	memoPlan    *topo.Snapshot
+	memoPlanOf  *topo.Snapshot
+	memoPlanVer uint64
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
@@ -197,6 +205,7 @@ func (e *Engine) cycle() Ready {
 	resumed := e.resume(now, &rd)
 	if !resumed {
 		cs.reset(now)
+		e.trimResMemos()
 		e.endGracePeriods(now)
 
 		// 2. Update fair share.

@@ -60,12 +60,19 @@ type Engine struct {
 	tlView    []tlEntry              // tl as a slice, as of tlViewGen (Engine.timeline)
 	tlViewGen uint64
 	tlSpare   []tlEntry // the array of the tlView before, reused by the next
-	tailBuf   tailState // e.tail's memory when set
-	elastic   int       // active elastic jobs
-	stopping  int       // jobs in their grace period
-	shapes    map[string]uint64
-	keyBuf    []byte // shapeID's scratch
-	claims    map[string]*claim
+	// tlSeq numbers the timeline's additions; tlAdds lists those the
+	// reservation memos may need (resmemo.go), by job ID in resMemos.
+	tlSeq    uint64
+	tlAdds   []tlAddRec
+	resMemos map[string]*resMemo
+	// resSkipped counts the probes the memos spared (for tests).
+	resSkipped uint64
+	tailBuf    tailState // e.tail's memory when set
+	elastic    int       // active elastic jobs
+	stopping   int       // jobs in their grace period
+	shapes     map[string]uint64
+	keyBuf     []byte // shapeID's scratch
+	claims     map[string]*claim
 	// sticky reservations of the last cycle: a job keeps its GPU set and
 	// start while they stay valid.
 	lastRes map[string]*resv
@@ -149,7 +156,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, tree: tree, pending: pending, intake: in, policy: cfg.Policy,
-		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{},
+		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{}, resMemos: map[string]*resMemo{},
 		now: cfg.Start, dirty: true,
 		activeIDs: btree.NewG(32, func(a, b string) bool { return a < b }), tl: btree.NewG(32, tlLess),
 	}

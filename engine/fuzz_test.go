@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,6 +212,31 @@ func FuzzEngineShared(f *testing.F) {
 
 func runFuzzBody(t *testing.T, seed uint64, ops []byte) { runFuzz(t, seed, ops, false) }
 
+// fuzzResSkipped counts the reservation probes the memos spared in the
+// first engine of every input run (resmemo.go; the second engine has
+// every cache off).
+var fuzzResSkipped atomic.Uint64
+
+// TestFuzzReachesResMemo runs random FuzzEngine inputs and requires the
+// reservation memos to spare probes in some of them: FuzzEngine's
+// comparison with every cache off then covers them.
+func TestFuzzReachesResMemo(t *testing.T) {
+	before := fuzzResSkipped.Load()
+	rng := rand.New(rand.NewPCG(41, 43))
+	for range 400 {
+		ops := make([]byte, 20+rng.IntN(120))
+		for i := range ops {
+			ops[i] = byte(rng.UintN(256))
+		}
+		runFuzzBody(t, rng.Uint64(), ops)
+	}
+	n := fuzzResSkipped.Load() - before
+	t.Logf("probes spared by the reservation memos: %d", n)
+	if n == 0 {
+		t.Fatal("no probe spared: FuzzEngine does not reach the reservation memos")
+	}
+}
+
 func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 	{
 		if len(ops) > 300 {
@@ -323,6 +349,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			digests = append(digests, d)
 			check(t, e, m)
 		}
+		fuzzResSkipped.Add(e.resSkipped)
 		if os.Getenv("FUZZDBG") != "" {
 			t.Logf("cycles cut (LazyPending): %d", m.cuts)
 		}

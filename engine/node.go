@@ -81,6 +81,7 @@ func (e *Engine) rebuild() error {
 		}
 	}
 	clear(e.lastRes)
+	e.dropResMemos()
 	return nil
 }
 

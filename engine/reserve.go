@@ -63,7 +63,9 @@ func (e *Engine) releasedGPUs(js *job, buf []uint32) []uint32 {
 // answers. A reservation of the last cycle that is still valid is kept
 // unless an earlier start appears (reservations are sticky, so a job's
 // start does not move later because the placer would now pick other GPUs).
-func (e *Engine) reserve(js *job) (*resv, bool) {
+// Probes before from (Unix ns; 0: none) are known to fail (resmemo.go):
+// they count towards MaxProbes but are not placed.
+func (e *Engine) reserveFrom(js *job, from int64) (*resv, bool) {
 	cs := &e.cyc
 	dur, bounded := duration(js.j)
 	r := &resv{job: js.j.ID, dur: dur, bounded: bounded}
@@ -142,6 +144,7 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		}
 		if !horizon.IsZero() && t.After(horizon) {
 			cs.unplanned = NoEstimateWindow
+			cs.resKnown = t.UnixNano() // probes from here on were not tried
 			break
 		}
 		if hasSticky && t.After(sticky.start) && trySticky() {
@@ -186,7 +189,12 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 		}
 		if probes++; probes > e.cfg.Backfill.MaxProbes {
 			cs.unplanned = NoEstimateProbes
+			cs.resKnown = t.UnixNano()
 			break
+		}
+		if t.UnixNano() < from {
+			e.resSkipped++
+			continue // it failed there last cycle, and nothing since helps (resmemo.go)
 		}
 		if !e.enoughFreeOf(w, t, r, &js.req) {
 			continue // Place would fail: too few GPUs free at t

@@ -94,6 +94,8 @@ func (e *Engine) tlAdd(js *job) {
 	js.inTL, js.tlAt = true, at.UnixNano()
 	e.tl.ReplaceOrInsert(tlEntry{at: js.tlAt, js: js})
 	e.tlGen++
+	e.tlSeq++
+	e.tlAdds = append(e.tlAdds, tlAddRec{seq: e.tlSeq, at: js.tlAt, js: js})
 }
 
 func (e *Engine) tlRemove(js *job) {

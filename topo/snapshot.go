@@ -393,6 +393,34 @@ func (s *Snapshot) DomainCapacities(level, lo, hi, per, model int, dst []int32) 
 	}
 }
 
+// AvailableWithin reports whether everything allocatable on s is
+// allocatable on o too: every node ready on s is ready on o, every GPU
+// free on a ready node of s is free on o, and no node has more free host
+// CPU or memory on s than on o. False for snapshots of different
+// clusters. Pages the two share are equal and skipped, so it costs what
+// they do not share. MIG instances and shares are not compared.
+func (s *Snapshot) AvailableWithin(o *Snapshot) bool {
+	if s.c != o.c {
+		return false
+	}
+	n := len(s.c.nodes)
+	for pi, p := range s.nodes {
+		q := o.nodes[pi]
+		if p == q {
+			continue
+		}
+		for j := range min(pageSize, n-pi*pageSize) {
+			if p.state[j] != Ready {
+				continue // nothing allocatable on s
+			}
+			if q.state[j] != Ready || p.free[j]&^q.free[j] != 0 || p.cpu[j] > q.cpu[j] || p.mem[j] > q.mem[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Free returns the number of allocatable free GPUs of the cluster.
 func (s *Snapshot) Free() int { return s.DomainFree(0, 0) }
 
