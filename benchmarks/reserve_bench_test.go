@@ -22,52 +22,39 @@ import (
 // bound are all of them).
 func BenchmarkReserve(b *testing.B) {
 	b.Run("cluster=B2K/pending=1000", func(b *testing.B) {
-		const pending = 1000
-		e, _, jobs := engineBenchSetup(b, B2K(), engineBenchOpts{
-			pending: pending, queues: 20, full: true, policy: queue.StrictPriority(),
-			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending},
-		})
-		reserveBench(b, e, jobs)
+		e, jobs := reserveBenchSetup(b)
+		var ends []engineBenchEnd
+		for id, j := range jobs {
+			if j.RuntimeEstimate > 0 && id[:4] == "run-" {
+				ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+			}
+		}
+		sortEnds(ends)
+		reserveBench(b, e, func(i int, now time.Time) engine.Event { return engine.Finished(now, ends[i].id) })
 	})
 }
 
 // BenchmarkReserveSteady is BenchmarkReserve's input in a steady state:
 // each timed cycle follows the submission of a one-GPU job of ten
-// minutes that backfills (so no walk is resumed, and nothing is freed),
-// and every blocked job's reservation search runs again. There a search
-// skips the probes its last one proved to fail, up to the first affected
-// point (engine/resmemo.go).
+// minutes (so no walk is resumed, and nothing is freed), and every
+// blocked job's reservation search runs again. There a search skips the
+// probes its last one proved to fail, up to the first affected point
+// (engine/resmemo.go).
 func BenchmarkReserveSteady(b *testing.B) {
 	b.Run("cluster=B2K/pending=1000", func(b *testing.B) {
-		const pending = 1000
-		e, _, _ := engineBenchSetup(b, B2K(), engineBenchOpts{
-			pending: pending, queues: 20, full: true, policy: queue.StrictPriority(),
-			backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending},
-		})
-		rd := e.Ready()
-		if err := e.Advance(rd, engine.Outcome{}); err != nil {
-			b.Fatal(err)
-		}
-		now := e.Now()
-		reserved, binds := 0, 0
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			now = now.Add(time.Second)
-			if err := e.Step(engine.Submitted(now, smallJob(i, now))); err != nil {
-				b.Fatal(err)
-			}
-			rd := e.Ready()
-			if err := e.Advance(rd, engine.Outcome{}); err != nil {
-				b.Fatal(err)
-			}
-			reserved += len(rd.Reservations)
-			binds += len(rd.Binds)
-		}
-		n := float64(b.N)
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/n, "ms/cycle")
-		b.ReportMetric(float64(reserved)/n, "reservations/cycle")
-		b.ReportMetric(float64(binds)/n, "binds/cycle")
+		e, _ := reserveBenchSetup(b)
+		reserveBench(b, e, func(i int, now time.Time) engine.Event { return engine.Submitted(now, smallJob(i, now)) })
 	})
+}
+
+// reserveBenchSetup is BenchmarkReserve's engine and jobs.
+func reserveBenchSetup(b *testing.B) (*engine.Engine, map[string]*queue.Job) {
+	const pending = 1000
+	e, _, jobs := engineBenchSetup(b, B2K(), engineBenchOpts{
+		pending: pending, queues: 20, full: true, policy: queue.StrictPriority(),
+		backfill: engine.BackfillConfig{Mode: engine.BackfillConservative, Depth: pending},
+	})
+	return e, jobs
 }
 
 // smallJob is BenchmarkReserveSteady's i-th submission.
@@ -77,14 +64,9 @@ func smallJob(i int, now time.Time) *queue.Job {
 		RuntimeEstimate: 10 * time.Minute, RuntimeLimit: 10 * time.Minute}
 }
 
-func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
-	var ends []engineBenchEnd
-	for id, j := range jobs {
-		if j.RuntimeEstimate > 0 && id[:4] == "run-" {
-			ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
-		}
-	}
-	sortEnds(ends)
+// reserveBench runs the first cycle, then times one cycle after each
+// event (event(i, now): the i-th, one second after the last).
+func reserveBench(b *testing.B, e *engine.Engine, event func(i int, now time.Time) engine.Event) {
 	rd := e.Ready()
 	if err := e.Advance(rd, engine.Outcome{}); err != nil {
 		b.Fatal(err)
@@ -95,12 +77,11 @@ func reserveBench(b *testing.B, e *engine.Engine, jobs map[string]*queue.Job) {
 	now := e.Now()
 	reserved, binds := 0, 0
 	b.ReportAllocs()
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
 		now = now.Add(time.Second)
-		if err := e.Step(engine.Finished(now, ends[0].id)); err != nil {
+		if err := e.Step(event(i, now)); err != nil {
 			b.Fatal(err)
 		}
-		ends = ends[1:]
 		rd := e.Ready()
 		if err := e.Advance(rd, engine.Outcome{}); err != nil {
 			b.Fatal(err)
