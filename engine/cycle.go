@@ -93,10 +93,14 @@ type cycleState struct {
 	// ns; it stopped at MaxProbes or the window there). memoPlan is the
 	// clone of the plan (memoPlanOf at memoPlanVer) the reservation memos
 	// of the cycle share (resmemo.go).
-	resKnown    int64
-	memoPlan    *topo.Snapshot
-	memoPlanOf  *topo.Snapshot
-	memoPlanVer uint64
+	resKnown int64
+	// resLog lists the changes to cs.res in this cycle, resLogPrev the
+	// last cycle's; resDiverged: they differ (logRes).
+	resLog, resLogPrev []resEvent
+	resDiverged        bool
+	memoPlan           *topo.Snapshot
+	memoPlanOf         *topo.Snapshot
+	memoPlanVer        uint64
 	// fracBlocked are the fractional / MIG jobs blocked by capacity, in
 	// order, with where their status is in pend: the demand of step 8.
 	fracBlocked []fracRec
@@ -1057,7 +1061,13 @@ func (e *Engine) tryPlace(js *job, p int) (gang.Result, gang.Reason, bool) {
 // deleteRes drops the reservations del picks (resByEnd is rebuilt when
 // next needed).
 func (cs *cycleState) deleteRes(del func(*resv) bool) {
-	cs.res = slices.DeleteFunc(cs.res, del)
+	cs.res = slices.DeleteFunc(cs.res, func(r *resv) bool {
+		if del(r) {
+			cs.logRes(true, r)
+			return true
+		}
+		return false
+	})
 	cs.resByEndStale = true
 }
 
@@ -1075,6 +1085,7 @@ func (cs *cycleState) addRes(r *resv) {
 	})
 	cs.res = slices.Insert(cs.res, i, r)
 	r.resNs()
+	cs.logRes(false, r)
 	if !cs.resByEndStale {
 		j, _ := slices.BinarySearchFunc(cs.resByEnd, r.endNs, func(a *resv, end int64) int { return cmp.Compare(a.endNs, end) })
 		cs.resByEnd = slices.Insert(cs.resByEnd, j, r)

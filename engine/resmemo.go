@@ -29,7 +29,9 @@ import (
 //   - the reservations made before it in the cycle are the same ones (the
 //     GPUs they hold back at a probe time are the same; the overlap window
 //     only moves with the probe, and a reservation that stops overlapping
-//     ends at a probe time of both searches);
+//     ends at a probe time of both searches): the cycle's changes to its
+//     reservations so far repeat the last cycle's, change for change, up
+//     to the last search's point (cs.resLog);
 //   - the point where the earlier search stopped is the first affected
 //     point at the latest.
 //
@@ -53,15 +55,33 @@ type resMemo struct {
 	fails int64          // Unix ns: every probe before it failed (its success, the probe cap, the window's end)
 	plan  *topo.Snapshot // the plan it searched (a clone, never written)
 	tlSeq uint64         // e.tlSeq at the search
-	prior []resvKey      // the cycle's reservations before it (cs.res)
+	resAt int            // len(cs.resLog) at the search: the reservations made before it
 	gen   uint64         // the cycle (cycleState.gen) of the search
 }
 
-// resvKey is what a reservation holds back at a probe time.
-type resvKey struct {
+// resEvent is a change to the cycle's reservations (cs.res): one added,
+// or one dropped.
+type resEvent struct {
+	drop           bool
 	job            string
 	startNs, endNs int64
 	gpus           []uint32
+}
+
+func (a *resEvent) equal(b *resEvent) bool {
+	return a.drop == b.drop && a.job == b.job && a.startNs == b.startNs && a.endNs == b.endNs && slices.Equal(a.gpus, b.gpus)
+}
+
+// logRes records a change to cs.res, and whether the changes so far
+// repeat the last cycle's: then the reservations a search of this cycle
+// meets after the first n of them are those a search of the last cycle
+// met after its first n.
+func (cs *cycleState) logRes(drop bool, r *resv) {
+	ev := resEvent{drop: drop, job: r.job, startNs: r.startNs, endNs: r.endNs, gpus: r.gpus}
+	if n := len(cs.resLog); n >= len(cs.resLogPrev) || !cs.resLogPrev[n].equal(&ev) {
+		cs.resDiverged = true
+	}
+	cs.resLog = append(cs.resLog, ev)
 }
 
 // tlAddRec is an entry added to the timeline (tlAdd): its sequence
@@ -108,14 +128,11 @@ func (e *Engine) reserve(js *job) (*resv, bool) {
 func (e *Engine) resFirstAffected(js *job) int64 {
 	cs := &e.cyc
 	m := e.resMemos[js.j.ID]
-	if m == nil || m.js != js || !e.resMemoOK(js) || len(m.prior) != len(cs.res) {
+	// The same reservations before it: the last cycle's search met the
+	// first m.resAt changes of that cycle, this one meets as many, and they
+	// are the same changes.
+	if m == nil || m.js != js || m.gen+1 != cs.gen || cs.resDiverged || len(cs.resLog) != m.resAt || !e.resMemoOK(js) {
 		return 0
-	}
-	for i, o := range cs.res {
-		k := &m.prior[i]
-		if k.job != o.job || k.startNs != o.startNs || k.endNs != o.endNs || !slices.Equal(k.gpus, o.gpus) {
-			return 0
-		}
 	}
 	if !cs.plan.AvailableWithin(m.plan) {
 		return 0
@@ -156,11 +173,7 @@ func (e *Engine) noteResMemo(js *job, fails int64) {
 		cs.memoPlan, cs.memoPlanOf, cs.memoPlanVer = cs.plan.Clone(), cs.plan, cs.plan.Version()
 	}
 	m.js, m.fails, m.plan, m.tlSeq = js, fails, cs.memoPlan, e.tlSeq
-	m.prior = m.prior[:0]
-	for _, o := range cs.res {
-		m.prior = append(m.prior, resvKey{job: o.job, startNs: o.startNs, endNs: o.endNs, gpus: o.gpus})
-	}
-	m.gen = cs.gen
+	m.resAt, m.gen = len(cs.resLog), cs.gen
 }
 
 // trimResMemos forgets the memos of searches before the last cycle and
@@ -168,6 +181,8 @@ func (e *Engine) noteResMemo(js *job, fails int64) {
 func (e *Engine) trimResMemos() {
 	cs := &e.cyc
 	cs.memoPlan, cs.memoPlanOf = nil, nil
+	cs.resLogPrev, cs.resLog = cs.resLog, cs.resLogPrev[:0]
+	cs.resDiverged = false
 	oldest := e.tlSeq
 	for id, m := range e.resMemos {
 		if m.gen+1 < cs.gen {
@@ -186,6 +201,7 @@ func (e *Engine) trimResMemos() {
 // dropResMemos forgets every memo (the cluster changed).
 func (e *Engine) dropResMemos() {
 	clear(e.resMemos)
+	e.cyc.resDiverged = true
 	e.tlAdds = e.tlAdds[:0]
 	e.cyc.memoPlan, e.cyc.memoPlanOf = nil, nil
 }
