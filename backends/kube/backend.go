@@ -68,11 +68,15 @@ type Backend struct {
 	assumed   map[types.UID]assumedBind
 	groupSize map[string]groupSize
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
-	devs      map[string]*nodeDevs
-	logged    map[string]string
-	svc       *svcState       // services and their replica pods (service.go)
-	launched  map[string]bool // jobs LaunchJob created (or is creating), by ID
-	lmu       sync.Mutex      // serialises LaunchJob and WithdrawJob
+	// ranGone: pods of known jobs that were deleted after they ran to
+	// their end (the informer's last state of them was Succeeded or
+	// Failed on a node), possibly before a sync listed them so.
+	ranGone  map[types.UID]bool
+	devs     map[string]*nodeDevs
+	logged   map[string]string
+	svc      *svcState       // services and their replica pods (service.go)
+	launched map[string]bool // jobs LaunchJob created (or is creating), by ID
+	lmu      sync.Mutex      // serialises LaunchJob and WithdrawJob
 }
 
 type toldNode struct {
@@ -141,7 +145,8 @@ func New(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Backend, 
 		feed: backends.NewFeed(), kick: make(chan struct{}, 1),
 		nodes: map[string]*toldNode{}, jobs: map[string]*job{}, byUID: map[types.UID]string{},
 		assumed: map[types.UID]assumedBind{}, groupSize: map[string]groupSize{}, deleted: map[types.UID]bool{},
-		devs: map[string]*nodeDevs{}, logged: map[string]string{}, launched: map[string]bool{},
+		ranGone: map[types.UID]bool{},
+		devs:    map[string]*nodeDevs{}, logged: map[string]string{}, launched: map[string]bool{},
 	}
 	for _, q := range c.Queues.Queues {
 		b.queues[q.Name] = true
@@ -183,7 +188,12 @@ func (b *Backend) Start(ctx context.Context) error {
 		UpdateFunc: func(any, any) { b.poke() },
 		DeleteFunc: func(any) { b.poke() },
 	}
-	if _, err := b.podInf.AddEventHandler(h); err != nil {
+	ph := h
+	ph.DeleteFunc = func(obj any) {
+		b.podGone(obj)
+		b.poke()
+	}
+	if _, err := b.podInf.AddEventHandler(ph); err != nil {
 		cancel()
 		return fmt.Errorf("kube: pod handler: %w", err)
 	}
@@ -714,7 +724,7 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			// Succeeded or Failed) finished; one whose pods were deleted
 			// or never ran was cancelled.
 			ev := engine.Cancelled(now, id)
-			if alive == 0 && len(j.pods) > 0 && !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !ran[pr.uid] }) {
+			if alive == 0 && len(j.pods) > 0 && !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !ran[pr.uid] && !b.ranGone[pr.uid] }) {
 				ev = engine.Finished(now, id)
 			}
 			cancels = append(cancels, ev)
@@ -886,6 +896,26 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 	return backends.RunningJob{Job: qj, Members: members, Start: start}, true
 }
 
+// podGone notes a pod of a known job that was deleted after it ran to its
+// end: a gang whose pods all succeeded and were then deleted at once (a
+// preemption's eviction of a pod that had just completed deletes it
+// without a grace period, as does a TTL controller) finished, though no
+// sync may have listed its pods as ended.
+func (b *Backend) podGone(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok || podLive(p) || p.Spec.NodeName == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, known := b.byUID[p.UID]; known && !b.deleted[p.UID] {
+		b.ranGone[p.UID] = true
+	}
+}
+
 // forget drops a job the engine is told has ended. Caller holds mu.
 func (b *Backend) forget(j *job) {
 	for _, pr := range j.pods {
@@ -893,6 +923,7 @@ func (b *Backend) forget(j *job) {
 			delete(b.byUID, pr.uid)
 		}
 		delete(b.assumed, pr.uid)
+		delete(b.ranGone, pr.uid)
 	}
 	for _, m := range j.bound {
 		if d := b.devs[m.Node]; d != nil {

@@ -190,8 +190,9 @@ func (s *suiteKube) kubeletTick() {
 		_ = s.kc.CoreV1().Pods(s.w.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 	used := map[string]int64{}
-	live := map[string][]string{} // job -> its live pods of the current generation
-	running := map[string]int{}   // job -> of those, running
+	live := map[string][]string{}          // job -> its live pods of the current generation
+	livePods := map[string][]*corev1.Pod{} // the same pods
+	running := map[string]int{}            // job -> of those, running
 	for i := range l.Items {
 		p := &l.Items[i]
 		name, gen, ok := podJob(p.Name)
@@ -210,20 +211,15 @@ func (s *suiteKube) kubeletTick() {
 			continue
 		}
 		live[name] = append(live[name], p.Name)
+		livePods[name] = append(livePods[name], p)
 		if p.Spec.NodeName == "" {
 			continue
 		}
 		used[p.Spec.NodeName] += p.Spec.Containers[0].Resources.Limits.Name(kube.ResourceGPU, "").Value()
-		switch {
-		case p.Status.Phase != corev1.PodRunning:
+		if p.Status.Phase != corev1.PodRunning {
 			s.setPhase(p, corev1.PodRunning)
-			running[name]++
-		case !sj.running.IsZero() && !now.Before(sj.running.Add(sj.runtime)):
-			s.setPhase(p, corev1.PodSucceeded)
-			sj.done = true
-		default:
-			running[name]++
 		}
+		running[name]++
 	}
 	for node, n := range used {
 		if n > 8 {
@@ -258,11 +254,25 @@ func (s *suiteKube) kubeletTick() {
 			}
 		case running[name] == members && sj.running.IsZero():
 			sj.running = now
+		case running[name] == members && !now.Before(sj.running.Add(sj.runtime)):
+			// The gang completes as a whole: every member succeeds in
+			// this tick. A member evicted meanwhile (its pod gone before
+			// its phase was set) fails the gang instead, and the next
+			// tick makes a new one.
+			done := true
+			for _, p := range livePods[name] {
+				if !s.setPhase(p, corev1.PodSucceeded) {
+					done = false
+				}
+			}
+			sj.done = done
 		}
 	}
 }
 
-func (s *suiteKube) setPhase(p *corev1.Pod, ph corev1.PodPhase) {
+// setPhase sets a pod's phase and says whether it did (false: the pod is
+// gone or changed meanwhile).
+func (s *suiteKube) setPhase(p *corev1.Pod, ph corev1.PodPhase) bool {
 	cp := p.DeepCopy()
 	cp.Status.Phase = ph
 	if ph == corev1.PodRunning {
@@ -270,9 +280,11 @@ func (s *suiteKube) setPhase(p *corev1.Pod, ph corev1.PodPhase) {
 		cp.Status.StartTime = &t
 		cp.Status.Conditions = append(cp.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: t})
 	}
-	if _, err := s.kc.CoreV1().Pods(s.w.ns).UpdateStatus(context.Background(), cp, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	_, err := s.kc.CoreV1().Pods(s.w.ns).UpdateStatus(context.Background(), cp, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		s.viol = append(s.viol, fmt.Errorf("pod %s phase %s: %v", p.Name, ph, err))
 	}
+	return err == nil
 }
 
 func (s *suiteKube) setReady(node string, ready bool) {

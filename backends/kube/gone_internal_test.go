@@ -1,0 +1,82 @@
+package kube
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/berthsched/berth/engine"
+)
+
+// A gang whose pods all ran to their end and were deleted before a sync
+// listed them so (a preemption's eviction deletes a completed pod at once)
+// finished: the informer's last state of each pod says so. The fault suite
+// hung on this: the gang was reported cancelled, the engine dropped it,
+// and its Job controller, which had seen it complete, made no new pods.
+func TestGangDeletedAfterItsEndFinishes(t *testing.T) {
+	cases := []struct {
+		name      string
+		phases    []corev1.PodPhase // each pod's last state; "" : no delete event seen
+		byBerth   bool              // berth deleted the pods (a rollback)
+		tombstone bool              // the delete came as DeletedFinalStateUnknown
+		want      engine.EventKind
+	}{
+		{name: "all succeeded", phases: []corev1.PodPhase{corev1.PodSucceeded, corev1.PodSucceeded}, want: engine.EventJobFinished},
+		{name: "succeeded and failed", phases: []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}, want: engine.EventJobFinished},
+		{name: "tombstones", phases: []corev1.PodPhase{corev1.PodSucceeded, corev1.PodSucceeded}, tombstone: true, want: engine.EventJobFinished},
+		{name: "one still running", phases: []corev1.PodPhase{corev1.PodSucceeded, corev1.PodRunning}, want: engine.EventJobCancelled},
+		{name: "one delete not seen", phases: []corev1.PodPhase{corev1.PodSucceeded, ""}, want: engine.EventJobCancelled},
+		{name: "deleted by berth", phases: []corev1.PodPhase{corev1.PodSucceeded, corev1.PodSucceeded}, byBerth: true, want: engine.EventJobCancelled},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := New(fake.NewSimpleClientset(), nil, Config{SchedulerName: "berth"})
+			require.NoError(t, err)
+			// The informer's cache no longer lists the pods.
+			b.podList = corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+			const id = "ns/group/g"
+			j := &job{id: id, assigned: map[string]int{}, bound: map[int]engine.Member{}}
+			var pods []*corev1.Pod
+			for i := range tc.phases {
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g-" + string(rune('a'+i)), UID: types.UID("uid-" + string(rune('a'+i)))},
+					Spec:       corev1.PodSpec{NodeName: "n1", SchedulerName: "berth"},
+				}
+				pods = append(pods, p)
+				j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID})
+				j.bound[i] = engine.Member{Node: "n1", GPUs: []int{i}}
+				b.byUID[p.UID] = id
+				if tc.byBerth {
+					b.deleted[p.UID] = true
+				}
+			}
+			b.jobs[id] = j
+			for i, p := range pods {
+				if tc.phases[i] == "" {
+					continue
+				}
+				p.Status.Phase = tc.phases[i]
+				var obj any = p
+				if tc.tombstone {
+					obj = cache.DeletedFinalStateUnknown{Key: p.Namespace + "/" + p.Name, Obj: p}
+				}
+				b.podGone(obj)
+			}
+			_, cancels, submits := b.syncPods(context.Background(), time.Now())
+			require.Empty(t, submits)
+			require.Len(t, cancels, 1)
+			require.Equal(t, tc.want, cancels[0].Kind, "event for %s", cancels[0].JobID)
+			require.Equal(t, id, cancels[0].JobID)
+			require.Empty(t, b.jobs)
+			require.Empty(t, b.ranGone, "forgotten with the job")
+		})
+	}
+}
