@@ -68,10 +68,11 @@ type Backend struct {
 	assumed   map[types.UID]assumedBind
 	groupSize map[string]groupSize
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
-	// ranGone: pods of known jobs that were deleted after they ran to
-	// their end (the informer's last state of them was Succeeded or
-	// Failed on a node), possibly before a sync listed them so.
-	ranGone  map[types.UID]bool
+	// gone: pods of known jobs whose delete the informer has handed to
+	// podGone, true for those that had run to their end (their last
+	// state was Succeeded or Failed on a node), which a sync may never
+	// have listed so.
+	gone     map[types.UID]bool
 	devs     map[string]*nodeDevs
 	logged   map[string]string
 	svc      *svcState       // services and their replica pods (service.go)
@@ -145,8 +146,8 @@ func New(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Backend, 
 		feed: backends.NewFeed(), kick: make(chan struct{}, 1),
 		nodes: map[string]*toldNode{}, jobs: map[string]*job{}, byUID: map[types.UID]string{},
 		assumed: map[types.UID]assumedBind{}, groupSize: map[string]groupSize{}, deleted: map[types.UID]bool{},
-		ranGone: map[types.UID]bool{},
-		devs:    map[string]*nodeDevs{}, logged: map[string]string{}, launched: map[string]bool{},
+		gone: map[types.UID]bool{},
+		devs: map[string]*nodeDevs{}, logged: map[string]string{}, launched: map[string]bool{},
 	}
 	for _, q := range c.Queues.Queues {
 		b.queues[q.Name] = true
@@ -705,6 +706,16 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			}
 			continue // created after the list was taken
 		}
+		// A pod gone from the informer's cache whose delete podGone has
+		// not seen yet: whether it ran to its end is not known yet (the
+		// cache drops a pod before its handlers hear of it), so the job
+		// waits for the next sync, which podGone asks for.
+		if slices.ContainsFunc(j.pods, func(pr podRef) bool {
+			_, noted := b.gone[pr.uid]
+			return !inCache[pr.uid] && !noted && !b.deleted[pr.uid]
+		}) {
+			continue
+		}
 		alive, broken := 0, false
 		for i, pr := range j.pods {
 			p := live[pr.uid]
@@ -724,7 +735,7 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			// Succeeded or Failed) finished; one whose pods were deleted
 			// or never ran was cancelled.
 			ev := engine.Cancelled(now, id)
-			if alive == 0 && len(j.pods) > 0 && !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !ran[pr.uid] && !b.ranGone[pr.uid] }) {
+			if alive == 0 && len(j.pods) > 0 && !slices.ContainsFunc(j.pods, func(pr podRef) bool { return !ran[pr.uid] && !b.gone[pr.uid] }) {
 				ev = engine.Finished(now, id)
 			}
 			cancels = append(cancels, ev)
@@ -896,23 +907,23 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 	return backends.RunningJob{Job: qj, Members: members, Start: start}, true
 }
 
-// podGone notes a pod of a known job that was deleted after it ran to its
-// end: a gang whose pods all succeeded and were then deleted at once (a
-// preemption's eviction of a pod that had just completed deletes it
-// without a grace period, as does a TTL controller) finished, though no
-// sync may have listed its pods as ended.
+// podGone notes the delete of a pod of a known job, and whether the pod
+// had run to its end: a gang whose pods all succeeded and were then
+// deleted at once (a preemption's eviction of a pod that had just
+// completed deletes it without a grace period, as does a TTL controller)
+// finished, though no sync may have listed its pods as ended.
 func (b *Backend) podGone(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	p, ok := obj.(*corev1.Pod)
-	if !ok || podLive(p) || p.Spec.NodeName == "" {
+	if !ok {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, known := b.byUID[p.UID]; known && !b.deleted[p.UID] {
-		b.ranGone[p.UID] = true
+	if _, known := b.byUID[p.UID]; known {
+		b.gone[p.UID] = !podLive(p) && p.Spec.NodeName != "" && !b.deleted[p.UID]
 	}
 }
 
@@ -923,7 +934,7 @@ func (b *Backend) forget(j *job) {
 			delete(b.byUID, pr.uid)
 		}
 		delete(b.assumed, pr.uid)
-		delete(b.ranGone, pr.uid)
+		delete(b.gone, pr.uid)
 	}
 	for _, m := range j.bound {
 		if d := b.devs[m.Node]; d != nil {
