@@ -68,8 +68,8 @@ type Backend struct {
 	assumed   map[types.UID]assumedBind
 	groupSize map[string]groupSize
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
-	// gone: pods of known jobs whose delete the informer has handed to
-	// podGone, true for those that had run to their end (their last
+	// gone: pods of jobs berth knows whose delete the informer has handed
+	// to podGone, true for those that had run to their end (their last
 	// state was Succeeded or Failed on a node), which a sync may never
 	// have listed so.
 	gone     map[types.UID]bool
@@ -824,6 +824,20 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			delete(b.deleted, uid)
 		}
 	}
+	// Deletes noted of pods that no job holds (any more).
+	if len(b.gone) > 0 {
+		held := map[types.UID]bool{}
+		for _, j := range b.jobs {
+			for _, pr := range j.pods {
+				held[pr.uid] = true
+			}
+		}
+		for uid := range b.gone {
+			if !held[uid] {
+				delete(b.gone, uid)
+			}
+		}
+	}
 	// Assumed binds the informer has caught up with (and BindMember has
 	// recorded), or whose pods are gone.
 	for uid, a := range b.assumed {
@@ -907,11 +921,12 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 	return backends.RunningJob{Job: qj, Members: members, Start: start}, true
 }
 
-// podGone notes the delete of a pod of a known job, and whether the pod
-// had run to its end: a gang whose pods all succeeded and were then
-// deleted at once (a preemption's eviction of a pod that had just
-// completed deletes it without a grace period, as does a TTL controller)
-// finished, though no sync may have listed its pods as ended.
+// podGone notes the delete of a pod, and whether the pod had run to its
+// end (syncPods forgets the note once no job holds the pod): a gang whose
+// pods all succeeded and were then deleted at once (a preemption's
+// eviction of a pod that had just completed deletes it without a grace
+// period, as does a TTL controller) finished, though no sync may have
+// listed its pods as ended.
 func (b *Backend) podGone(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -922,9 +937,7 @@ func (b *Backend) podGone(obj any) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, known := b.byUID[p.UID]; known {
-		b.gone[p.UID] = !podLive(p) && p.Spec.NodeName != "" && !b.deleted[p.UID]
-	}
+	b.gone[p.UID] = !podLive(p) && p.Spec.NodeName != "" && !b.deleted[p.UID]
 }
 
 // forget drops a job the engine is told has ended. Caller holds mu.
@@ -934,7 +947,6 @@ func (b *Backend) forget(j *job) {
 			delete(b.byUID, pr.uid)
 		}
 		delete(b.assumed, pr.uid)
-		delete(b.gone, pr.uid)
 	}
 	for _, m := range j.bound {
 		if d := b.devs[m.Node]; d != nil {

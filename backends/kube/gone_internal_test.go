@@ -95,3 +95,40 @@ func TestGangDeletedAfterItsEndFinishes(t *testing.T) {
 		})
 	}
 }
+
+// Two jobs may hold one pod (a pod of a known gang bound by someone else is
+// adopted alone, and the gang still lists it): the delete noted for it
+// serves both, whichever is decided first.
+func TestPodGoneServesEveryJobHoldingIt(t *testing.T) {
+	b, err := New(fake.NewSimpleClientset(), nil, Config{SchedulerName: "berth"})
+	require.NoError(t, err)
+	b.podList = corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Spec:       corev1.PodSpec{NodeName: "n1", SchedulerName: "berth"},
+			Status:     corev1.PodStatus{Phase: corev1.PodSucceeded},
+		}
+	}
+	a, c := pod("a"), pod("c")
+	hold := func(id string, ps ...*corev1.Pod) {
+		j := &job{id: id, assigned: map[string]int{}, bound: map[int]engine.Member{}}
+		for i, p := range ps {
+			j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID})
+			j.bound[i] = engine.Member{Node: "n1", GPUs: []int{i}}
+			b.byUID[p.UID] = id
+		}
+		b.jobs[id] = j
+	}
+	hold("ns/group/g", a, c)
+	hold("ns/a/adopted", a) // sorts first, and takes a in byUID
+	b.podGone(a)
+	b.podGone(c)
+	_, evs, _ := b.syncPods(context.Background(), time.Now())
+	require.Len(t, evs, 2, "both jobs decided in one sync")
+	for _, ev := range evs {
+		require.Equal(t, engine.EventJobFinished, ev.Kind, ev.JobID)
+	}
+	require.Empty(t, b.jobs)
+	require.Empty(t, b.gone)
+}
