@@ -68,10 +68,10 @@ type Backend struct {
 	assumed   map[types.UID]assumedBind
 	groupSize map[string]groupSize
 	deleted   map[types.UID]bool // pods berth deleted that the informer may still list
-	// gone: pods of jobs berth knows whose delete the informer has handed
-	// to podGone, true for those that had run to their end (their last
-	// state was Succeeded or Failed on a node), which a sync may never
-	// have listed so.
+	// gone: pods whose delete the informer has handed to podGone, kept
+	// while a job holds them; true for those that had run to their end
+	// (their last state was Succeeded or Failed on a node), which a sync
+	// may never have listed so.
 	gone     map[types.UID]bool
 	devs     map[string]*nodeDevs
 	logged   map[string]string

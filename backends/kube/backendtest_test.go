@@ -190,9 +190,8 @@ func (s *suiteKube) kubeletTick() {
 		_ = s.kc.CoreV1().Pods(s.w.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 	used := map[string]int64{}
-	live := map[string][]string{}          // job -> its live pods of the current generation
-	livePods := map[string][]*corev1.Pod{} // the same pods
-	running := map[string]int{}            // job -> of those, running
+	live := map[string][]*corev1.Pod{} // job -> its live pods of the current generation
+	running := map[string]int{}        // job -> of those, running
 	for i := range l.Items {
 		p := &l.Items[i]
 		name, gen, ok := podJob(p.Name)
@@ -210,8 +209,7 @@ func (s *suiteKube) kubeletTick() {
 			gone(p.Name)
 			continue
 		}
-		live[name] = append(live[name], p.Name)
-		livePods[name] = append(livePods[name], p)
+		live[name] = append(live[name], p)
 		if p.Spec.NodeName == "" {
 			continue
 		}
@@ -231,7 +229,11 @@ func (s *suiteKube) kubeletTick() {
 		for _, name := range slices.Sorted(maps.Keys(s.jobs)) {
 			sj := s.jobs[name]
 			if sj.created && !sj.done {
-				s.w.t.Logf("suite: %s gen %d live %v running %d since %v", name, sj.gen, live[name], running[name], sj.running)
+				var names []string
+				for _, p := range live[name] {
+					names = append(names, p.Name)
+				}
+				s.w.t.Logf("suite: %s gen %d live %v running %d since %v", name, sj.gen, names, running[name], sj.running)
 			}
 		}
 	}
@@ -250,7 +252,7 @@ func (s *suiteKube) kubeletTick() {
 			// A member is gone: the gang fails as a whole (a JobSet's
 			// failure policy) and its other pods are deleted.
 			for _, pod := range live[name] {
-				gone(pod)
+				gone(pod.Name)
 			}
 		case running[name] == members && sj.running.IsZero():
 			sj.running = now
@@ -260,7 +262,7 @@ func (s *suiteKube) kubeletTick() {
 			// its phase was set) fails the gang instead, and the next
 			// tick makes a new one.
 			done := true
-			for _, p := range livePods[name] {
+			for _, p := range live[name] {
 				if !s.setPhase(p, corev1.PodSucceeded) {
 					done = false
 				}

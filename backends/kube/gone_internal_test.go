@@ -17,6 +17,34 @@ import (
 	"github.com/berthsched/berth/engine"
 )
 
+// goneBackend is a backend whose informer cache no longer lists any pod.
+func goneBackend(t *testing.T) *Backend {
+	t.Helper()
+	b, err := New(fake.NewSimpleClientset(), nil, Config{SchedulerName: "berth"})
+	require.NoError(t, err)
+	b.podList = corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	return b
+}
+
+// gonePod is a pod bound to n1.
+func gonePod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       corev1.PodSpec{NodeName: "n1", SchedulerName: "berth"},
+	}
+}
+
+// hold makes a job the backend knows, every pod of it bound.
+func hold(b *Backend, id string, ps ...*corev1.Pod) {
+	j := &job{id: id, assigned: map[string]int{}, bound: map[int]engine.Member{}}
+	for i, p := range ps {
+		j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID})
+		j.bound[i] = engine.Member{Node: "n1", GPUs: []int{i}}
+		b.byUID[p.UID] = id
+	}
+	b.jobs[id] = j
+}
+
 // A gang whose pods all ran to their end and were deleted before a sync
 // listed them so (a preemption's eviction deletes a completed pod at once)
 // finished: the informer's last state of each pod says so. The fault suite
@@ -42,27 +70,17 @@ func TestGangDeletedAfterItsEndFinishes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := New(fake.NewSimpleClientset(), nil, Config{SchedulerName: "berth"})
-			require.NoError(t, err)
-			// The informer's cache no longer lists the pods.
-			b.podList = corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+			b := goneBackend(t)
 			const id = "ns/group/g"
-			j := &job{id: id, assigned: map[string]int{}, bound: map[int]engine.Member{}}
 			var pods []*corev1.Pod
 			for i := range tc.phases {
-				p := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g-" + string(rune('a'+i)), UID: types.UID("uid-" + string(rune('a'+i)))},
-					Spec:       corev1.PodSpec{NodeName: "n1", SchedulerName: "berth"},
-				}
+				p := gonePod("g-" + string(rune('a'+i)))
 				pods = append(pods, p)
-				j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID})
-				j.bound[i] = engine.Member{Node: "n1", GPUs: []int{i}}
-				b.byUID[p.UID] = id
 				if tc.byBerth {
 					b.deleted[p.UID] = true
 				}
 			}
-			b.jobs[id] = j
+			hold(b, id, pods...)
 			for i, p := range pods {
 				if tc.phases[i] == "" {
 					continue
@@ -100,28 +118,11 @@ func TestGangDeletedAfterItsEndFinishes(t *testing.T) {
 // adopted alone, and the gang still lists it): the delete noted for it
 // serves both, whichever is decided first.
 func TestPodGoneServesEveryJobHoldingIt(t *testing.T) {
-	b, err := New(fake.NewSimpleClientset(), nil, Config{SchedulerName: "berth"})
-	require.NoError(t, err)
-	b.podList = corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
-	pod := func(name string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
-			Spec:       corev1.PodSpec{NodeName: "n1", SchedulerName: "berth"},
-			Status:     corev1.PodStatus{Phase: corev1.PodSucceeded},
-		}
-	}
-	a, c := pod("a"), pod("c")
-	hold := func(id string, ps ...*corev1.Pod) {
-		j := &job{id: id, assigned: map[string]int{}, bound: map[int]engine.Member{}}
-		for i, p := range ps {
-			j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID})
-			j.bound[i] = engine.Member{Node: "n1", GPUs: []int{i}}
-			b.byUID[p.UID] = id
-		}
-		b.jobs[id] = j
-	}
-	hold("ns/group/g", a, c)
-	hold("ns/a/adopted", a) // sorts first, and takes a in byUID
+	b := goneBackend(t)
+	a, c := gonePod("a"), gonePod("c")
+	a.Status.Phase, c.Status.Phase = corev1.PodSucceeded, corev1.PodSucceeded
+	hold(b, "ns/group/g", a, c)
+	hold(b, "ns/a/adopted", a) // sorts first, and takes a in byUID
 	b.podGone(a)
 	b.podGone(c)
 	_, evs, _ := b.syncPods(context.Background(), time.Now())
