@@ -240,8 +240,11 @@ func main() {
 		fmt.Println()
 		fmt.Printf("rebalance: %+v, drain timeout %v, preempt on reclaim %v, pool queues %v\n",
 			fcfg.Rebalance.WithDefaults(), fcfg.DrainTimeout, fcfg.PreemptOnReclaim, fcfg.PoolQueues)
-		fmt.Printf("launch: SLURM scripts %v; Kubernetes pods in %q from image %q, command %q\n",
-			slices.Sorted(maps.Keys(scripts)), launch.Namespace, launch.Image, launch.Command)
+		fmt.Printf("launch: SLURM scripts %v", slices.Sorted(maps.Keys(scripts)))
+		if s.Inference.Name != "" {
+			fmt.Printf("; Kubernetes pods in %q from image %q, command %q", launch.Namespace, launch.Image, launch.Command)
+		}
+		fmt.Println()
 		fmt.Printf("job logs: %s\n", s.LogDir)
 		for _, j := range jobs {
 			fmt.Printf("job %s: pools %v, %d x %d GPUs\n", j.ID, j.Pools, j.Members, j.GPUsPerMember)
