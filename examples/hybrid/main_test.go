@@ -13,24 +13,38 @@ import (
 	"time"
 )
 
-// testCluster returns the slurm.conf of hack/slurm-up.sh's test cluster
-// (SLURM_CONF, else $BERTH_SLURM_DIR/etc/slurm.conf, else
-// /tmp/berth-slurm), or skips (fails under BERTH_REQUIRE_INTEGRATION=1).
+// testCluster returns the slurm.conf of a test cluster that
+// hack/slurm-up.sh started ($BERTH_SLURM_DIR, default /tmp/berth-slurm),
+// or skips (fails under BERTH_REQUIRE_INTEGRATION=1). The example binds
+// the jobs of the cluster's berth partition, so any other cluster (a
+// SLURM_CONF elsewhere, a cluster not named "berth", a directory without
+// slurm-up's env file) is refused.
 func testCluster(t *testing.T) string {
 	t.Helper()
-	conf := os.Getenv("SLURM_CONF")
-	if conf == "" {
-		dir := os.Getenv("BERTH_SLURM_DIR")
-		if dir == "" {
-			dir = "/tmp/berth-slurm"
-		}
-		conf = filepath.Join(dir, "etc", "slurm.conf")
+	dir := os.Getenv("BERTH_SLURM_DIR")
+	if dir == "" {
+		dir = "/tmp/berth-slurm"
 	}
+	conf := filepath.Join(dir, "etc", "slurm.conf")
 	why := ""
-	if _, err := os.Stat(conf); err != nil {
+	b, err := os.ReadFile(conf)
+	switch {
+	case err != nil:
 		why = "no slurm.conf at " + conf
-	} else if out, err := exec.Command("scontrol", "ping").CombinedOutput(); err != nil || !strings.Contains(string(out), "UP") {
-		why = "slurmctld does not answer: " + strings.TrimSpace(string(out))
+	case os.Getenv("SLURM_CONF") != "" && os.Getenv("SLURM_CONF") != conf:
+		why = "SLURM_CONF=" + os.Getenv("SLURM_CONF") + " is not the test cluster's " + conf + ": refusing a cluster hack/slurm-up.sh did not start"
+	case !strings.Contains(string(b), "\nClusterName=berth\n"):
+		why = conf + " is not hack/slurm-up.sh's (ClusterName is not berth): refusing it"
+	default:
+		if _, err := os.Stat(filepath.Join(dir, "env")); err != nil {
+			why = dir + " has no env file: not started by hack/slurm-up.sh, refusing it"
+			break
+		}
+		cmd := exec.Command("scontrol", "ping")
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "UP") {
+			why = "slurmctld does not answer: " + strings.TrimSpace(string(out))
+		}
 	}
 	if why != "" {
 		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
