@@ -229,6 +229,10 @@ type PendingStatus struct {
 	// (only jobs holding a reservation or waiting for preempted GPUs have
 	// one; View.Estimates says why the others have none).
 	Start time.Time
+	// Note is what a layer between the engine and the systems adds to the
+	// reason (backends/federation: when the next rebalance may bring
+	// nodes); String appends it. The engine leaves it empty.
+	Note string
 
 	js *job // the job (its request and estimates are read, never written)
 }
@@ -245,6 +249,9 @@ func (s PendingStatus) String() string {
 		why = "reserved-gpus: it fits now only on GPUs reserved for an earlier job, which it would delay"
 	default:
 		why = s.Reason.String()
+	}
+	if s.Note != "" {
+		why += "; " + s.Note
 	}
 	return why
 }

@@ -16,7 +16,7 @@ script=$PWD/hack/get-traces.sh
 
 src=${BERTH_TRACES:-../shared/traces}
 if [ ! -f "$src/hpc/NASA-iPSC-1993-3.1-cln.swf.gz" ]; then
-	echo "get-traces-check: no traces copy at $src (run hack/get-traces.sh, or set BERTH_TRACES)"
+	echo "get-traces-check: no traces copy at $src (get them with: bash hack/get-traces.sh DIR, and set BERTH_TRACES=DIR)"
 	[ "${BERTH_REQUIRE_TRACES:-0}" = 1 ] && exit 1
 	exit 0
 fi

@@ -8,9 +8,17 @@
 # query mode. It never changes MIG mode, creates or destroys instances,
 # resets a GPU or touches any other GPU setting.
 #
-# Without an NVIDIA driver it says so and exits 0 (nothing to check), or 1
-# when BERTH_REQUIRE_GPU=1 (for a GPU CI runner). Usage:
+# Exit status: 0 when the check passed, or when it was SKIPPED: without an
+# NVIDIA driver (no nvidia-smi, or libnvidia-ml.so that cannot be loaded)
+# there is nothing to check, so it prints one line
+#   nvml-check: SKIPPED (exit 0, nothing checked): <why>; ...
+# and exits 0, so that a run on a machine without GPUs (a laptop, CI
+# without GPUs) does not fail. A run that must check a GPU sets
+# BERTH_REQUIRE_GPU=1 (a GPU CI runner): then a skip is a failure, exit 1.
+# Non-zero otherwise: 1 for a missing tool (go, gcc), the checker's status
+# for a mismatch with nvidia-smi. Usage:
 #   bash hack/nvml-check.sh
+#   BERTH_REQUIRE_GPU=1 bash hack/nvml-check.sh   # a skip fails
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +27,7 @@ skip() {
     echo "nvml-check: FAIL: $1 (BERTH_REQUIRE_GPU=1)" >&2
     exit 1
   fi
-  echo "nvml-check: skipped: $1"
+  echo "nvml-check: SKIPPED (exit 0, nothing checked): $1; BERTH_REQUIRE_GPU=1 makes this a failure"
   exit 0
 }
 

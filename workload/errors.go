@@ -20,7 +20,8 @@ var (
 	// ErrHeader: a CSV file without a header, or one missing a required
 	// column.
 	ErrHeader = errors.New("workload: bad header")
-	// ErrNoTraces: TracesDir found no trace directory.
+	// ErrNoTraces: TracesDir found no trace directory, or TracePath no
+	// trace file there; the message says how to get them (GetTraces).
 	ErrNoTraces = errors.New("workload: trace directory not found")
 	// ErrKind: Open was given an unknown trace kind, or a path of the
 	// wrong sort for its kind.

@@ -24,6 +24,10 @@ const (
 // TracesEnv names the environment variable that overrides TracesDir.
 const TracesEnv = "BERTH_TRACES"
 
+// GetTraces says how to get the traces; every error about missing traces
+// ends with it.
+const GetTraces = "get them with `bash hack/get-traces.sh DIR` and set " + TracesEnv + "=DIR (docs/traces.md)"
+
 // traceCandidates are tried in order, relative to the working directory:
 // the repository root (the CLI), then package directories one and two
 // levels down (go test runs in the package directory).
@@ -41,7 +45,7 @@ var traceCandidates = []string{
 func TracesDir() (string, error) {
 	if dir := os.Getenv(TracesEnv); dir != "" {
 		if !isDir(dir) {
-			return "", fmt.Errorf("%w: $%s=%s is not a directory", ErrNoTraces, TracesEnv, dir)
+			return "", fmt.Errorf("%w: $%s=%s is not a directory; %s", ErrNoTraces, TracesEnv, dir, GetTraces)
 		}
 		return filepath.Abs(dir)
 	}
@@ -51,18 +55,23 @@ func TracesDir() (string, error) {
 		}
 	}
 	wd, _ := os.Getwd()
-	return "", fmt.Errorf("%w: set $%s, or place shared/traces beside the repository (looked from %s)",
-		ErrNoTraces, TracesEnv, wd)
+	return "", fmt.Errorf("%w: $%s is not set and no shared/traces beside the repository (looked from %s); %s",
+		ErrNoTraces, TracesEnv, wd, GetTraces)
 }
 
 // TracePath joins TracesDir and rel (one of SWFNASA, ITPCluster04,
-// OpenbPods, OpenbNodes, or another relative path).
+// OpenbPods, OpenbNodes, or another relative path). A file that is not
+// there is an error wrapping ErrNoTraces, as is no directory.
 func TracePath(rel string) (string, error) {
 	dir, err := TracesDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, rel), nil
+	p := filepath.Join(dir, rel)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%w: %s is not in %s (%w); %s", ErrNoTraces, rel, dir, err, GetTraces)
+	}
+	return p, nil
 }
 
 func isDir(p string) bool {

@@ -25,13 +25,22 @@ func TestTracesDir(t *testing.T) {
 	got, err := workload.TracesDir()
 	require.NoError(t, err)
 	assert.Equal(t, dir, got)
+	// A trace file that is not there: the error says how to get them.
+	_, err = workload.TracePath(workload.ITPCluster04)
+	assert.ErrorIs(t, err, workload.ErrNoTraces)
+	assert.ErrorContains(t, err, "bash hack/get-traces.sh DIR")
+	assert.ErrorContains(t, err, "BERTH_TRACES=DIR")
+	want := filepath.Join(dir, workload.ITPCluster04)
+	require.NoError(t, os.MkdirAll(filepath.Dir(want), 0o755))
+	require.NoError(t, os.WriteFile(want, nil, 0o644))
 	p, err := workload.TracePath(workload.ITPCluster04)
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(dir, workload.ITPCluster04), p)
+	assert.Equal(t, want, p)
 
 	t.Setenv(workload.TracesEnv, filepath.Join(dir, "missing"))
 	_, err = workload.TracesDir()
 	assert.ErrorIs(t, err, workload.ErrNoTraces)
+	assert.ErrorContains(t, err, "bash hack/get-traces.sh DIR")
 
 	// Without the variable, the search relative to the working directory
 	// finds shared/traces beside the repository, from the repository root
@@ -39,7 +48,7 @@ func TestTracesDir(t *testing.T) {
 	// so the check needs no real traces.
 	t.Setenv(workload.TracesEnv, "")
 	root := t.TempDir()
-	want := filepath.Join(root, "shared", "traces")
+	want = filepath.Join(root, "shared", "traces")
 	require.NoError(t, os.MkdirAll(want, 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "berth", "workload"), 0o755))
 	want, err = filepath.EvalSymlinks(want)
@@ -57,6 +66,7 @@ func TestTracesDir(t *testing.T) {
 	t.Chdir(deep)
 	_, err = workload.TracesDir()
 	assert.ErrorIs(t, err, workload.ErrNoTraces)
+	assert.ErrorContains(t, err, "bash hack/get-traces.sh DIR")
 }
 
 func TestOpen(t *testing.T) {

@@ -37,7 +37,10 @@
 // the pool with unmet demand, with hysteresis, a bound on moves per round
 // and a cooldown per node, and drifts them back toward the quotas when
 // demand is met. Federation.Rebalance runs a round; RunRebalancer runs one
-// every interval (default 15 minutes). Every move is logged with its
+// every interval (default 15 minutes), and early, at most every
+// EarlyInterval (default 1 minute), when a pool is short: the round would
+// lend it an idle node of another pool. A job pending for capacity then
+// says when the next rebalance is (Observe). Every move is logged with its
 // reason. Federation.Reclaim is the move of a pool taking a node back; with
 // Config.PreemptOnReclaim it requeues the jobs on a busy node through the
 // owner's Requeuer instead of waiting for them.

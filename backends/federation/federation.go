@@ -109,6 +109,9 @@ type Federation struct {
 	own      map[string]ownJob // jobs submitted with Submit
 	moves    []MoveRecord
 	wg       sync.WaitGroup
+	// When RunRebalancer looks next, and its next periodic round (zero:
+	// not running).
+	nextCheck, nextRound time.Time
 
 	feed    *backends.Feed
 	evMu    sync.Mutex

@@ -194,6 +194,12 @@ func (f *Federation) change(h *host, call func() error) error {
 // jobs, pending demand by pool, plus Config.Demand) and returns the moves
 // Plan decides at now.
 func (f *Federation) PlanRound(now time.Time) []Move {
+	out, _ := f.planRound(now)
+	return out
+}
+
+// planRound is PlanRound, with the rule that decided each move.
+func (f *Federation) planRound(now time.Time) ([]Move, []moveKind) {
 	var extra map[string]PoolDemand
 	if f.cfg.Demand != nil {
 		extra = f.cfg.Demand()
@@ -221,7 +227,7 @@ func (f *Federation) PlanRound(now time.Time) []Move {
 			Busy: len(h.jobs) > 0, LastMove: h.lastMove, MovingTo: h.movingTo})
 	}
 	f.mu.Unlock()
-	return Plan(now, f.cfg.Rebalance, pools, hosts)
+	return plan(now, f.cfg.Rebalance, pools, hosts)
 }
 
 // Rebalance runs one round: it plans at the clock's now and applies the
@@ -231,9 +237,14 @@ func (f *Federation) PlanRound(now time.Time) []Move {
 // lent at once and moves when its jobs end, or the move is rolled back
 // after DrainTimeout; Wait waits for them.
 func (f *Federation) Rebalance(ctx context.Context) ([]Move, error) {
+	return f.apply(ctx, f.PlanRound(f.cfg.Clock.Now()))
+}
+
+// apply applies one round's moves (see Rebalance).
+func (f *Federation) apply(ctx context.Context, moves []Move) ([]Move, error) {
 	var done []Move
 	var errs []error
-	for _, mv := range f.PlanRound(f.cfg.Clock.Now()) {
+	for _, mv := range moves {
 		if mv.Drain {
 			f.wg.Add(1)
 			go func() {
@@ -255,17 +266,54 @@ func (f *Federation) Rebalance(ctx context.Context) ([]Move, error) {
 func (f *Federation) Wait() { f.wg.Wait() }
 
 // RunRebalancer runs Rebalance every Rebalance.Interval on the clock until
-// ctx is done; failed moves are logged (and rolled back), not fatal.
+// ctx is done, and early when a pool is short: every
+// Rebalance.EarlyInterval in between it plans a round, and applies it at
+// once when the plan lends an idle node to a pool that wants one (a
+// reclaim or demand move; see RebalanceConfig.EarlyInterval). An early
+// round does not move the periodic ones. Failed moves are logged (and
+// rolled back), not fatal. While it runs, Observe tells pending jobs when
+// the next round is.
 func (f *Federation) RunRebalancer(ctx context.Context) error {
 	defer f.Wait()
+	defer f.schedule(time.Time{}, time.Time{})
+	rc := f.cfg.Rebalance
+	now := f.cfg.Clock.Now()
+	next := now.Add(rc.Interval)
 	for {
-		if err := f.cfg.Clock.Sleep(ctx, f.cfg.Rebalance.Interval); err != nil {
+		wake := next
+		if rc.EarlyInterval > 0 && now.Add(rc.EarlyInterval).Before(next) {
+			wake = now.Add(rc.EarlyInterval)
+		}
+		f.schedule(wake, next)
+		if err := f.cfg.Clock.Sleep(ctx, max(0, wake.Sub(now))); err != nil {
 			return err
 		}
-		if _, err := f.Rebalance(ctx); err != nil {
+		now = f.cfg.Clock.Now()
+		moves, kinds := f.planRound(now)
+		if now.Before(next) {
+			short := shortPools(moves, kinds)
+			if len(short) == 0 {
+				continue
+			}
+			f.cfg.Logger.Info("federation: early rebalance: a pool is short", "pools", slices.Sorted(maps.Keys(short)),
+				"next_round", next)
+		} else {
+			next = now.Add(rc.Interval)
+		}
+		if _, err := f.apply(ctx, moves); err != nil {
 			f.cfg.Logger.Warn("federation: rebalance round", "err", err)
 		}
+		now = f.cfg.Clock.Now()
 	}
+}
+
+// schedule records when RunRebalancer looks next (check: an early round
+// if a pool is short then) and when its next periodic round is; zero:
+// it does not run.
+func (f *Federation) schedule(check, round time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextCheck, f.nextRound = check, round
 }
 
 // CheckExclusive asks every pool's lender about every shared host and

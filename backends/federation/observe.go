@@ -1,6 +1,10 @@
 package federation
 
 import (
+	"fmt"
+	"slices"
+	"time"
+
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 )
@@ -27,13 +31,64 @@ type StepErrorHandler interface {
 // the member's, so a member would nominate the wrong nodes (Kubernetes
 // pods get no nominatedNodeName in federated mode; their reason and
 // estimated start are kept).
+//
+// While RunRebalancer runs, a job of one pool pending for capacity, in a
+// pool that shares nodes, has its reason say when the next rebalance is
+// (PendingStatus.Note): "waiting for the next rebalance at T", the next
+// early check when the pool is short (another pool has an idle node the
+// round would lend it), else the next periodic round.
 func (f *Federation) Observe(c backends.Cycle) {
 	c.Ready.Reservations = nil
+	c.Ready.Pending = f.noteRebalance(c.Ready.Pending)
 	for _, m := range f.members {
 		if o, ok := m.Backend.(CycleObserver); ok {
 			o.Observe(c)
 		}
 	}
+}
+
+// noteRebalance returns ps with a Note on the jobs pending for capacity
+// in a pool a rebalance can give nodes to (see Observe); ps itself, which
+// the engine's View shares, is not changed.
+func (f *Federation) noteRebalance(ps []engine.PendingStatus) []engine.PendingStatus {
+	f.mu.Lock()
+	check, round := f.nextCheck, f.nextRound
+	pools := map[string]string{} // job -> pool, for the jobs to note
+	shared := map[string]bool{}  // pools that share a node
+	if !round.IsZero() {
+		for _, h := range f.hosts {
+			if len(h.pools) > 1 {
+				for _, p := range h.pools {
+					shared[p] = true
+				}
+			}
+		}
+		for _, p := range ps {
+			if pool, ok := f.jobPool[p.Job]; ok && p.Reason == engine.ReasonCapacity && shared[pool] {
+				pools[p.Job] = pool
+			}
+		}
+	}
+	f.mu.Unlock()
+	if len(pools) == 0 {
+		return ps
+	}
+	short := shortPools(f.planRound(f.cfg.Clock.Now()))
+	out := slices.Clone(ps)
+	for i, p := range out {
+		pool, ok := pools[p.Job]
+		if !ok {
+			continue
+		}
+		if short[pool] && check.Before(round) {
+			out[i].Note = fmt.Sprintf("waiting for the next rebalance at %s (early: pool %s is short and another pool has an idle node to lend it)",
+				check.UTC().Format(time.RFC3339), pool)
+		} else {
+			out[i].Note = fmt.Sprintf("waiting for the next rebalance at %s (rounds every %v; no idle node of another pool can be lent to pool %s now)",
+				round.UTC().Format(time.RFC3339), f.cfg.Rebalance.Interval, pool)
+		}
+	}
+	return out
 }
 
 // OnStepError is for backends.RunnerConfig.OnStepError on a federation:

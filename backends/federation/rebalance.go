@@ -27,6 +27,16 @@ type RebalanceConfig struct {
 	// default 2 intervals. With Hysteresis and MaxMoves it keeps the
 	// rebalancer from oscillating.
 	Cooldown time.Duration
+	// EarlyInterval is how often RunRebalancer checks, between its
+	// rounds, whether a pool is short: a pool with pending demand it has
+	// no idle GPUs for while another pool has idle nodes Plan would lend
+	// it (a reclaim or demand move of an idle node). It then runs the
+	// round at once instead of waiting for Interval. Since it checks no
+	// more often, rounds are always at least EarlyInterval apart (with
+	// MaxMoves per round and Cooldown per node, this bounds the moves an
+	// early round makes). Default 1 minute; negative: no early rounds
+	// (every Interval only); not below Interval/60, nor above Interval.
+	EarlyInterval time.Duration
 }
 
 // WithDefaults returns c with its zero fields set to the defaults.
@@ -45,6 +55,15 @@ func (c RebalanceConfig) WithDefaults() RebalanceConfig {
 	}
 	if c.Cooldown <= 0 {
 		c.Cooldown = 2 * c.Interval
+	}
+	switch {
+	case c.EarlyInterval < 0:
+	case c.EarlyInterval == 0:
+		c.EarlyInterval = min(time.Minute, c.Interval)
+	case c.EarlyInterval < c.Interval/60:
+		c.EarlyInterval = c.Interval / 60
+	case c.EarlyInterval > c.Interval:
+		c.EarlyInterval = c.Interval
 	}
 	return c
 }
@@ -80,6 +99,15 @@ type HostView struct {
 	// pool's and is not moved again.
 	MovingTo string
 }
+
+// moveKind is the rule of Plan that decided a move.
+type moveKind uint8
+
+const (
+	moveReclaim moveKind = iota + 1 // a pool under its quota takes a node back
+	moveDemand                      // the pool with the most unmet demand takes an idle node
+	moveQuota                       // no unmet demand: an idle node drifts back toward the quotas
+)
 
 // Move is one node handed from one pool to another, with why.
 type Move struct {
@@ -122,6 +150,12 @@ func (p *poolBook) spare() float64 { return math.Max(0, p.idle-p.need) }
 // over its own). Nodes moved within Cooldown stay put; at most MaxMoves
 // nodes move. Unknown pools in hosts are ignored.
 func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostView) []Move {
+	out, _ := plan(now, cfg, pools, hosts)
+	return out
+}
+
+// plan is Plan, with the rule that decided each move.
+func plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostView) ([]Move, []moveKind) {
 	cfg = cfg.WithDefaults()
 	books := map[string]*poolBook{}
 	names := make([]string, 0, len(pools))
@@ -174,7 +208,8 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 		return HostView{}, false
 	}
 	var out []Move
-	apply := func(h HostView, from, to *poolBook, reason string) {
+	var kinds []moveKind
+	apply := func(h HostView, from, to *poolBook, kind moveKind, reason string) {
 		g := float64(h.GPUs)
 		from.owned -= g
 		from.idle -= g
@@ -182,6 +217,7 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 		to.idle += g
 		moved[h.Host] = true
 		out = append(out, Move{Host: h.Host, From: from.d.Pool, To: to.d.Pool, Reason: reason})
+		kinds = append(kinds, kind)
 	}
 	hyst := cfg.Hysteresis * nodeGPUs
 	// Reclaim: a pool under its quota with unmet demand takes nodes back
@@ -227,8 +263,9 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 				recv.coming += g
 				moved[h.Host] = true
 				out = append(out, Move{Host: h.Host, From: dn, To: recv.d.Pool, Reason: reason, Drain: true})
+				kinds = append(kinds, moveReclaim)
 			} else {
-				apply(h, don, recv, reason)
+				apply(h, don, recv, moveReclaim, reason)
 			}
 			done = true
 			break
@@ -265,7 +302,7 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 			}
 			reason := fmt.Sprintf("demand: %s wants %.1f GPUs over the next %v (pending %.1f GPU-h, reserved %.1f) and has %.0f idle; %s has %.0f idle GPUs beyond its demand of %.1f",
 				recv.d.Pool, recv.need, cfg.Interval, recv.d.PendingGPUHours, recv.d.ReservedGPUs, recv.idle, don.d.Pool, don.spare(), don.need)
-			apply(h, don, recv, reason)
+			apply(h, don, recv, moveDemand, reason)
 			done = true
 			break
 		}
@@ -274,7 +311,7 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 		}
 	}
 	if len(out) > 0 {
-		return out
+		return out, kinds
 	}
 	// No demand move: drift idle nodes back toward the quotas.
 	for len(out) < cfg.MaxMoves {
@@ -295,7 +332,7 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 				}
 				reason := fmt.Sprintf("quota: %s owns %.0f of its %.0f-GPU quota and %s %.0f of %.0f, with no unmet demand on either side",
 					rn, recv.owned, recv.target, dn, don.owned, don.target)
-				apply(h, don, recv, reason)
+				apply(h, don, recv, moveQuota, reason)
 				done = true
 				break
 			}
@@ -305,6 +342,20 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 		}
 		if !done {
 			break
+		}
+	}
+	return out, kinds
+}
+
+// shortPools are the pools that one round's plan lends an idle node
+// because they want it: the receivers of reclaim and demand moves that
+// are not drains. A plan with any makes RunRebalancer run the round
+// before its interval.
+func shortPools(moves []Move, kinds []moveKind) map[string]bool {
+	out := map[string]bool{}
+	for i, m := range moves {
+		if kinds[i] != moveQuota && !m.Drain {
+			out[m.To] = true
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -18,7 +19,7 @@ type series struct {
 }
 
 // savePlot draws lines and writes base.png and base.svg into dir.
-func savePlot(dir, base, title, xlabel, ylabel string, legendTop bool, lines []series) ([]string, error) {
+func savePlot(dir, base, title, xlabel, ylabel string, legendTop bool, lines []series, opts ...func(*plot.Plot)) ([]string, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = xlabel
@@ -38,6 +39,9 @@ func savePlot(dir, base, title, xlabel, ylabel string, legendTop bool, lines []s
 		l.Width = vg.Points(1.2)
 		p.Add(l)
 		p.Legend.Add(s.name, l)
+	}
+	for _, o := range opts {
+		o(p)
 	}
 	var files []string
 	for _, ext := range []string{".png", ".svg"} {
@@ -84,19 +88,7 @@ func plotReplays(dir string, rows []row) ([]string, error) {
 			}
 			util = append(util, series{placementLabel(r.res.Policy, r.placement), u})
 			queue = append(queue, series{placementLabel(r.res.Policy, r.placement), q})
-			ws := r.first.Waits
-			c := make(plotter.XYs, 0, len(ws)+1)
-			if len(ws) > 0 {
-				c = append(c, plotter.XY{X: 0, Y: 0})
-			}
-			for i, d := range ws {
-				// One point per distinct wait keeps files small.
-				if i+1 < len(ws) && ws[i+1] == d {
-					continue
-				}
-				c = append(c, plotter.XY{X: d.Hours(), Y: float64(i+1) / float64(len(ws))})
-			}
-			cdf = append(cdf, series{placementLabel(r.res.Policy, r.placement), c})
+			cdf = append(cdf, series{placementLabel(r.res.Policy, r.placement), waitCDF(r.first.Waits)})
 		}
 		base := fileName(w)
 		for _, p := range []struct {
@@ -105,9 +97,13 @@ func plotReplays(dir string, rows []row) ([]string, error) {
 		}{
 			{"utilization", w + ": GPU utilization", "hours since the first submission", "utilization (%)", util},
 			{"queue", w + ": queue length", "hours since the first submission", "pending jobs", queue},
-			{"wait-cdf", w + ": wait-time CDF", "wait (hours)", "fraction of jobs", cdf},
+			{"wait-cdf", w + ": wait-time CDF", waitAxis, "fraction of jobs", cdf},
 		} {
-			fs, err := savePlot(dir, base+"-"+p.suffix, p.title, p.x, p.y, p.suffix != "wait-cdf", p.lines)
+			var opts []func(*plot.Plot)
+			if p.suffix == "wait-cdf" {
+				opts = append(opts, logX)
+			}
+			fs, err := savePlot(dir, base+"-"+p.suffix, p.title, p.x, p.y, p.suffix != "wait-cdf", p.lines, opts...)
 			if err != nil {
 				return nil, err
 			}
@@ -115,4 +111,43 @@ func plotReplays(dir string, rows []row) ([]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// waitFloor is where the wait-time CDF's log axis starts: waits shorter
+// than a second, zero waits (jobs that started at once) among them, are
+// drawn at one second.
+const waitFloor = time.Second
+
+// waitAxis is the wait-time CDF's x label.
+const waitAxis = "wait (seconds, log scale; waits under 1 s, zero included, at 1 s)"
+
+// waitCDF is the CDF of sorted waits, in seconds, each at least waitFloor
+// (a log axis has no zero): one point per distinct wait, starting at
+// (floor, 0).
+func waitCDF(ws []time.Duration) plotter.XYs {
+	c := make(plotter.XYs, 0, len(ws)+1)
+	if len(ws) == 0 {
+		return c
+	}
+	floor := waitFloor.Seconds()
+	c = append(c, plotter.XY{X: floor, Y: 0})
+	for i, d := range ws {
+		x := max(d.Seconds(), floor)
+		// One point per distinct plotted wait keeps files small.
+		if i+1 < len(ws) && max(ws[i+1].Seconds(), floor) == x {
+			continue
+		}
+		c = append(c, plotter.XY{X: x, Y: float64(i+1) / float64(len(ws))})
+	}
+	return c
+}
+
+// logX gives a plot a log x axis with its ticks at powers of ten. The axis
+// starts at the floor and spans at least a decade (all waits at the floor
+// would give an empty range, which the log scale cannot draw).
+func logX(p *plot.Plot) {
+	p.X.Min = waitFloor.Seconds()
+	p.X.Max = max(p.X.Max, 10*p.X.Min)
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 }

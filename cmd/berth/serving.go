@@ -47,7 +47,7 @@ func checkServing(o *options, policy string) error {
 // servingShapes returns the replicas' shapes: the openb latency-sensitive
 // pods when the shared traces are there, else the built-in mix.
 func servingShapes() ([]rserving.Shape, string, error) {
-	const builtin = "built-in replica shapes (openb trace not found)"
+	const builtin = "built-in replica shapes (openb trace not found; " + workload.GetTraces + ")"
 	p, err := workload.TracePath(workload.OpenbPods)
 	if err != nil {
 		return nil, builtin, nil

@@ -6,13 +6,28 @@
 // system before they are uncordoned in the other. See
 // docs/backends/federation.md.
 //
-//	go run . -config site.json [-jobs jobs.json]
+//	go run . -config site.json [-jobs jobs.json] [-until-done]
+//
+// Without a Kubernetes cluster (no inference_pool name), it runs over
+// SLURM alone; on the test cluster of hack/slurm-up.sh:
+//
+//	bash hack/slurm-up.sh && source /tmp/berth-slurm/env
+//	cd examples/hybrid && go run . -config site-local.json -jobs jobs-local.json -until-done
 //
 // jobs.json lists jobs submitted to the federation itself, each naming
 // the pools that may take it ("*": any): when the engine places one, it
 // is launched in that system, as a held sbatch job (with the batch script
 // training_pool.scripts registers for its name) or as pods from
 // inference_pool.launch, and then bound on the nodes berth chose.
+//
+// Each such job's output (stdout and stderr) goes to a file in log_dir
+// (default /tmp/berth-hybrid-logs; on a real site, a directory shared by
+// the nodes): <name>-<SLURM job ID>.log for a SLURM job (its name in the
+// jobs file, else berth-<ID>), written by SLURM as it runs; <pod>.log for
+// each pod, copied from Kubernetes when the job ends. The path is printed
+// when the job starts, and when it ends how it ended: a job that failed
+// with its state, exit status and the log's last lines. -until-done exits
+// once every job of the file has ended, with status 1 if one failed.
 //
 // site.json is the configuration a site writes: the two pools with their
 // quotas (60/40 by default), the rebalancer's interval and bounds, and
@@ -82,6 +97,9 @@ type site struct {
 		HysteresisNodes float64  `json:"hysteresis_nodes"`
 		MinShare        float64  `json:"min_share"`
 		Cooldown        duration `json:"cooldown"`
+		// EarlyInterval: how often a short pool is checked for between
+		// rounds (federation.RebalanceConfig.EarlyInterval).
+		EarlyInterval duration `json:"early_interval"`
 	} `json:"rebalance"`
 	// PreemptOnReclaim: a pool reclaiming a busy node (under its quota)
 	// requeues the SLURM jobs on it instead of waiting for them to end.
@@ -92,7 +110,12 @@ type site struct {
 	PoolQueues   bool     `json:"pool_queues"`
 	DrainTimeout duration `json:"drain_timeout"`
 	PollInterval duration `json:"poll_interval"`
-	StateFile    string   `json:"state_file"`
+	// StateFile: where the engine's state is kept across restarts; ""
+	// keeps none.
+	StateFile string `json:"state_file"`
+	// LogDir: the output of jobs submitted to the federation, one file
+	// per job (see the package comment); default /tmp/berth-hybrid-logs.
+	LogDir string `json:"log_dir"`
 }
 
 type duration time.Duration
@@ -167,6 +190,7 @@ func main() {
 	path := flag.String("config", "site.json", "site configuration (JSON)")
 	check := flag.Bool("check", false, "read the configuration and print the federation's settings, then exit")
 	jobsPath := flag.String("jobs", "", "jobs to submit to the federation at start (JSON list; see jobs.json)")
+	untilDone := flag.Bool("until-done", false, "exit once every job of -jobs has ended (status 1 if one failed)")
 	flag.Parse()
 	s, err := load(*path)
 	if err != nil {
@@ -187,6 +211,12 @@ func main() {
 		}
 		scripts[name] = string(b)
 	}
+	if s.LogDir == "" {
+		s.LogDir = "/tmp/berth-hybrid-logs"
+	}
+	if s.Training.SlurmConf == "" {
+		s.Training.SlurmConf = os.Getenv("SLURM_CONF")
+	}
 	launch := kube.LaunchConfig{Namespace: s.Inference.Launch.Namespace, Image: s.Inference.Launch.Image,
 		Command: s.Inference.Launch.Command, Labels: s.Inference.Launch.Labels}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -194,7 +224,7 @@ func main() {
 		Rebalance: federation.RebalanceConfig{
 			Interval: time.Duration(s.Rebalance.Interval), MaxMoves: s.Rebalance.MaxMoves,
 			Hysteresis: s.Rebalance.HysteresisNodes, MinShare: s.Rebalance.MinShare,
-			Cooldown: time.Duration(s.Rebalance.Cooldown),
+			Cooldown: time.Duration(s.Rebalance.Cooldown), EarlyInterval: time.Duration(s.Rebalance.EarlyInterval),
 		},
 		DrainTimeout:     time.Duration(s.DrainTimeout),
 		PollInterval:     time.Duration(s.PollInterval),
@@ -203,53 +233,47 @@ func main() {
 		Logger:           logger,
 	}
 	if *check {
-		fmt.Printf("pools: %s (quota %.2f, SLURM partitions %v), %s (quota %.2f, scheduler %q)\n",
-			s.Training.Name, s.Training.Quota, s.Training.Partitions, s.Inference.Name, s.Inference.Quota, s.Inference.SchedulerName)
+		fmt.Printf("pools: %s (quota %.2f, SLURM partitions %v)", s.Training.Name, s.Training.Quota, s.Training.Partitions)
+		if s.Inference.Name != "" {
+			fmt.Printf(", %s (quota %.2f, scheduler %q)", s.Inference.Name, s.Inference.Quota, s.Inference.SchedulerName)
+		}
+		fmt.Println()
 		fmt.Printf("rebalance: %+v, drain timeout %v, preempt on reclaim %v, pool queues %v\n",
 			fcfg.Rebalance.WithDefaults(), fcfg.DrainTimeout, fcfg.PreemptOnReclaim, fcfg.PoolQueues)
-		fmt.Printf("launch: SLURM scripts %v; Kubernetes pods in %q from image %q, command %q\n",
-			slices.Sorted(maps.Keys(scripts)), launch.Namespace, launch.Image, launch.Command)
+		fmt.Printf("launch: SLURM scripts %v", slices.Sorted(maps.Keys(scripts)))
+		if s.Inference.Name != "" {
+			fmt.Printf("; Kubernetes pods in %q from image %q, command %q", launch.Namespace, launch.Image, launch.Command)
+		}
+		fmt.Println()
+		fmt.Printf("job logs: %s\n", s.LogDir)
 		for _, j := range jobs {
 			fmt.Printf("job %s: pools %v, %d x %d GPUs\n", j.ID, j.Pools, j.Members, j.GPUsPerMember)
 		}
 		return
 	}
 
+	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
+		log.Fatalf("hybrid: log_dir: %v", err)
+	}
+	logs := newJobLogs(s.LogDir, jobs)
 	parts := map[string]slurm.Partition{}
 	for _, p := range s.Training.Partitions {
 		parts[p] = slurm.Partition{}
 	}
-	sb, err := slurm.New(slurm.Config{Partitions: parts, Env: []string{"SLURM_CONF=" + s.Training.SlurmConf}, Scripts: scripts})
+	sb, err := slurm.New(slurm.Config{Partitions: parts, Env: []string{"SLURM_CONF=" + s.Training.SlurmConf}, Scripts: scripts,
+		LaunchOutput: filepath.Join(s.LogDir, slurmOutput), LaunchDir: s.LogDir})
 	if err != nil {
 		log.Fatalf("hybrid: slurm: %v", err)
 	}
-	rc, err := restConfig(s.Inference.Kubeconfig)
-	if err != nil {
-		log.Fatalf("hybrid: kubernetes: %v", err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		log.Fatalf("hybrid: kubernetes: %v", err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		log.Fatalf("hybrid: kubernetes: %v", err)
-	}
-	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: s.Inference.SchedulerName, NodeSelector: s.Inference.NodeSelector,
-		Launch: launch, Logf: log.Printf})
-	if err != nil {
-		log.Fatalf("hybrid: kubernetes: %v", err)
-	}
+	logs.slurm, logs.slurmConf = sb, s.Training.SlurmConf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := kb.Start(ctx); err != nil {
-		log.Fatalf("hybrid: kubernetes: %v", err)
-	}
-	defer kb.Close()
-
-	fcfg.Pools = []federation.Pool{
-		{Name: s.Training.Name, Backend: sb, Quota: s.Training.Quota},
-		{Name: s.Inference.Name, Backend: kb, Quota: s.Inference.Quota},
+	fcfg.Pools = []federation.Pool{{Name: s.Training.Name, Backend: sb, Quota: s.Training.Quota}}
+	if s.Inference.Name != "" {
+		kb, cs := startKube(ctx, s, launch)
+		defer kb.Close()
+		logs.kube, logs.cs = kb, cs
+		fcfg.Pools = append(fcfg.Pools, federation.Pool{Name: s.Inference.Name, Backend: kb, Quota: s.Inference.Quota})
 	}
 	// Reserved starts are known to the engine only: the rebalancer reads
 	// them from the Runner's View.
@@ -274,6 +298,10 @@ func main() {
 			log.Fatalf("hybrid: %v", err)
 		}
 	}
+	var store backends.StateStore
+	if s.StateFile != "" {
+		store = backends.FileStore{Path: s.StateFile}
+	}
 	r, err = backends.NewRunner(backends.RunnerConfig{
 		Engine: engine.Config{
 			Queues:   queues,
@@ -282,11 +310,11 @@ func main() {
 			MIG:      engine.MIGConfig{Disabled: true},
 			Site:     engine.SiteConfig{Partitions: fed.Partitions()},
 		},
-		Backend: fed,
+		Backend: followed{Federation: fed, logs: logs, ctx: ctx},
 		// Pending pods show berth's reason; refused submissions say why.
 		Observe:      fed.Observe,
 		OnStepError:  fed.OnStepError,
-		Store:        backends.FileStore{Path: s.StateFile},
+		Store:        store,
 		TickInterval: 30 * time.Second,
 		Logger:       logger,
 	})
@@ -305,9 +333,52 @@ func main() {
 			log.Printf("hybrid: rebalancer: %v", err)
 		}
 	}()
-	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if *untilDone {
+		go func() {
+			select {
+			case <-logs.done:
+				log.Printf("hybrid: every job of %s has ended", *jobsPath)
+				cancel()
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	if err := r.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatalf("hybrid: %v", err)
 	}
+	logs.wg.Wait()
+	if len(logs.failed) > 0 {
+		log.Printf("hybrid: failed: %v (their logs are in %s)", logs.failed, s.LogDir)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// startKube starts the Kubernetes backend of the inference pool.
+func startKube(ctx context.Context, s site, launch kube.LaunchConfig) (*kube.Backend, kubernetes.Interface) {
+	rc, err := restConfig(s.Inference.Kubeconfig)
+	if err != nil {
+		log.Fatalf("hybrid: kubernetes: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		log.Fatalf("hybrid: kubernetes: %v", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		log.Fatalf("hybrid: kubernetes: %v", err)
+	}
+	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: s.Inference.SchedulerName, NodeSelector: s.Inference.NodeSelector,
+		Launch: launch, Logf: log.Printf})
+	if err != nil {
+		log.Fatalf("hybrid: kubernetes: %v", err)
+	}
+	if err := kb.Start(ctx); err != nil {
+		log.Fatalf("hybrid: kubernetes: %v", err)
+	}
+	return kb, cs
 }
 
 func restConfig(path string) (*rest.Config, error) {

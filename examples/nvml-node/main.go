@@ -10,6 +10,11 @@
 // nvml.SpoolJob) and, with --demo, from a built-in set that fills the box
 // and makes one job wait. On a real machine without the NVIDIA driver it
 // stops with a clear error.
+//
+// With --mock it runs on a mock: NVIDIA's go-nvml mock of a DGX box, in
+// this process, with no GPU and no driver; the jobs are real processes,
+// but the GPUs their CUDA_VISIBLE_DEVICES name do not exist. It says so
+// when it starts.
 package main
 
 import (
@@ -117,6 +122,7 @@ func run() error {
 	tree := queue.TreeSpec{Queues: qs}
 	start := time.Now()
 	say := newPrinter(start)
+	say("%s", banner(o.mock, o.migMode))
 	var pending sync.WaitGroup
 	demoIDs := map[string]bool{}
 	b, err := nvml.Open(ctx, nvml.Config{
@@ -236,6 +242,19 @@ func show(say func(string, ...any), b *nvml.Backend) {
 	}
 	sp, _ := b.Cluster(context.Background())
 	say("topology: GPU levels %v, domains %v", sp.GPULevels, sp.Nodes[0].GPUDomains)
+}
+
+// banner is the first line printed: what the GPUs are.
+func banner(mock string, mig bool) string {
+	if mock == "" {
+		return "running on this machine's GPUs through NVML (the NVIDIA driver's libnvidia-ml)"
+	}
+	s := "running on a MOCK: NVIDIA's go-nvml mock of a " + mock + " box, in this process; no real GPU or driver is used, " +
+		"and the jobs' CUDA_VISIBLE_DEVICES name mock GPUs"
+	if mig {
+		s += " (in MIG mode)"
+	}
+	return s
 }
 
 // observe prints what a cycle did and why waiting jobs wait.

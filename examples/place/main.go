@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/berthsched/berth/gang"
@@ -12,13 +13,13 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "place:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(w io.Writer) error {
 	// 2 blocks x 4 racks x 8 nodes x 8 GPUs = 512 GPUs.
 	c, err := topo.New(topo.Uniform([]string{"block", "rack"}, []int{2, 4}, 8, 8, "H100"))
 	if err != nil {
@@ -42,20 +43,20 @@ func run() error {
 		return err
 	}
 	if !res.Found {
-		fmt.Println("no:", res.Reason)
+		fmt.Fprintln(w, "no:", res.Reason)
 		return nil
 	}
 	block, _ := c.Level("block")
 	rack, _ := c.Level("rack")
-	fmt.Printf("placed %d workers in block %s on %d racks, %d nodes\n",
+	fmt.Fprintf(w, "placed %d workers in block %s on %d racks, %d nodes\n",
 		len(res.Members), c.Domain(block, res.Domain).Name, res.Spread[rack], res.Nodes)
 	for i, m := range res.Members[:3] {
-		fmt.Printf("  worker %d: node %s GPUs %v\n", i, c.NodeName(m.Node), res.MemberGPUs(i))
+		fmt.Fprintf(w, "  worker %d: node %s GPUs %v\n", i, c.NodeName(m.Node), res.MemberGPUs(i))
 	}
 	if err := res.Apply(s); err != nil {
 		return err
 	}
-	fmt.Printf("free GPUs after apply: %d of %d\n", s.Free(), c.NumGPUs())
+	fmt.Fprintf(w, "free GPUs after apply: %d of %d\n", s.Free(), c.NumGPUs())
 
 	// A gang of 24 whole nodes fits in no block any more: the "no" says
 	// why in numbers.
@@ -65,11 +66,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("24-node gang:", res2.Reason)
+	fmt.Fprintln(w, "24-node gang:", res2.Reason)
 
 	if err := res.Undo(s); err != nil {
 		return err
 	}
-	fmt.Printf("free GPUs after undo: %d\n", s.Free())
+	fmt.Fprintf(w, "free GPUs after undo: %d\n", s.Free())
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -47,6 +48,20 @@ func main() {
 	}
 }
 
+// clusterName is SLURM's ClusterName, or "" when scontrol does not say.
+func clusterName(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "scontrol", "show", "config").Output()
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "ClusterName" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 func run(queues []string, poll, dur time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -55,11 +70,12 @@ func run(queues []string, poll, dur time.Duration) error {
 		ctx, cancel = context.WithTimeout(ctx, dur)
 		defer cancel()
 	}
+	parts := map[string]slurm.Partition{
+		"berth":    {Priority: 0, Preemptible: true, MinRuntime: time.Minute, GracePeriod: 30 * time.Second},
+		"berth-hi": {Priority: 10},
+	}
 	b, err := slurm.New(slurm.Config{
-		Partitions: map[string]slurm.Partition{
-			"berth":    {Priority: 0, Preemptible: true, MinRuntime: time.Minute, GracePeriod: 30 * time.Second},
-			"berth-hi": {Priority: 10},
-		},
+		Partitions:   parts,
 		PollInterval: poll,
 		OnSkip:       func(job string, err error) { log.Printf("job %s: %v", job, err) },
 	})
@@ -67,6 +83,12 @@ func run(queues []string, poll, dur time.Duration) error {
 		return err
 	}
 	defer b.Close()
+	// Say what it manages (the Runner reads the inventory again).
+	spec, err := b.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	log.Print(describe(clusterName(ctx), os.Getenv("SLURM_CONF"), spec, parts, queues, poll))
 	var qs []queue.QueueSpec
 	for _, q := range queues {
 		qs = append(qs, queue.QueueSpec{Name: q})
@@ -84,7 +106,7 @@ func run(queues []string, poll, dur time.Duration) error {
 		// A job of an unknown queue, or a report the engine cannot take,
 		// is logged and skipped rather than stopping the bridge.
 		OnStepError: func(ev engine.Event, err error) error {
-			log.Printf("skipped %v %s: %v", ev.Kind, ev.JobID, err)
+			log.Print(skipLine(ev, err, queues))
 			return nil
 		},
 		Observe: func(c backends.Cycle) {

@@ -10,6 +10,7 @@ package tracetest
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/berthsched/berth/workload"
@@ -19,7 +20,7 @@ import (
 // from a skip into a failure.
 const RequireEnv = "BERTH_REQUIRE_TRACES"
 
-const getThem = "set $BERTH_TRACES to a copy of the traces, or run hack/get-traces.sh (docs/traces.md)"
+const getThem = workload.GetTraces
 
 // Required reports whether missing traces fail tests.
 func Required() bool { return os.Getenv(RequireEnv) == "1" }
@@ -27,10 +28,14 @@ func Required() bool { return os.Getenv(RequireEnv) == "1" }
 // absent skips tb, or fails it when traces are required.
 func absent(tb testing.TB, err error) {
 	tb.Helper()
-	if Required() {
-		tb.Fatalf("trace required ($%s=1) but not found: %v; %s", RequireEnv, err, getThem)
+	how := "; " + getThem
+	if strings.Contains(err.Error(), getThem) {
+		how = "" // workload's errors say it already
 	}
-	tb.Skipf("public traces not found (%v); %s", err, getThem)
+	if Required() {
+		tb.Fatalf("trace required ($%s=1) but not found: %v%s", RequireEnv, err, how)
+	}
+	tb.Skipf("public traces not found (%v)%s", err, how)
 }
 
 // Path returns the path of a shared trace (workload.SWFNASA, ...), or

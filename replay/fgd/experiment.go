@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand"
 	"os"
@@ -69,7 +70,11 @@ func LoadDefaultTrace() (*Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	return LoadTrace(dir)
+	t, err := LoadTrace(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: the openb trace is not in %s (%w); %s", workload.ErrNoTraces, dir, err, workload.GetTraces)
+	}
+	return t, err
 }
 
 // Config is one experiment: policies x seeds on a trace.

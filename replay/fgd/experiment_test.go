@@ -163,6 +163,12 @@ func TestLoadTraceMissing(t *testing.T) {
 	_, err = LoadDefaultTrace()
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "BERTH_TRACES"))
+	assert.ErrorContains(t, err, "bash hack/get-traces.sh DIR")
+	// A traces directory without the openb trace says so, and how to get it.
+	t.Setenv("BERTH_TRACES", t.TempDir())
+	_, err = LoadDefaultTrace()
+	assert.ErrorIs(t, err, workload.ErrNoTraces)
+	assert.ErrorContains(t, err, "bash hack/get-traces.sh DIR")
 }
 
 func TestRunCancelled(t *testing.T) {

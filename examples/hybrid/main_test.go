@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testCluster returns the slurm.conf of a test cluster that
+// hack/slurm-up.sh started ($BERTH_SLURM_DIR, default /tmp/berth-slurm),
+// or skips (fails under BERTH_REQUIRE_INTEGRATION=1). The example binds
+// the jobs of the cluster's berth partition, so any other cluster (a
+// SLURM_CONF elsewhere, a cluster not named "berth", a directory without
+// slurm-up's env file) is refused.
+func testCluster(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("BERTH_SLURM_DIR")
+	if dir == "" {
+		dir = "/tmp/berth-slurm"
+	}
+	conf := filepath.Join(dir, "etc", "slurm.conf")
+	why := ""
+	b, err := os.ReadFile(conf)
+	switch {
+	case err != nil:
+		why = "no slurm.conf at " + conf
+	case os.Getenv("SLURM_CONF") != "" && os.Getenv("SLURM_CONF") != conf:
+		why = "SLURM_CONF=" + os.Getenv("SLURM_CONF") + " is not the test cluster's " + conf + ": refusing a cluster hack/slurm-up.sh did not start"
+	case !strings.Contains(string(b), "\nClusterName=berth\n"):
+		why = conf + " is not hack/slurm-up.sh's (ClusterName is not berth): refusing it"
+	default:
+		if _, err := os.Stat(filepath.Join(dir, "env")); err != nil {
+			why = dir + " has no env file: not started by hack/slurm-up.sh, refusing it"
+			break
+		}
+		cmd := exec.Command("scontrol", "ping")
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "UP") {
+			why = "slurmctld does not answer: " + strings.TrimSpace(string(out))
+		}
+	}
+	if why != "" {
+		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
+		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return conf
+}
+
+// The example, built once for the tests.
+var (
+	build sync.Once
+	built struct {
+		bin string
+		err error
+	}
+)
+
+// run builds the example (once) and runs it on the test cluster
+// with the site of site-local.json (its log_dir in a temporary
+// directory, scripts as given) and jobs, until they are done. It returns
+// the exit status, the output and the log directory.
+func run(t *testing.T, conf string, scripts map[string]string, jobs string) (int, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	build.Do(func() {
+		bdir, err := os.MkdirTemp("", "hybrid-test")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(bdir, "hybrid")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	bin := built.bin
+	logs := filepath.Join(dir, "logs")
+	b, err := os.ReadFile("site-local.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := strings.Replace(string(b), `"/tmp/berth-hybrid-logs"`, `"`+logs+`"`, 1)
+	var sc []string
+	for name, body := range scripts {
+		file := filepath.Join(dir, name+".sbatch")
+		if body == "" { // the example's own
+			file, _ = filepath.Abs(name + ".sbatch")
+		} else if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sc = append(sc, `"`+name+`": "`+file+`"`)
+	}
+	site = strings.Replace(site, `"train-llm": "train-llm.sbatch"`, strings.Join(sc, ", "), 1)
+	for path, s := range map[string]string{"site.json": site, "jobs.json": jobs} {
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-config", filepath.Join(dir, "site.json"), "-jobs", filepath.Join(dir, "jobs.json"), "-until-done")
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the example did not finish in 3 minutes:\n%s", out)
+	}
+	rc := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		rc = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return rc, string(out), logs
+}
+
+// The documented local run succeeds end to end: the sample batch script
+// runs on two nodes and its output is in its log file.
+func TestLocalRunSucceeds(t *testing.T) {
+	conf := testCluster(t)
+	jobs, err := os.ReadFile("jobs-local.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, out, logs := run(t, conf, map[string]string{"train-llm": ""}, string(jobs))
+	if rc != 0 {
+		t.Fatalf("exit status %d:\n%s", rc, out)
+	}
+	for _, want := range []string{"job train-llm-1 (SLURM job", "job eval-sweep-1 (SLURM job", "completed, exit status 0", "every job of"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(logs, "train-llm-*.log"))
+	if len(files) != 1 {
+		t.Fatalf("train-llm's log: %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	for _, want := range []string{"berth job train-llm-1", "rank 0 of 2", "rank 1 of 2", "step 3"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %q:\n%s", files[0], want, b)
+		}
+	}
+}
+
+// A job that fails is printed with its exit status, its log file and the
+// log's last lines, and -until-done exits with status 1.
+func TestFailedJobIsReported(t *testing.T) {
+	conf := testCluster(t)
+	rc, out, logs := run(t, conf, map[string]string{"bad": "#!/bin/sh\necho starting\necho 'python: cannot open train.py' >&2\nexit 3\n"},
+		`[{"id": "bad-1", "name": "bad", "pools": ["slurm"], "members": 1, "gpus_per_member": 8, "runtime_estimate": "1m"}]`)
+	if rc != 1 {
+		t.Fatalf("exit status %d, want 1:\n%s", rc, out)
+	}
+	for _, want := range []string{"job bad-1 (SLURM job", "FAILED: state FAILED, exit status 3:0", filepath.Join(logs, "bad-"),
+		"its last lines:\n    starting\n    python: cannot open train.py", "failed: [bad-1]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.bin != "" {
+		_ = os.RemoveAll(filepath.Dir(built.bin))
+	}
+	os.Exit(code)
+}
