@@ -22,11 +22,11 @@ import (
 // file and the library agree. docs/config.md lists them in a table.
 const (
 	// MaxFileSize bounds the bytes Read accepts.
-	MaxFileSize = 4 << 20
+	MaxFileSize = 2 << 20
 	// MaxYAMLNodes bounds the YAML nodes of the document, every alias
 	// counted as the nodes it stands for (a "billion laughs" file is
 	// refused before it is expanded).
-	MaxYAMLNodes = 1 << 20
+	MaxYAMLNodes = 1 << 18
 	// MaxYAMLDepth bounds the nesting of mappings and sequences (the
 	// deepest field of a valid file is at depth 7).
 	MaxYAMLDepth = 32
