@@ -60,11 +60,6 @@ const (
 // "Limits").
 func hostile() []string {
 	base := "cluster:\n  nodes:\n    - {name: n, gpus: 8}\nqueues:\n  halfLife: 0s\n  queues:\n    - {name: q}\nengine: {}\n"
-	var bomb strings.Builder
-	bomb.WriteString("cluster:\n  levels: &l0 [a, a, a, a, a, a, a, a, a, a]\n")
-	for i := 1; i <= 9; i++ {
-		fmt.Fprintf(&bomb, "  gpuLevels: &l%d [*l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d]\n", i, i-1)
-	}
 	return []string{
 		"count: 1000000000",
 		strings.Replace(base, "{name: n, gpus: 8}", "{name: n, count: 1000000000, gpus: 8}", 1),
@@ -74,10 +69,21 @@ func hostile() []string {
 		strings.Replace(base, "engine: {}", "engine: {scorer: {name: fgd, target: [{gpus: 1, weight: .inf}]}}", 1),
 		strings.Replace(base, "engine: {}", "engine: {mig: {waitFactor: .nan}}", 1),
 		strings.Replace(base, "{name: q}", "{name: q, weight: -.inf}", 1),
-		bomb.String(),
+		aliasBomb(),
 		strings.Repeat("[", 20000) + strings.Repeat("]", 20000),
 		"a: &a [*a]",
 	}
+}
+
+// aliasBomb is a YAML "billion laughs": nine levels of ten aliases each
+// stand for 10^9 nodes in a few hundred bytes.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("cluster:\n  levels: &l0 [a, a, a, a, a, a, a, a, a, a]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "  gpuLevels: &l%d [*l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d, *l%[2]d]\n", i, i-1)
+	}
+	return b.String()
 }
 
 // FuzzConfig: the loader answers any input (read, build, and an engine
