@@ -162,7 +162,7 @@ func TestRunnerCyclesAfterRestore(t *testing.T) {
 		Backend: f, Clock: &clock{}, Store: store,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang bound, not a timing
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

@@ -46,7 +46,9 @@ type fake struct {
 	refusePre  bool
 	inflight   int
 	maxFlight  int
-	calls      atomic.Int64
+	// awaitOverlap holds binds until two have been in flight at once.
+	awaitOverlap bool
+	calls        atomic.Int64
 
 	refuseMIG    bool // MIG changes are refused
 	transientMIG int  // MIG changes fail transiently this many times
@@ -111,6 +113,20 @@ func (f *fake) BindMember(ctx context.Context, job string, m engine.Member) erro
 		return ctx.Err()
 	}
 	time.Sleep(time.Millisecond) // let calls overlap
+	if f.awaitOverlap {
+		// Hold this call until a second one is in flight (once), so that
+		// "binds ran in parallel" does not hang on the scheduler's luck on
+		// a loaded machine; the minute only bounds a Runner that never
+		// overlaps calls, which the test then reports.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			f.mu.Lock()
+			overlapped := f.maxFlight > 1
+			f.mu.Unlock()
+			if overlapped {
+				break
+			}
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuseNode[m.Node] {
@@ -188,6 +204,7 @@ func config(f *fake, c *clock, cycles *[]backends.Cycle) backends.RunnerConfig {
 
 func TestRunnerBindsEveryMemberWithinParallelism(t *testing.T) {
 	f := newFake(16, 8)
+	f.awaitOverlap = true
 	var batch []engine.Event
 	for i := range 16 {
 		batch = append(batch, engine.Submitted(t0, job(fmt.Sprintf("j%02d", i), 1, 8)))
@@ -266,7 +283,7 @@ func TestRunnerStopsCleanlyOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	require.Eventually(t, func() bool { return f.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.calls.Load() == 2 }, time.Minute, time.Millisecond, "a hang bound, not a timing")
 	cancel()
 	select {
 	case err := <-done:

@@ -82,6 +82,12 @@ func oneOf(s string, names []string) bool { return slices.Contains(names, s) }
 
 func (f *File) build() (engine.Config, error) {
 	var cfg engine.Config
+	if err := f.checkLimits(); err != nil {
+		return cfg, err
+	}
+	if err := f.checkFloats(); err != nil {
+		return cfg, err
+	}
 	spec, err := f.buildCluster()
 	if err != nil {
 		return cfg, err
@@ -106,8 +112,13 @@ func (f *File) build() (engine.Config, error) {
 func (f *File) buildCluster() (topo.Spec, error) {
 	c := &f.Cluster
 	spec := topo.Spec{Levels: slices.Clone(c.Levels), GPULevels: slices.Clone(c.GPULevels), ShareFreeGPUs: c.ShareFreeGPUs}
-	var from []int // node entry of each spec node
-	names := map[string]string{}
+	total := 0 // at most MaxNodes: checkLimits ran first
+	for _, n := range c.Nodes {
+		total += max(n.Count, 1)
+	}
+	spec.Nodes = make([]topo.NodeSpec, 0, total)
+	from := make([]int, 0, total) // node entry of each spec node
+	names := make(map[string]string, total)
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
 		p := fmt.Sprintf("cluster.nodes[%d]", i)
@@ -400,8 +411,8 @@ func (f *File) buildEngine(cfg *engine.Config) error {
 	if cfg.Pending.AgingPeriod, err = f.duration("engine.agingPeriod", e.AgingPeriod); err != nil {
 		return err
 	}
-	if e.IntakeCapacity < 0 || e.IntakeCapacity > 1<<30 {
-		return f.fail("engine.intakeCapacity", "want 0..%d, got %d", 1<<30, e.IntakeCapacity)
+	if e.IntakeCapacity < 0 {
+		return f.fail("engine.intakeCapacity", "must not be negative, got %d", e.IntakeCapacity)
 	}
 	cfg.IntakeCapacity = e.IntakeCapacity
 	// Backfill.

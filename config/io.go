@@ -13,15 +13,17 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// MaxFileSize bounds what Read accepts.
-const MaxFileSize = 16 << 20
-
 // Read parses one document, YAML or JSON, refusing unknown fields, and
 // validates it. The File remembers the line of each field, so that later
-// Validate errors name it too.
+// Validate errors name it too. Any input is answered in bounded time and
+// memory: the size, the YAML nesting and the YAML nodes (aliases expanded)
+// are checked before the document is decoded, and every count of the File
+// before it is built (see the limits in limits.go; errors over a limit
+// wrap ErrLimit).
 func Read(data []byte) (*File, error) {
 	if len(data) > MaxFileSize {
-		return nil, &FieldError{Path: "(file)", Msg: fmt.Sprintf("larger than %d bytes", MaxFileSize)}
+		return nil, &FieldError{Path: "(file)", Msg: fmt.Sprintf("%d bytes, over the limit of %d", len(data), MaxFileSize),
+			Err: &LimitError{Field: "(file)", Value: int64(len(data)), Limit: MaxFileSize}}
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
@@ -29,6 +31,9 @@ func Read(data []byte) (*File, error) {
 	}
 	if root.Kind == 0 {
 		return nil, &FieldError{Path: "(file)", Msg: "empty document"}
+	}
+	if err := checkYAML(&root); err != nil {
+		return nil, err
 	}
 	f := &File{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))

@@ -133,7 +133,8 @@ type Config struct {
 	// Policy orders pending jobs across queues. The engine owns it: do not
 	// share one Policy value between engines. Nil: queue.DRS().
 	Policy queue.Policy
-	// IntakeCapacity bounds the lock-free intake. Zero: 4096.
+	// IntakeCapacity bounds the lock-free intake: 0..queue.MaxIntakeCapacity
+	// (its slots are allocated up front). Zero: 4096.
 	IntakeCapacity int
 	// Start is the engine's clock before the first event.
 	Start time.Time
@@ -213,8 +214,8 @@ func (c *Config) Validate() error {
 		return bad("Pending.AgingPeriod must not be negative, got %v", c.Pending.AgingPeriod)
 	}
 	switch {
-	case c.IntakeCapacity < 0 || c.IntakeCapacity > 1<<30:
-		return bad("IntakeCapacity must be in 0..%d, got %d", 1<<30, c.IntakeCapacity)
+	case c.IntakeCapacity < 0 || c.IntakeCapacity > queue.MaxIntakeCapacity:
+		return bad("IntakeCapacity must be in 0..%d, got %d", queue.MaxIntakeCapacity, c.IntakeCapacity)
 	case c.Backfill.Mode > BackfillConservative:
 		return bad("Backfill.Mode: unknown mode %d", c.Backfill.Mode)
 	case c.Backfill.Depth < 0:

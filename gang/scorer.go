@@ -3,6 +3,7 @@ package gang
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand"
 	"slices"
@@ -76,6 +77,10 @@ func ScorerNames() []string {
 	return []string{ScorerRandom, ScorerDotProd, ScorerClustering, ScorerPacking, ScorerBestFit, ScorerFGD, ScorerBerth, ScorerKueue}
 }
 
+// MaxTargetShapes bounds ScorerSpec.Target: FGD and Berth visit every
+// shape for every node they score.
+const MaxTargetShapes = 1024
+
 // ErrBadScorer is returned by NewScorer for an unknown name or a spec that
 // lacks what its scorer needs.
 var ErrBadScorer = errors.New("gang: invalid scorer")
@@ -97,14 +102,22 @@ type ScorerSpec struct {
 // NewScorer returns the scorer spec names; nil (and no error) for an empty
 // name. Errors wrap ErrBadScorer.
 func NewScorer(spec ScorerSpec) (Scorer, error) {
+	// The target is checked whichever scorer reads it: a NaN or infinite
+	// weight turns every score into NaN.
+	if len(spec.Target) > MaxTargetShapes {
+		return nil, fmt.Errorf("%w: %d target shapes, over the limit of %d", ErrBadScorer, len(spec.Target), MaxTargetShapes)
+	}
+	for i, sh := range spec.Target {
+		if sh.GPUs < 0 || sh.Milli < 0 || sh.Milli > FullMilli || sh.CPUMilli < 0 || sh.MemoryMiB < 0 || sh.Count < 0 {
+			return nil, fmt.Errorf("%w: target shape %d: %+v", ErrBadScorer, i, sh)
+		}
+		if !(sh.Weight >= 0) || math.IsInf(sh.Weight, 0) {
+			return nil, fmt.Errorf("%w: target shape %d: Weight must be a finite non-negative number, got %v", ErrBadScorer, i, sh.Weight)
+		}
+	}
 	needTarget := func() error {
 		if len(spec.Target) == 0 {
 			return fmt.Errorf("%w: %q needs a target workload (ScorerSpec.Target)", ErrBadScorer, spec.Name)
-		}
-		for i, sh := range spec.Target {
-			if sh.GPUs < 0 || sh.Milli < 0 || sh.Milli > FullMilli || sh.CPUMilli < 0 || sh.MemoryMiB < 0 || !(sh.Weight >= 0) {
-				return fmt.Errorf("%w: target shape %d: %+v", ErrBadScorer, i, sh)
-			}
 		}
 		return nil
 	}

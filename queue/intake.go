@@ -36,11 +36,15 @@ type intakeSlot struct {
 	job *Job
 }
 
+// MaxIntakeCapacity bounds an intake's capacity: its slots are allocated
+// up front (a million of them is 16 MiB).
+const MaxIntakeCapacity = 1 << 20
+
 // NewIntake returns an intake that holds up to capacity jobs, rounded up
-// to a power of two (at least 2, at most 1<<30).
+// to a power of two (at least 2, at most MaxIntakeCapacity).
 func NewIntake(capacity int) (*Intake, error) {
-	if capacity <= 0 || capacity > 1<<30 {
-		return nil, fmt.Errorf("queue: intake capacity must be in 1..%d, got %d", 1<<30, capacity)
+	if capacity <= 0 || capacity > MaxIntakeCapacity {
+		return nil, fmt.Errorf("queue: intake capacity must be in 1..%d, got %d", MaxIntakeCapacity, capacity)
 	}
 	n := 2
 	for n < capacity {

@@ -73,18 +73,41 @@ type TreeSpec struct {
 // ErrInvalidTree is wrapped by *SpecError.
 var ErrInvalidTree = errors.New("queue: invalid tree spec")
 
+// ErrTreeLimit is wrapped (with ErrInvalidTree) by the *SpecError of a
+// TreeSpec over one of the limits below.
+var ErrTreeLimit = errors.New("queue: tree over a limit")
+
+// Limits of a TreeSpec, checked by NewTree before it allocates: the
+// per-node state is one slot per governed resource, so both counts bound
+// the tree's memory.
+const (
+	// MaxTreeNodes bounds the queues, cohorts and accounts together.
+	MaxTreeNodes = 1 << 16
+	// MaxResources bounds the distinct resource names the quotas govern.
+	MaxResources = 64
+	// MaxDepth bounds the cohorts above a queue or cohort (parent links).
+	MaxDepth = 16
+)
+
 // SpecError names the node and field of a TreeSpec that is invalid.
 type SpecError struct {
 	Node  string // queue, cohort or account name
 	Field string // e.g. "Quota[gpu].LendingLimit"
 	Msg   string
+	Err   error // ErrTreeLimit for a limit, else nil
 }
 
 func (e *SpecError) Error() string {
 	return fmt.Sprintf("%v: %q: %s: %s", ErrInvalidTree, e.Node, e.Field, e.Msg)
 }
 
-func (e *SpecError) Unwrap() error { return ErrInvalidTree }
+// Unwrap gives ErrInvalidTree, and ErrTreeLimit for a limit.
+func (e *SpecError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidTree, e.Err}
+	}
+	return []error{ErrInvalidTree}
+}
 
 const noNode = -1
 
@@ -171,6 +194,9 @@ func NewTree(spec TreeSpec) (*Tree, error) {
 	if spec.HalfLife < 0 {
 		return nil, &SpecError{Field: "HalfLife", Msg: "must not be negative"}
 	}
+	if n := len(spec.Cohorts) + len(spec.Queues) + len(spec.Accounts); n > MaxTreeNodes {
+		return nil, &SpecError{Field: "Queues", Msg: fmt.Sprintf("%d queues, cohorts and accounts, over the limit of %d", n, MaxTreeNodes), Err: ErrTreeLimit}
+	}
 	// Governed resources: every name that appears in some quota.
 	seen := map[ResourceName]bool{}
 	checkQuota := func(name string, q map[ResourceName]Quota) error {
@@ -247,6 +273,9 @@ func NewTree(spec TreeSpec) (*Tree, error) {
 		}
 	}
 	// Resources, dense.
+	if len(seen) > MaxResources {
+		return nil, &SpecError{Field: "Quota", Msg: fmt.Sprintf("%d resources, over the limit of %d", len(seen), MaxResources), Err: ErrTreeLimit}
+	}
 	for r := range seen {
 		t.res = append(t.res, r)
 	}
@@ -285,12 +314,16 @@ func NewTree(spec TreeSpec) (*Tree, error) {
 			n.lend[k], n.hasLend[k] = q.LendingLimit.Get()
 		}
 	}
-	// Cycles among cohorts.
+	// Cycles among cohorts, and depth: a walk up that passes MaxDepth is
+	// either in a cycle or too deep.
 	for i := range t.nodes {
 		steps := 0
 		for p := t.nodes[i].parent; p != noNode; p = t.nodes[p].parent {
-			if steps++; steps > len(t.nodes) {
-				return nil, &SpecError{Node: t.nodes[i].name, Field: "Parent", Msg: "cohorts form a cycle"}
+			if steps++; steps > MaxDepth {
+				if t.cycleAbove(i) {
+					return nil, &SpecError{Node: t.nodes[i].name, Field: "Parent", Msg: "cohorts form a cycle"}
+				}
+				return nil, &SpecError{Node: t.nodes[i].name, Field: "Parent", Msg: fmt.Sprintf("more than %d cohorts above it", MaxDepth), Err: ErrTreeLimit}
 			}
 		}
 	}
@@ -421,4 +454,20 @@ func (t *Tree) ValidateJob(j *Job) error {
 		return &FieldError{JobID: j.ID, Field: "Account", Err: ErrUnknownAccount, Msg: fmt.Sprintf("no account %q", j.AccountName())}
 	}
 	return nil
+}
+
+// cycleAbove reports whether the parent links from node i run into a
+// cycle (Floyd's tortoise and hare: O(nodes), no allocation).
+func (t *Tree) cycleAbove(i int) bool {
+	up := func(n int32) int32 {
+		if n == noNode {
+			return noNode
+		}
+		return t.nodes[n].parent
+	}
+	slow, fast := int32(i), up(int32(i))
+	for fast != noNode && slow != fast {
+		slow, fast = up(slow), up(up(fast))
+	}
+	return fast != noNode
 }

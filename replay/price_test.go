@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ func TestPriceFactor(t *testing.T) {
 		"unknown placement": {Placement: "spread"},
 		"negative factor":   {Price: Price{PerRack: -0.1}},
 		"NaN factor":        {Price: Price{PerBlock: nanFloat()}},
+		"infinite factor":   {Price: Price{PerRack: math.Inf(1)}},
+		"infinite estimate": {EstimateFactor: math.Inf(1)},
+		"NaN estimate":      {EstimateFactor: nanFloat()},
 	} {
 		cfg.Jobs, cfg.Cluster, cfg.Policy = jobs, c, "fifo"
 		_, err := Run(context.Background(), cfg)

@@ -285,7 +285,7 @@ func replayRequest(g, per int) gang.Request {
 func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	if f := cfg.EstimateFactor; f != 0 {
-		if math.IsNaN(f) || f < 1 {
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 1 {
 			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrInvalid, f)
 		}
 		src = slices.Clone(src)

@@ -194,7 +194,7 @@ func NewHPA(cfg HPAConfig) (*HPA, error) {
 		return bad("replicas [%d, %d] (want 0 <= min <= max, 1 <= max <= %d)", cfg.Min, cfg.Max, engine.MaxReplicas)
 	case len(cfg.Targets) == 0:
 		return bad("no target metric")
-	case math.IsNaN(cfg.Tolerance) || cfg.Tolerance > 10:
+	case math.IsNaN(cfg.Tolerance) || math.IsInf(cfg.Tolerance, 0) || cfg.Tolerance > 10:
 		return bad("tolerance %v", cfg.Tolerance)
 	}
 	for i, t := range cfg.Targets {

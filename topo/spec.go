@@ -51,6 +51,16 @@ func ParseNodeState(s string) (NodeState, error) {
 // bound lets a node's free GPUs be one machine word.
 const MaxGPUsPerNode = 64
 
+// Limits of a Spec, checked by Validate (and so New) first, before
+// anything is allocated. MaxNodes is 524,288 GPUs at 8 a node, five times
+// the largest clusters built today.
+const (
+	// MaxNodes bounds Spec.Nodes.
+	MaxNodes = 1 << 16
+	// MaxLevels bounds Spec.Levels and, apart, Spec.GPULevels.
+	MaxLevels = 16
+)
+
 // Reserved level names: "cluster" is the implicit root level (one domain
 // holding everything) and "node" is the node level itself.
 const (
@@ -123,6 +133,7 @@ var (
 	ErrBadState       = errors.New("topo: unknown node state")
 	ErrBadGPUDomains  = errors.New("topo: bad GPU domains")
 	ErrBadSharing     = errors.New("topo: bad MIG or sharing configuration")
+	ErrSpecLimit      = errors.New("topo: spec over a limit (MaxNodes, MaxLevels, MaxGPUsPerNode)")
 )
 
 // Errors of lookups and of Snapshot operations.
@@ -166,6 +177,17 @@ func (e *SpecError) Unwrap() error { return e.Err }
 
 // Validate checks the spec without building it.
 func (s *Spec) Validate() error {
+	if len(s.Nodes) > MaxNodes {
+		return &SpecError{Node: -1, Field: "Nodes", Err: ErrSpecLimit, Msg: fmt.Sprintf("%d nodes, over the limit of %d", len(s.Nodes), MaxNodes)}
+	}
+	for _, lv := range []struct {
+		field string
+		names []string
+	}{{"Levels", s.Levels}, {"GPULevels", s.GPULevels}} {
+		if len(lv.names) > MaxLevels {
+			return &SpecError{Node: -1, Field: lv.field, Err: ErrSpecLimit, Msg: fmt.Sprintf("%d levels, over the limit of %d", len(lv.names), MaxLevels)}
+		}
+	}
 	seen := make(map[string]bool, len(s.Levels)+len(s.GPULevels))
 	for _, lv := range [][]string{s.Levels, s.GPULevels} {
 		for _, l := range lv {

@@ -43,6 +43,9 @@ type Diurnal struct {
 
 // NewDiurnal validates cfg and draws the services. Errors wrap ErrConfig.
 func NewDiurnal(cfg DiurnalConfig) (*Diurnal, error) {
+	if math.IsInf(cfg.Noise, -1) {
+		return nil, fmt.Errorf("%w: diurnal: noise %v", ErrConfig, cfg.Noise)
+	}
 	if cfg.Noise == 0 {
 		cfg.Noise = 0.1
 	}
@@ -55,7 +58,7 @@ func NewDiurnal(cfg DiurnalConfig) (*Diurnal, error) {
 		return nil, fmt.Errorf("%w: diurnal: %d services (want 1..65536)", ErrConfig, cfg.Services)
 	case !(cfg.Peak > 0) || math.IsInf(cfg.Peak, 0) || !(cfg.Trough >= 0) || cfg.Trough > cfg.Peak:
 		return nil, fmt.Errorf("%w: diurnal: peak %v, trough %v (want 0 <= trough <= peak, peak > 0)", ErrConfig, cfg.Peak, cfg.Trough)
-	case math.IsNaN(cfg.Noise) || cfg.Noise > 10:
+	case math.IsNaN(cfg.Noise) || math.IsInf(cfg.Noise, 0) || cfg.Noise > 10:
 		return nil, fmt.Errorf("%w: diurnal: noise %v", ErrConfig, cfg.Noise)
 	case cfg.Slot < 0:
 		return nil, fmt.Errorf("%w: diurnal: slot %v", ErrConfig, cfg.Slot)

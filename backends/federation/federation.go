@@ -154,6 +154,14 @@ func New(cfg Config) (*Federation, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"Hysteresis", cfg.Rebalance.Hysteresis}, {"MinShare", cfg.Rebalance.MinShare}} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			return nil, fmt.Errorf("%w: Rebalance.%s must be a finite number, got %v", ErrInvalidConfig, r.name, r.v)
+		}
+	}
 	cfg.Rebalance = cfg.Rebalance.WithDefaults()
 	cfg.Pools = slices.Clone(cfg.Pools)
 	var sum float64

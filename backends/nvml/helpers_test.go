@@ -30,15 +30,15 @@ func (x *exits) add(e nvml.Exit) {
 	x.ch <- e
 }
 
-// next waits for the next exit (at most 20 s: a hang is a failure, not a
-// timing assertion).
+// next waits for the next exit (at most hangBound: a hang is a failure,
+// not a timing assertion).
 func (x *exits) next(t *testing.T) nvml.Exit {
 	t.Helper()
 	select {
 	case e := <-x.ch:
 		return e
-	case <-time.After(20 * time.Second):
-		t.Fatal("no process exit within 20s")
+	case <-time.After(hangBound):
+		t.Fatalf("no process exit within %v", hangBound)
 	}
 	return nvml.Exit{}
 }
@@ -81,18 +81,35 @@ func (f *fixture) events(t *testing.T, wait time.Duration) []engine.Event {
 	return evs
 }
 
+// waitFor polls cond until it holds. The bound only catches a hang (a
+// loaded 2-core machine must never reach it): it is not a timing.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(hangBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never within %v: %s", hangBound, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hangBound bounds every wait of these tests: far beyond what a loaded
+// machine takes, so that only a hang reaches it.
+const hangBound = time.Minute
+
 // eventsUntil reads events until one of kind k for job arrives.
 func (f *fixture) eventsUntil(t *testing.T, k engine.EventKind, job string) []engine.Event {
 	t.Helper()
 	var all []engine.Event
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(hangBound)
 	for time.Now().Before(deadline) {
 		all = append(all, f.events(t, 100*time.Millisecond)...)
 		if slices.ContainsFunc(all, func(e engine.Event) bool { return e.Kind == k && (e.JobID == job || e.Job != nil && e.Job.ID == job) }) {
 			return all
 		}
 	}
-	t.Fatalf("no %v event for %q within 20s; got %v", k, job, kinds(all))
+	t.Fatalf("no %v event for %q within %v; got %v", k, job, hangBound, kinds(all))
 	return nil
 }
 

@@ -91,13 +91,10 @@ func pidsAlive(t *testing.T, file string) []int {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	for range 400 {
-		if data, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(data), "\n") && strings.Count(string(data), "\n") >= 2 {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("%s not written", path)
+	waitFor(t, path+" written", func() bool {
+		data, err := os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(data), "\n") && strings.Count(string(data), "\n") >= 2
+	})
 }
 
 // Preemption: SIGTERM, then SIGKILL of the whole process group at the
@@ -115,13 +112,7 @@ func TestPreemptKillsIgnorerAndChildren(t *testing.T) {
 	assert.Equal(t, nvml.ReasonPreempted, e.Reason)
 	assert.Equal(t, "killed", e.Signal, "SIGTERM was ignored: SIGKILL at the deadline")
 	assert.Equal(t, -1, e.Code)
-	for range 200 {
-		if len(pidsAlive(t, pids)) == 0 {
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	assert.Empty(t, pidsAlive(t, pids), "forked children killed with the group")
+	waitFor(t, "forked children killed with the group", func() bool { return len(pidsAlive(t, pids)) == 0 })
 	assert.Empty(t, f.events(t, 200*time.Millisecond), "a preempted job is not reported finished")
 	// Preempting it again is refused: it is not running.
 	err := f.b.Preempt(context.Background(), engine.Preemption{Victim: "stubborn", Deadline: time.Now()})

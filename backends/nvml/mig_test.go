@@ -185,9 +185,7 @@ func TestBindMIGMember(t *testing.T) {
 	// Whole GPUs on a MIG box are refused.
 	assert.ErrorIs(t, mb.b.BindMember(ctx, "small", member(1)), backends.ErrRefused)
 	out := filepath.Join(mb.dir, "small", "run-1", "member-0.out")
-	for i := 0; i < 400 && !strings.HasSuffix(readFileOr(out), "\n"); i++ {
-		time.Sleep(25 * time.Millisecond)
-	}
+	waitFor(t, out+" written", func() bool { return strings.HasSuffix(readFileOr(out), "\n") })
 	require.NoError(t, mb.b.UnbindMember(ctx, "small", m))
 	e := mb.exits.next(t)
 	assert.True(t, strings.HasPrefix(e.Visible, "MIG-"), e.Visible)

@@ -3,6 +3,8 @@ package nvml_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -76,37 +78,40 @@ func (rn *runner) binds(job string) [][]int {
 	return out
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 2000 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("never: %s", what)
-}
-
 // The engine schedules real processes on the mock box: jobs that fit run
 // at once, the rest wait with a reason, and start when GPUs free up.
+//
+// Nothing here waits on wall time: a and b run until the test opens their
+// gate (they used to sleep 0.5 s, which a loaded machine could outlast
+// before c was ever seen waiting), and the binds are read once the
+// Runner has observed them. A job's exit can reach the test before the
+// Runner's Observe records the cycle that bound it (Observe runs after
+// all of the cycle's binds, and c's "true" ends at once): reading binds
+// right after the exits once found none for c ("binds of job c nil").
 func TestRunnerRunsJobs(t *testing.T) {
 	f := open(t, mustBox(t, "dgxh100"), nil)
 	rn := startRunner(t, f.b)
 	ctx := context.Background()
+	gate := filepath.Join(t.TempDir(), "gate")
 	for _, id := range []string{"a", "b"} {
-		require.NoError(t, f.b.Submit(ctx, job(id, 1, 4), nvml.Command{Args: []string{"sleep", "0.5"}}))
+		require.NoError(t, f.b.Submit(ctx, job(id, 1, 4), sh(`while [ ! -e `+gate+` ]; do sleep 0.01; done`)))
 	}
 	require.NoError(t, f.b.Submit(ctx, job("c", 1, 8), nvml.Command{Args: []string{"true"}}))
-	eventually(t, "c waits with a reason", func() bool {
+	waitFor(t, "c waits with a reason", func() bool {
 		v := rn.r.View()
 		return v != nil && slices.ContainsFunc(v.Pending, func(p engine.PendingStatus) bool { return p.Job == "c" && p.Reason != engine.ReasonNone })
 	})
+	assert.Empty(t, rn.binds("c"), "c bound while a and b hold the GPUs")
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
 	done := map[string]bool{}
 	for len(done) < 3 {
 		e := f.exits.next(t)
 		assert.Equal(t, nvml.ReasonCompleted, e.Reason, e.Job)
 		done[e.Job] = true
 	}
+	waitFor(t, "the binds of a, b and c observed", func() bool {
+		return len(rn.binds("a")) == 1 && len(rn.binds("b")) == 1 && len(rn.binds("c")) == 1
+	})
 	a, b := rn.binds("a"), rn.binds("b")
 	require.Len(t, a, 1)
 	require.Len(t, b, 1)
@@ -123,21 +128,21 @@ func TestRunnerXIDRequeuesOffTheFailedGPU(t *testing.T) {
 	rn := startRunner(t, f.b)
 	ctx := context.Background()
 	require.NoError(t, f.b.Submit(ctx, job("train", 1, 4), nvml.Command{Args: []string{"sleep", "60"}}))
-	eventually(t, "train bound", func() bool { return len(rn.binds("train")) == 1 })
+	waitFor(t, "train bound", func() bool { return len(rn.binds("train")) == 1 })
 	first := rn.binds("train")[0]
 	bad := first[1]
 	f.box.InjectXID(bad, 48) // double-bit ECC XID
-	eventually(t, "train bound again", func() bool { return len(rn.binds("train")) == 2 })
+	waitFor(t, "train bound again", func() bool { return len(rn.binds("train")) == 2 })
 	second := rn.binds("train")[1]
 	assert.NotContains(t, second, bad)
 	e := f.exits.next(t)
 	assert.Equal(t, nvml.ReasonGPUFailed, e.Reason)
 	uuid := f.b.Devices()[bad].UUID
-	eventually(t, "hold running in the engine", func() bool {
+	waitFor(t, "hold running in the engine", func() bool {
 		return slices.ContainsFunc(rn.r.View().Running(), func(r engine.RunningJob) bool { return r.Job == nvml.HoldJobID(uuid) })
 	})
 	require.NoError(t, f.b.Restore(context.Background(), uuid))
-	eventually(t, "hold gone", func() bool {
+	waitFor(t, "hold gone", func() bool {
 		return !slices.ContainsFunc(rn.r.View().Running(), func(r engine.RunningJob) bool { return r.Job == nvml.HoldJobID(uuid) })
 	})
 }

@@ -85,12 +85,10 @@ func TestScanSpool(t *testing.T) {
 	go func() { done <- f.b.WatchSpool(ctx, dir, 50*time.Millisecond) }()
 	evs := f.eventsUntil(t, engine.EventJobSubmitted, "a")
 	assert.Equal(t, []string{"job-submitted:a"}, kinds(evs))
-	for range 200 {
-		if _, err := os.Stat(filepath.Join(dir, "rejected", "c.json")); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "c.json rejected (moved after its .error is written)", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "rejected", "c.json"))
+		return err == nil
+	})
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	assert.FileExists(t, filepath.Join(dir, "accepted", "a.json"))
