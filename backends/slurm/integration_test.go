@@ -226,6 +226,7 @@ type run struct {
 	boundAt map[string]time.Time
 	stepErr []error
 	cycles  []time.Duration // Next's return to Observe
+	durs    []time.Duration // Cycle.Duration
 	lastEv  time.Time
 	resv    map[string]engine.Reservation // the latest reservation of each job
 }
@@ -269,6 +270,7 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 			rn.mu.Lock()
 			defer rn.mu.Unlock()
 			rn.cycles = append(rn.cycles, now.Sub(rn.lastEv))
+			rn.durs = append(rn.durs, c.Duration)
 			for _, rs := range c.Ready.Reservations {
 				rn.resv[rs.Job] = rs
 			}
@@ -278,8 +280,10 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 			if len(c.Outcome.RefusedBinds)+len(c.Outcome.RefusedPreemptions)+len(c.Errors) > 0 {
 				tb.Logf("cycle %d: refused binds %v, refused preemptions %v, errors %v", c.Ready.Seq, c.Outcome.RefusedBinds, c.Outcome.RefusedPreemptions, c.Errors)
 			}
-			for _, bd := range c.Ready.Binds {
-				tb.Logf("cycle %d: bind %s on %d nodes", c.Ready.Seq, bd.Job, len(nodesOf(bd.Members)))
+			if _, bench := tb.(*testing.B); !bench { // (a benchmark's log is cut)
+				for _, bd := range c.Ready.Binds {
+					tb.Logf("cycle %d: bind %s on %d nodes", c.Ready.Seq, bd.Job, len(nodesOf(bd.Members)))
+				}
 			}
 			if os.Getenv("BERTH_SLURM_DEBUG") != "" {
 				for _, p := range c.Ready.Pending {
@@ -479,7 +483,10 @@ func TestIntegrationPreemptRequeue(t *testing.T) {
 	waitFor(t, 60*time.Second, "the high gang to run", func() bool { return showJob(t, conf, high).State == "RUNNING" })
 	jl := showJob(t, conf, low)
 	assert.NotEqual(t, "RUNNING", jl.State, "the victim stopped")
-	assert.GreaterOrEqual(t, jl.Restarts, 1, "SLURM requeued the victim")
+	// The requeue is made at the end of the grace period, by a timer of
+	// the backend's own; the preemptor's bind (the engine's cycle at the
+	// same deadline) may reach SLURM first.
+	waitFor(t, 10*time.Second, "SLURM to requeue the victim", func() bool { return showJob(t, conf, low).Restarts >= 1 })
 	assert.Len(t, hostnames(t, conf, showJob(t, conf, high).NodeList), 16)
 	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
 		j := showJob(t, conf, low)

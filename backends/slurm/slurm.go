@@ -203,6 +203,9 @@ type Stats struct {
 	BindTime    time.Duration // each BindGang call, summed
 	Batches     int           // scontrol processes that ran binds
 	Preemptions int
+	DetailReads int // squeue reads of new jobs' user fields
+	DeviceReads int // scontrol -d reads of started jobs' GPU indices
+	JSONReads   int // polls that read squeue --json (a check failed, or a job berth does not know in RunPartition)
 }
 
 // job states as the backend told the engine.
