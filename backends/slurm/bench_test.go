@@ -3,6 +3,8 @@ package slurm_test
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,4 +147,95 @@ func BenchmarkEndToEnd500(b *testing.B) {
 	b.ReportMetric(float64(st.JSONReads), "json-reads")
 	b.ReportMetric(float64(st.Binds)/float64(max(st.Batches, 1)), "binds/scontrol")
 	b.ReportMetric(st.BindTime.Seconds()/float64(max(st.Binds, 1)), "bind-wait-s")
+	b.ReportMetric(st.BatchTime.Seconds(), "scontrol-s")
+	b.ReportMetric(float64(st.BatchFails), "batch-fails")
+	b.ReportMetric(st.PollTime.Seconds(), "poll-s")
+}
+
+// jobStates reads the state and restart count of jobs (squeue -O).
+func jobStates(tb testing.TB, conf string, ids ...string) map[string]jobState {
+	tb.Helper()
+	out, err := cmdErr(conf, "squeue", "-h", "-t", "all", "-j", strings.Join(ids, ","), "-O", "JobID:0|,State:0|,RestartCnt:0")
+	res := map[string]jobState{}
+	if err != nil {
+		return res
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Split(strings.TrimSpace(line), "|")
+		if len(f) == 3 {
+			n, _ := strconv.Atoi(f[2])
+			res[f[0]] = jobState{id: f[0], state: f[1], restarts: n}
+		}
+	}
+	return res
+}
+
+// BenchmarkGang16SubmitToRunning: seconds from sbatch of a 16-node x
+// 8-GPU gang (the whole cluster) to squeue showing it RUNNING (read every
+// 20 ms), berth running with the tests' settings (PollInterval 200 ms).
+func BenchmarkGang16SubmitToRunning(b *testing.B) {
+	conf := benchConf(b)
+	reset(b, conf)
+	rn := startRunner(b, conf, nil)
+	defer rn.stop(b)
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		id := sbatch(b, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+		waitFor(b, 60*time.Second, "the gang to run", func() bool {
+			st := jobStates(b, conf, id)[id].state
+			return st == "RUNNING" || st == "COMPLETING" || st == "COMPLETED"
+		})
+		total += time.Since(start)
+		waitFor(b, 60*time.Second, "the gang to end", func() bool { return jobStates(b, conf, id)[id].state == "COMPLETED" })
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "submit-to-running-s")
+}
+
+// BenchmarkPreemption: a 16-node x 8-GPU gang of berth-hi preempts one of
+// berth (preemptible, grace period 1 s) that holds the whole cluster:
+// seconds from the preemptor's sbatch to the victim requeued (its restart
+// count up) and to the preemptor RUNNING, read every 20 ms.
+func BenchmarkPreemption(b *testing.B) {
+	conf := benchConf(b)
+	reset(b, conf)
+	rn := startRunner(b, conf, nil)
+	defer rn.stop(b)
+	var toRequeued, toRunning time.Duration
+	for i := 0; i < b.N; i++ {
+		low := sbatch(b, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 300")
+		waitFor(b, 60*time.Second, "the victim to run", func() bool { return jobStates(b, conf, low)[low].state == "RUNNING" })
+		start := time.Now()
+		high := sbatch(b, conf, "-p", "berth-hi", "-N", "16", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+		var requeued, running time.Time
+		waitFor(b, 60*time.Second, "the victim requeued and the preemptor running", func() bool {
+			st := jobStates(b, conf, low, high)
+			now := time.Now()
+			if requeued.IsZero() && st[low].restarts >= 1 {
+				requeued = now
+			}
+			if hs := st[high].state; running.IsZero() && (hs == "RUNNING" || hs == "COMPLETING" || hs == "COMPLETED") {
+				running = now
+			}
+			return !requeued.IsZero() && !running.IsZero()
+		})
+		toRequeued += requeued.Sub(start)
+		toRunning += running.Sub(start)
+		cmd(b, conf, "scancel", low, high)
+		waitFor(b, 60*time.Second, "both to end", func() bool {
+			st := jobStates(b, conf, low, high)
+			return terminalState(st[low].state) && terminalState(st[high].state)
+		})
+	}
+	b.ReportMetric(toRequeued.Seconds()/float64(b.N), "to-requeued-s")
+	b.ReportMetric(toRunning.Seconds()/float64(b.N), "to-running-s")
+	b.ReportMetric(time.Second.Seconds(), "grace-s")
+}
+
+func terminalState(s string) bool {
+	switch s {
+	case "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY":
+		return true
+	}
+	return false
 }

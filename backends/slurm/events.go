@@ -203,6 +203,7 @@ func (b *Backend) poll(ctx context.Context) error {
 			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
 		}
 	}
+	b.applyRejects(ctx)
 	return nil
 }
 
@@ -226,9 +227,11 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			return evs // its fields are read by the next poll
 		}
 		j, err := b.toJob(id, r, r.Partition, idx)
+		if err == nil {
+			err = b.checkLevels(j.Request.Required, j.Request.Preferred)
+		}
 		if err != nil {
-			b.skipped[id] = true
-			b.skip(id, err)
+			b.rejectLocked(id, err) // held, with the reason
 			return evs
 		}
 		b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}

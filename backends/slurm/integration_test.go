@@ -229,6 +229,8 @@ type run struct {
 	durs    []time.Duration // Cycle.Duration
 	lastEv  time.Time
 	resv    map[string]engine.Reservation // the latest reservation of each job
+
+	rejectSubmits bool // submissions the engine refuses go to Backend.StepError
 }
 
 // timedBackend notes when Next returned (the start of a cycle).
@@ -245,7 +247,9 @@ func (t timedBackend) Next(ctx context.Context, wake time.Time) ([]engine.Event,
 	return evs, err
 }
 
-func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
+// startRunner starts a Runner over a backend of the test cluster; mod
+// changes its config, opts the run before it starts.
+func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...func(*run)) *run {
 	tb.Helper()
 	bc := backendConfig(conf, tb)
 	if mod != nil {
@@ -254,18 +258,25 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 	b, err := slurm.New(bc)
 	require.NoError(tb, err)
 	rn := &run{b: b, done: make(chan error, 1), binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}}
+	for _, o := range opts {
+		o(rn)
+	}
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine:       engineConfig(),
 		Backend:      timedBackend{b, rn},
 		TickInterval: time.Second,
 		Parallelism:  256, // binds are batched into one scontrol per cycle
 		OnStepError: func(ev engine.Event, err error) error {
+			if rn.rejectSubmits && ev.Kind == engine.EventJobSubmitted {
+				return b.StepError(ev, err)
+			}
 			rn.mu.Lock()
 			rn.stepErr = append(rn.stepErr, fmt.Errorf("%v %s: %w", ev.Kind, ev.JobID, err))
 			rn.mu.Unlock()
 			return nil
 		},
 		Observe: func(c backends.Cycle) {
+			b.ShowReasons(c.Ready.Pending)
 			now := time.Now()
 			rn.mu.Lock()
 			defer rn.mu.Unlock()

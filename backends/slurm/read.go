@@ -340,7 +340,7 @@ func (b *Backend) readJobs(ctx context.Context) ([]jobRec, error) {
 			return b.squeue(ctx)
 		}
 	}
-	if len(devs) > 0 && !b.readDevices(ctx, devs) {
+	if len(devs) > 0 && !b.devicesRead(devs) {
 		b.mu.Lock()
 		b.stats.JSONReads++
 		b.mu.Unlock()
@@ -378,6 +378,12 @@ func (b *Backend) needsLocked(recs []jobRec) (detail, devs []*jobRec, useJSON bo
 		case t == nil && !managed:
 			return nil, nil, true
 		case t == nil:
+			if b.held[id] && r.State == "PENDING" && !heldReason(r.StateReason) {
+				// Held by berth as never runnable, released by its
+				// user (fixed, perhaps): read it again.
+				delete(b.held, id)
+				delete(b.skipped, id)
+			}
 			if !b.skipped[id] && r.State == "PENDING" {
 				detail = append(detail, r)
 			}
@@ -422,4 +428,68 @@ func (b *Backend) readDevices(ctx context.Context, recs []*jobRec) bool {
 	b.stats.DeviceReads++
 	b.mu.Unlock()
 	return !bad.Load()
+}
+
+func heldReason(reason string) bool { return reason == "JobHeldUser" || reason == "JobHeldAdmin" }
+
+// devRead is the GPU indices read for a started job, until a poll takes
+// them.
+type devRead struct {
+	nodes    string // the node list they were read for
+	restarts int
+	detail   []string
+}
+
+// devicesRead fills the GPU indices of recs that a background read
+// (readDevicesAsync) found, and starts one for the others: the indices of
+// a job that started are reported one poll later, and a poll never waits
+// for scontrol (a few ms a job, some seconds when a hundred jobs start at
+// once). It reports false when a background read failed its checks: the
+// caller reads JSON.
+func (b *Backend) devicesRead(recs []*jobRec) bool {
+	b.mu.Lock()
+	if b.devJSON {
+		b.devJSON = false
+		b.mu.Unlock()
+		return false
+	}
+	var missing []*jobRec
+	for _, r := range recs {
+		id := recID(r)
+		if e, ok := b.devRead[id]; ok && e.nodes == r.Nodes && e.restarts == r.RestartCnt {
+			r.GresDetail, r.devs = e.detail, true
+			delete(b.devRead, id)
+			continue
+		}
+		c := *r // (the read fills its own copy)
+		missing = append(missing, &c)
+	}
+	start := !b.devReading && len(missing) > 0 && !b.closed
+	if start {
+		b.devReading = true
+	}
+	b.mu.Unlock()
+	if start {
+		go b.readDevicesAsync(missing)
+	}
+	return true
+}
+
+// readDevicesAsync reads the GPU indices of recs for the next poll.
+func (b *Backend) readDevicesAsync(recs []*jobRec) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.CommandTimeout)
+	defer cancel()
+	ok := b.readDevices(ctx, recs)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.devReading = false
+	if !ok {
+		b.devJSON = true
+		return
+	}
+	for _, r := range recs {
+		if r.devs {
+			b.devRead[recID(r)] = devRead{nodes: r.Nodes, restarts: r.RestartCnt, detail: r.GresDetail}
+		}
+	}
 }
