@@ -170,28 +170,6 @@ func jobStates(tb testing.TB, conf string, ids ...string) map[string]jobState {
 	return res
 }
 
-// BenchmarkGang16SubmitToRunning: seconds from sbatch of a 16-node x
-// 8-GPU gang (the whole cluster) to squeue showing it RUNNING (read every
-// 20 ms), berth running with the tests' settings (PollInterval 200 ms).
-func BenchmarkGang16SubmitToRunning(b *testing.B) {
-	conf := benchConf(b)
-	reset(b, conf)
-	rn := startRunner(b, conf, nil)
-	defer rn.stop(b)
-	var total time.Duration
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		id := sbatch(b, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
-		waitFor(b, 60*time.Second, "the gang to run", func() bool {
-			st := jobStates(b, conf, id)[id].state
-			return st == "RUNNING" || st == "COMPLETING" || st == "COMPLETED"
-		})
-		total += time.Since(start)
-		waitFor(b, 60*time.Second, "the gang to end", func() bool { return jobStates(b, conf, id)[id].state == "COMPLETED" })
-	}
-	b.ReportMetric(total.Seconds()/float64(b.N), "submit-to-running-s")
-}
-
 // BenchmarkPreemption: a 16-node x 8-GPU gang of berth-hi preempts one of
 // berth (preemptible, grace period 1 s) that holds the whole cluster:
 // seconds from the preemptor's sbatch to the victim requeued (its restart

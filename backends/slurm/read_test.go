@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -132,4 +133,20 @@ func TestParseDevicesForged(t *testing.T) {
 
 	b := &jobRec{JobID: 46, Nodes: "node[01-02]"}
 	assert.False(t, parseDevices([]byte(showJob45), []*jobRec{b}), "the block of another job")
+}
+
+func TestReasonText(t *testing.T) {
+	assert.Equal(t, "capacity: at most 2 of 4 members fit", reasonText("capacity: at most 2 of 4 members fit"))
+	assert.Equal(t, "a b c", reasonText("a\n\tb\"c"), "one line, no quotes")
+	assert.Equal(t, "x berthstopping", reasonText("x berth:stopping"), "no berth: tag of its own")
+	assert.Len(t, reasonText(strings.Repeat("y", 500)), 200)
+}
+
+func TestCheckLevels(t *testing.T) {
+	b := &Backend{}
+	require.NoError(t, b.checkLevels("galaxy", ""), "levels not read yet")
+	b.levels, b.levelsKnown = []string{"block", "rack"}, true
+	require.NoError(t, b.checkLevels("rack", "block"))
+	assert.ErrorIs(t, b.checkLevels("galaxy", ""), ErrBadJob)
+	assert.ErrorIs(t, b.checkLevels("", "zone"), ErrBadJob)
 }

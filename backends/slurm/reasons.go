@@ -47,7 +47,7 @@ func reasonText(s string) string {
 		}
 		sb.WriteRune(c)
 	}
-	out := strings.ReplaceAll(sb.String(), "berth:", "berth ")
+	out := strings.ReplaceAll(sb.String(), "berth:", "berth")
 	if len(out) > 200 {
 		out = out[:200]
 	}
@@ -73,7 +73,12 @@ func (b *Backend) ShowReasons(pending []engine.PendingStatus) {
 		if t == nil || t.state != inPending || t.bound || t.launched {
 			continue
 		}
-		text := reasonText(ps.String())
+		why := ps.String()
+		if !ps.Start.IsZero() {
+			// (to the minute: a reason is written again only when it changes)
+			why += ", expected start " + ps.Start.UTC().Format("2006-01-02T15:04Z")
+		}
+		text := reasonText(why)
 		if b.shown[ps.Job] == text {
 			continue
 		}
