@@ -2,6 +2,7 @@ package slurm_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,8 +103,14 @@ func waitCompleted(tb testing.TB, conf string, ids []string) time.Time {
 // the Runner's start to the last COMPLETED). It reports jobs/s (berth),
 // sbatch-jobs/s (SLURM alone), their ratio berth/sbatch, and p99-cycle-s,
 // the 99th percentile of the Runner's Cycle.Duration.
+//
+// It takes minutes: hack/test.sh's one-shot benchmark run skips it unless
+// BERTH_SLURM_BENCH=1.
 func BenchmarkEndToEnd500(b *testing.B) {
 	conf := benchConf(b)
+	if os.Getenv("BERTH_SLURM_BENCH") != "1" {
+		b.Skip("set BERTH_SLURM_BENCH=1 to run (minutes)")
+	}
 	var berthRate, slurmRate float64
 	var durs []time.Duration
 	var st slurm.Stats

@@ -241,6 +241,11 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 	case inEnded:
 		return evs
 	case inPending:
+		if t.binding {
+			// Its bind is in flight (the Runner binds while Next polls):
+			// moved, perhaps, but not answered; the next poll decides.
+			return evs
+		}
 		t.restarts = r.RestartCnt // a requeue from now on counts from here
 		switch {
 		case terminal(r.State):

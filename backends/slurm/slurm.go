@@ -252,6 +252,7 @@ type tracked struct {
 	partition string // the managed partition it came from
 	nodes     int    // SLURM node count of the job
 	bound     bool   // berth moved it to RunPartition and has not seen it run yet
+	binding   bool   // a BindGang of it is in flight (a poll then decides nothing of it)
 	running   []string
 	devices   string // the gres detail last reported
 	restarts  int
@@ -687,12 +688,16 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 		}
 	}
 	start := time.Now()
+	b.mu.Lock()
+	t.binding = true
+	b.mu.Unlock()
 	err := b.bind(ctx, &bindReq{
 		id: job, job: sid, nodes: order, done: make(chan error, 1),
 		args: []string{"update", "JobId=" + sid, "Partition=" + b.cfg.RunPartition,
 			"NodeList=" + strings.Join(order, ","), "StartTime=now", "AdminComment=" + adminTag + t.partition},
 	})
 	b.mu.Lock()
+	t.binding = false
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
 	launched := t.launched
