@@ -15,14 +15,14 @@ import (
 // starts it); berth's own reason goes in the job's AdminComment, which
 // `scontrol show job` prints:
 //
-//	AdminComment=berth:from=berth berth:waiting capacity: at most 2 of 4 members fit
+//	AdminComment=berth:from=berth berth:waiting reserved, expected start 2026-12-06T03:32Z
 //
 // and a job berth can never run (GPUs per job, no GPU, a malformed berth:
 // comment, a topology level the cluster does not have, a queue the engine
 // refuses) is held with a user hold (Reason=JobHeldUser, which its user
 // may release once the job is fixed: berth then reads it again) and
 //
-//	AdminComment=berth:rejected GPUs per job (--gpus) are not supported; ...
+//	AdminComment=berth:rejected job not schedulable by berth GPUs per job (--gpus) are not supported; ...
 
 // waitingTag and rejectedTag begin berth's text in an admin comment.
 const (
