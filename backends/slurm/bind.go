@@ -59,7 +59,14 @@ func (b *Backend) runBatch(ctx context.Context, batch []*bindReq) {
 		in.WriteString(strings.Join(r.args, " "))
 		in.WriteByte('\n')
 	}
+	start := time.Now()
 	_, err := b.cli.runInput(ctx, in.String(), "scontrol")
+	b.mu.Lock()
+	b.stats.BatchTime += time.Since(start)
+	if err != nil {
+		b.stats.BatchFails++
+	}
+	b.mu.Unlock()
 	if err == nil {
 		for _, r := range batch {
 			r.done <- nil

@@ -3,10 +3,12 @@
 // sbatch, squeue, scancel and accounting.
 //
 // It drives SLURM through its command-line tools, never through a shell:
-// squeue --json and sinfo --json to read jobs and nodes (22.05's JSON output
-// ignores filters, so the backend filters itself), scontrol show topology for
-// the topology/tree switches, and scontrol update / requeuehold / release and
-// scancel to act. Every command has a timeout and gets only validated job IDs,
+// squeue in a fixed text format that no user text can forge (the fields
+// users write read once per job, checked, with squeue --json as the
+// fallback; see read.go) and sinfo --json to read jobs and nodes, scontrol
+// -d show job for the GPU indices of a started job, scontrol show topology
+// for the topology/tree switches, and scontrol update / requeuehold /
+// release and scancel to act. Every command has a timeout and gets only validated job IDs,
 // node and partition names. slurmrestd (v0.0.38) is not used: it needs a JWT
 // setup and a daemon of its own, and it refuses required_nodes, the one field
 // berth must set.
@@ -47,6 +49,12 @@
 // replica's job with sbatch on berth's nodes, StopReplica cancels it, and
 // Running reports running replica jobs for adoption (see service.go and
 // docs/serving.md, section Backends).
+//
+// # What users see
+//
+// ShowReasons writes berth's reason for a waiting job into its AdminComment
+// (scontrol show job); a job berth can never run is held (a user hold) with
+// the reason, and read again once its user releases it (reasons.go).
 //
 // See docs/backends/slurm.md for the slurm.conf lines a site needs and what is
 // not supported.

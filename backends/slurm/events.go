@@ -11,7 +11,7 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// Next polls SLURM (squeue --json and sinfo --json every PollInterval,
+// Next polls SLURM (squeue and sinfo --json every PollInterval, see read.go;
 // backing off up to MaxBackoff after failures) until something changed,
 // wake is reached or ctx is done. Changes become events stamped with the
 // wall clock: new pending jobs of managed partitions (Submitted), the GPUs
@@ -82,13 +82,21 @@ func terminal(st string) bool {
 // poll reads SLURM once and queues the events of what changed.
 func (b *Backend) poll(ctx context.Context) error {
 	start := time.Now()
-	recs, err := b.squeue(ctx)
+	// Jobs and nodes are read at once (two processes, one wait).
+	var nout []byte
+	var nerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nout, nerr = b.cli.run(ctx, "sinfo", "--json")
+	}()
+	recs, err := b.readJobs(ctx)
+	<-done
 	if err != nil {
 		return err
 	}
-	nout, err := b.cli.run(ctx, "sinfo", "--json")
-	if err != nil {
-		return err
+	if nerr != nil {
+		return nerr
 	}
 	nodes, err := parseSinfo(nout)
 	if err != nil {
@@ -100,7 +108,7 @@ func (b *Backend) poll(ctx context.Context) error {
 		// requeued by SLURM (PENDING); read before, it shows RUNNING, and
 		// taken for a job the node's loss stopped, one that had completed
 		// would be requeued in the engine and then reported cancelled.
-		if recs, err = b.squeue(ctx); err != nil {
+		if recs, err = b.readJobs(ctx); err != nil {
 			return err
 		}
 	}
@@ -195,6 +203,7 @@ func (b *Backend) poll(ctx context.Context) error {
 			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
 		}
 	}
+	b.applyRejects(ctx)
 	return nil
 }
 
@@ -214,10 +223,15 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
 			return evs // placed once released
 		}
+		if !r.detail {
+			return evs // its fields are read by the next poll
+		}
 		j, err := b.toJob(id, r, r.Partition, idx)
+		if err == nil {
+			err = b.checkLevels(j.Request.Required, j.Request.Preferred)
+		}
 		if err != nil {
-			b.skipped[id] = true
-			b.skip(id, err)
+			b.rejectLocked(id, err) // held, with the reason
 			return evs
 		}
 		b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}
@@ -227,6 +241,11 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 	case inEnded:
 		return evs
 	case inPending:
+		if t.binding {
+			// Its bind is in flight (the Runner binds while Next polls):
+			// moved, perhaps, but not answered; the next poll decides.
+			return evs
+		}
 		t.restarts = r.RestartCnt // a requeue from now on counts from here
 		switch {
 		case terminal(r.State):
@@ -252,6 +271,11 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 				b.skip(id, err)
 				return evs
 			}
+			if len(ms) != t.nodes || slices.ContainsFunc(ms, func(m engine.Member) bool { return len(m.GPUs) == 0 }) {
+				// Not every node listed, or a node's GPUs already released
+				// (the job is ending): read again.
+				return evs
+			}
 			t.devices, t.running = dev, nodeNames(ms)
 			t.restarts = r.RestartCnt
 			return append(evs, engine.DevicesReported(now, id, ms))
@@ -267,7 +291,9 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 				*moves = append(*moves, [2]string{id, t.partition})
 			}
 		}
-	case r.State == "PENDING" && (!t.bound || r.RestartCnt > t.restarts || unstartable(r)):
+	case r.State == "PENDING" && b.handBack(t, r) && !r.detail:
+		// Pending again: handed back once its fields are read (next poll).
+	case r.State == "PENDING" && b.handBack(t, r):
 		// SLURM requeued it (a node failure no poll saw: a node set DOWN
 		// that ReturnToService brought back at once, or drained after;
 		// an admin's scontrol requeue): its run was stopped, and the job
@@ -302,11 +328,24 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 	return evs
 }
 
-// unstartable reports whether SLURM will not start a job bound to its
-// nodes: a node it requires is down, drained or not responding
-// (ReqNodeNotAvail names them; NodeDown: a node of it failed).
-func unstartable(r *jobRec) bool {
-	return strings.HasPrefix(r.StateReason, "ReqNodeNotAvail") || r.StateReason == "NodeDown"
+// handBack reports whether a job berth runs whose record shows it
+// PENDING is to be handed back (see jobChanged).
+func (b *Backend) handBack(t *tracked, r *jobRec) bool {
+	return !t.bound || r.RestartCnt > t.restarts || r.StateReason == "NodeDown" ||
+		strings.HasPrefix(r.StateReason, "ReqNodeNotAvail") && b.anyUnavailable(t.running)
+}
+
+// anyUnavailable reports whether a node of nodes is down or draining as
+// sinfo last showed it: SLURM also says ReqNodeNotAvail, for a moment, of
+// a job bound to a node whose last job is still completing; such a job
+// starts once the node is free and must not be handed back. b.mu is held.
+func (b *Backend) anyUnavailable(nodes []string) bool {
+	for _, n := range nodes {
+		if st, ok := b.nodes[n]; ok && st != topo.Ready {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeWentDown reports whether nodes shows a node of the cluster down that

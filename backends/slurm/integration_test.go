@@ -226,8 +226,11 @@ type run struct {
 	boundAt map[string]time.Time
 	stepErr []error
 	cycles  []time.Duration // Next's return to Observe
+	durs    []time.Duration // Cycle.Duration
 	lastEv  time.Time
 	resv    map[string]engine.Reservation // the latest reservation of each job
+
+	rejectSubmits bool // submissions the engine refuses go to Backend.StepError
 }
 
 // timedBackend notes when Next returned (the start of a cycle).
@@ -244,7 +247,9 @@ func (t timedBackend) Next(ctx context.Context, wake time.Time) ([]engine.Event,
 	return evs, err
 }
 
-func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
+// startRunner starts a Runner over a backend of the test cluster; mod
+// changes its config, opts the run before it starts.
+func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...func(*run)) *run {
 	tb.Helper()
 	bc := backendConfig(conf, tb)
 	if mod != nil {
@@ -253,22 +258,30 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 	b, err := slurm.New(bc)
 	require.NoError(tb, err)
 	rn := &run{b: b, done: make(chan error, 1), binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}}
+	for _, o := range opts {
+		o(rn)
+	}
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine:       engineConfig(),
 		Backend:      timedBackend{b, rn},
 		TickInterval: time.Second,
 		Parallelism:  256, // binds are batched into one scontrol per cycle
 		OnStepError: func(ev engine.Event, err error) error {
+			if rn.rejectSubmits && ev.Kind == engine.EventJobSubmitted {
+				return b.StepError(ev, err)
+			}
 			rn.mu.Lock()
 			rn.stepErr = append(rn.stepErr, fmt.Errorf("%v %s: %w", ev.Kind, ev.JobID, err))
 			rn.mu.Unlock()
 			return nil
 		},
 		Observe: func(c backends.Cycle) {
+			b.ShowReasons(c.Ready.Pending)
 			now := time.Now()
 			rn.mu.Lock()
 			defer rn.mu.Unlock()
 			rn.cycles = append(rn.cycles, now.Sub(rn.lastEv))
+			rn.durs = append(rn.durs, c.Duration)
 			for _, rs := range c.Ready.Reservations {
 				rn.resv[rs.Job] = rs
 			}
@@ -278,8 +291,10 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config)) *run {
 			if len(c.Outcome.RefusedBinds)+len(c.Outcome.RefusedPreemptions)+len(c.Errors) > 0 {
 				tb.Logf("cycle %d: refused binds %v, refused preemptions %v, errors %v", c.Ready.Seq, c.Outcome.RefusedBinds, c.Outcome.RefusedPreemptions, c.Errors)
 			}
-			for _, bd := range c.Ready.Binds {
-				tb.Logf("cycle %d: bind %s on %d nodes", c.Ready.Seq, bd.Job, len(nodesOf(bd.Members)))
+			if _, bench := tb.(*testing.B); !bench { // (a benchmark's log is cut)
+				for _, bd := range c.Ready.Binds {
+					tb.Logf("cycle %d: bind %s on %d nodes", c.Ready.Seq, bd.Job, len(nodesOf(bd.Members)))
+				}
 			}
 			if os.Getenv("BERTH_SLURM_DEBUG") != "" {
 				for _, p := range c.Ready.Pending {
@@ -479,7 +494,10 @@ func TestIntegrationPreemptRequeue(t *testing.T) {
 	waitFor(t, 60*time.Second, "the high gang to run", func() bool { return showJob(t, conf, high).State == "RUNNING" })
 	jl := showJob(t, conf, low)
 	assert.NotEqual(t, "RUNNING", jl.State, "the victim stopped")
-	assert.GreaterOrEqual(t, jl.Restarts, 1, "SLURM requeued the victim")
+	// The requeue is made at the end of the grace period, by a timer of
+	// the backend's own; the preemptor's bind (the engine's cycle at the
+	// same deadline) may reach SLURM first.
+	waitFor(t, 10*time.Second, "SLURM to requeue the victim", func() bool { return showJob(t, conf, low).Restarts >= 1 })
 	assert.Len(t, hostnames(t, conf, showJob(t, conf, high).NodeList), 16)
 	waitFor(t, 60*time.Second, "the victim to run again", func() bool {
 		j := showJob(t, conf, low)
@@ -872,16 +890,17 @@ func benchConf(b *testing.B) string {
 	return conf
 }
 
-// Decision-to-RUNNING latency of a 16-node x 8-GPU gang: from the cycle
-// that bound it (Observe) to squeue reporting it RUNNING (polled every
-// 20 ms).
+// Latency of a 16-node x 8-GPU gang (the whole cluster) from its sbatch
+// (submit-to-running-s) and from the cycle that bound it (Observe;
+// ms-to-running) to squeue reporting it RUNNING (read every 20 ms).
 func BenchmarkIntegrationGang16Latency(b *testing.B) {
 	conf := benchConf(b)
 	reset(b, conf)
 	rn := startRunner(b, conf, func(c *slurm.Config) { c.PollInterval = 100 * time.Millisecond })
 	defer rn.stop(b)
-	var total time.Duration
+	var total, fromSubmit time.Duration
 	for i := 0; i < b.N; i++ {
+		submitted := time.Now()
 		id := sbatch(b, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
 		var ran time.Time
 		waitFor(b, 30*time.Second, "the gang to run", func() bool {
@@ -896,12 +915,14 @@ func BenchmarkIntegrationGang16Latency(b *testing.B) {
 		at := rn.boundAt[id]
 		rn.mu.Unlock()
 		total += ran.Sub(at)
+		fromSubmit += ran.Sub(submitted)
 		waitFor(b, 30*time.Second, "the gang to end", func() bool {
 			st, _ := cmdErr(conf, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T")
 			return st == "COMPLETED"
 		})
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-running")
+	b.ReportMetric(fromSubmit.Seconds()/float64(b.N), "submit-to-running-s")
 }
 
 // Jobs handled per second end to end with 500 pending, and berth's cycle

@@ -45,6 +45,11 @@ type jobRec struct {
 			Name string `json:"nodename"`
 		} `json:"allocated_nodes"`
 	} `json:"job_resources"`
+
+	// detail: the fields users write (account, comment, limits, GRES)
+	// were read; devs: GresDetail was read (both true from JSON; see
+	// read.go).
+	detail, devs bool
 }
 
 // sinfoOut is the part of `sinfo --json` the backend reads.
@@ -67,6 +72,9 @@ func parseSqueue(b []byte) ([]jobRec, error) {
 	var out squeueOut
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("%w: squeue --json: %w", ErrParse, err)
+	}
+	for i := range out.Jobs {
+		out.Jobs[i].detail, out.Jobs[i].devs = true, true
 	}
 	return out.Jobs, nil
 }

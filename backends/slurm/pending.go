@@ -41,8 +41,11 @@ func (b *Backend) Pending(ctx context.Context) ([]*queue.Job, error) {
 				continue
 			}
 			j, err := b.toJob(id, r, r.Partition, idx[k])
+			if err == nil {
+				err = b.checkLevels(j.Request.Required, j.Request.Preferred)
+			}
 			if err != nil {
-				continue // Next skips it and tells OnSkip
+				continue // Next holds it, with its reason
 			}
 			if t := b.jobs[id]; t == nil || t.state != inPending {
 				b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}

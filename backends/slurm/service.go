@@ -336,6 +336,19 @@ func (b *Backend) replicaRec(r *jobRec) (string, bool) {
 	if r.Partition != b.cfg.RunPartition {
 		return "", false
 	}
+	if !r.detail {
+		// Read without its comment (read.go): a replica berth created,
+		// known by its SLURM ID (b.mu is held on this path).
+		if b.svc != nil {
+			sid := recID(r)
+			for rid, rp := range b.svc.reps {
+				if rp.slurmID == sid {
+					return rid, true
+				}
+			}
+		}
+		return "", false
+	}
 	id, _ := replicaOf(r.Comment)
 	return id, id != ""
 }

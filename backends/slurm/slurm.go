@@ -94,6 +94,11 @@ type Config struct {
 	// LaunchDir their --chdir (default /tmp).
 	LaunchOutput string
 	LaunchDir    string
+	// ReasonInterval and ReasonBatch bound ShowReasons: at most
+	// ReasonBatch jobs' reasons written every ReasonInterval. Defaults 5 s
+	// and 16; a negative ReasonInterval writes none.
+	ReasonInterval time.Duration
+	ReasonBatch    int
 	// OnSkip, if set, is told once of every pending job berth cannot
 	// schedule (ErrBadJob) and of failures no caller sees (a stop after a
 	// grace period, moving a requeued job back). Called from the
@@ -126,6 +131,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.CommandTimeout == 0 {
 		out.CommandTimeout = 30 * time.Second
+	}
+	if out.ReasonInterval == 0 {
+		out.ReasonInterval = 5 * time.Second
+	}
+	if out.ReasonBatch <= 0 {
+		out.ReasonBatch = 16
 	}
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
@@ -188,6 +199,23 @@ type Backend struct {
 	batch   []*bindReq
 	leading bool
 
+	// What users see (reasons.go), under mu: the reason last written per
+	// job, the next ones to write, jobs held as never runnable, the
+	// cluster's topology levels.
+	shown       map[string]string
+	reasonTodo  [][2]string
+	writing     bool
+	lastWrite   time.Time
+	rejects     []reject
+	held        map[string]bool
+	levels      []string
+	levelsKnown bool
+
+	// GPU indices read in the background (read.go), under mu.
+	devRead    map[string]devRead
+	devReading bool
+	devJSON    bool
+
 	svc *svcState // services and replica jobs (service.go); under mu
 	// Jobs LaunchJob submitted: berth ID <-> SLURM ID (b.mu).
 	lmu     sync.Mutex // serialises LaunchJob and WithdrawJob
@@ -202,7 +230,14 @@ type Stats struct {
 	Binds       int
 	BindTime    time.Duration // each BindGang call, summed
 	Batches     int           // scontrol processes that ran binds
+	BatchTime   time.Duration // their run time, summed
+	BatchFails  int           // batches scontrol reported a failure of
 	Preemptions int
+	DetailReads int // squeue reads of new jobs' user fields
+	DeviceReads int // scontrol -d reads of started jobs' GPU indices
+	JSONReads   int // polls that read squeue --json (a check failed, or a job berth does not know in RunPartition)
+	Reasons     int // reasons written (ShowReasons)
+	Rejects     int // jobs held as never runnable
 }
 
 // job states as the backend told the engine.
@@ -217,6 +252,7 @@ type tracked struct {
 	partition string // the managed partition it came from
 	nodes     int    // SLURM node count of the job
 	bound     bool   // berth moved it to RunPartition and has not seen it run yet
+	binding   bool   // a BindGang of it is in flight (a poll then decides nothing of it)
 	running   []string
 	devices   string // the gres detail last reported
 	restarts  int
@@ -240,6 +276,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg: c, cli: cl,
 		jobs: map[string]*tracked{}, skipped: map[string]bool{}, nodes: map[string]topo.NodeState{},
 		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
+		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{},
 		toSlurm: map[string]string{}, toBerth: map[string]string{},
 	}, nil
 }
@@ -313,6 +350,7 @@ func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
 	seen := map[string]bool{}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.levels, b.levelsKnown = slices.Clone(spec.Levels), true
 	for _, r := range recs {
 		if seen[r.Name] || !b.managedNode(r) {
 			continue
@@ -650,17 +688,22 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 		}
 	}
 	start := time.Now()
+	b.mu.Lock()
+	t.binding = true
+	b.mu.Unlock()
 	err := b.bind(ctx, &bindReq{
 		id: job, job: sid, nodes: order, done: make(chan error, 1),
 		args: []string{"update", "JobId=" + sid, "Partition=" + b.cfg.RunPartition,
 			"NodeList=" + strings.Join(order, ","), "StartTime=now", "AdminComment=" + adminTag + t.partition},
 	})
 	b.mu.Lock()
+	t.binding = false
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
 	launched := t.launched
 	if err == nil {
 		t.state, t.bound, t.running, t.devices, t.launched = inRunning, true, order, "", false
+		delete(b.shown, job) // the bind's admin comment replaced the reason
 	}
 	b.mu.Unlock()
 	if err != nil || !launched {

@@ -105,11 +105,15 @@ func run(queues []string, poll, dur time.Duration) error {
 		Parallelism:  256, // the backend batches a cycle's binds into one scontrol
 		// A job of an unknown queue, or a report the engine cannot take,
 		// is logged and skipped rather than stopping the bridge.
+		// A job the engine refuses (an account berth has no queue for) is
+		// held in SLURM with the reason (b.StepError); every refusal is
+		// also logged in words, naming the job.
 		OnStepError: func(ev engine.Event, err error) error {
 			log.Print(skipLine(ev, err, queues))
-			return nil
+			return b.StepError(ev, err)
 		},
 		Observe: func(c backends.Cycle) {
+			b.ShowReasons(c.Ready.Pending) // berth's reasons in each job's AdminComment
 			if len(c.Ready.Binds)+len(c.Ready.Preemptions) == 0 {
 				return
 			}

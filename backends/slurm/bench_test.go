@@ -1,0 +1,226 @@
+package slurm_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/berthsched/berth/backends/slurm"
+)
+
+// e2eMix is the sbatch arguments of job i of BenchmarkEndToEnd500's 500:
+// every 50th a 2-node x 8-GPU gang (10), else every 10th one node x 8 GPUs
+// (40), every 10th x 4 GPUs (50), two in 10 x 2 GPUs (100), the rest
+// (300) one GPU; each runs `true` with a one-minute limit.
+func e2eMix(part string, i int) []string {
+	nodes, gpus := 1, 1
+	switch {
+	case i%50 == 49:
+		nodes, gpus = 2, 8
+	case i%10 == 9:
+		gpus = 8
+	case i%10 == 8:
+		gpus = 4
+	case i%10 == 6, i%10 == 7:
+		gpus = 2
+	}
+	return []string{"-p", part, "-N", fmt.Sprint(nodes), fmt.Sprintf("--gres=gpu:h100:%d", gpus), "-t", "1", "--wrap", "true"}
+}
+
+// submitMix submits the 500 jobs of the mix to part, four sbatch at a
+// time, and returns their IDs.
+func submitMix(tb testing.TB, conf, part string) []string {
+	tb.Helper()
+	ids := make([]string, 500)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out, err := cmdErr(conf, "sbatch", append([]string{"--parsable", "-o", "/dev/null"}, e2eMix(part, i)...)...)
+				if err != nil {
+					errs <- fmt.Errorf("sbatch: %v: %s", err, out)
+					return
+				}
+				ids[i] = out
+			}
+		}()
+	}
+	for i := range ids {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(tb, err)
+	}
+	return ids
+}
+
+// waitCompleted waits until SLURM reports every job of ids COMPLETED
+// (squeue every 100 ms) and returns when it saw it.
+func waitCompleted(tb testing.TB, conf string, ids []string) time.Time {
+	tb.Helper()
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var at time.Time
+	waitFor(tb, 10*time.Minute, fmt.Sprintf("%d jobs to complete", len(ids)), func() bool {
+		done := 0
+		for _, r := range squeueStates(tb, conf) {
+			if want[r.id] {
+				switch r.state {
+				case "COMPLETED":
+					done++
+				case "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY":
+					tb.Fatalf("job %s ended %s", r.id, r.state)
+				}
+			}
+		}
+		at = time.Now()
+		return done == len(ids)
+	})
+	return at
+}
+
+// BenchmarkEndToEnd500: the same 500 pending jobs (e2eMix) run to their
+// end (a) by SLURM alone, on its own partition gpu (held DOWN while they
+// are submitted, then set UP: the clock runs from UP to the last
+// COMPLETED), and (b) through berth: a Runner over the backend, started
+// once the jobs wait in the managed partition berth (the clock runs from
+// the Runner's start to the last COMPLETED). It reports jobs/s (berth),
+// sbatch-jobs/s (SLURM alone), their ratio berth/sbatch, and p99-cycle-s,
+// the 99th percentile of the Runner's Cycle.Duration.
+//
+// It takes minutes: hack/test.sh's one-shot benchmark run skips it unless
+// BERTH_SLURM_BENCH=1.
+func BenchmarkEndToEnd500(b *testing.B) {
+	conf := benchConf(b)
+	if os.Getenv("BERTH_SLURM_BENCH") != "1" {
+		b.Skip("set BERTH_SLURM_BENCH=1 to run (minutes)")
+	}
+	var berthRate, slurmRate float64
+	var durs []time.Duration
+	var st slurm.Stats
+	for i := 0; i < b.N; i++ {
+		// (a) SLURM alone.
+		reset(b, conf)
+		cmd(b, conf, "scontrol", "update", "PartitionName=gpu", "State=DOWN")
+		ids := func() []string {
+			defer cmd(b, conf, "scontrol", "update", "PartitionName=gpu", "State=UP")
+			return submitMix(b, conf, "gpu")
+		}()
+		start := time.Now() // (the partition is UP)
+		end := waitCompleted(b, conf, ids)
+		slurmRate += float64(len(ids)) / end.Sub(start).Seconds()
+
+		// (b) berth.
+		reset(b, conf)
+		ids = submitMix(b, conf, "berth")
+		start = time.Now()
+		rn := startRunner(b, conf, nil)
+		end = waitCompleted(b, conf, ids)
+		rn.stop(b)
+		berthRate += float64(len(ids)) / end.Sub(start).Seconds()
+		rn.mu.Lock()
+		durs = append(durs, rn.durs...)
+		rn.mu.Unlock()
+		st = rn.b.Stats()
+	}
+	slices.Sort(durs)
+	n := float64(b.N)
+	b.ReportMetric(berthRate/n, "jobs/s")
+	b.ReportMetric(slurmRate/n, "sbatch-jobs/s")
+	b.ReportMetric(berthRate/slurmRate, "berth/sbatch")
+	if len(durs) > 0 {
+		b.ReportMetric(durs[len(durs)*99/100].Seconds(), "p99-cycle-s")
+		b.ReportMetric(durs[len(durs)/2].Seconds(), "p50-cycle-s")
+	}
+	// Where berth's time went (the last run).
+	b.ReportMetric(float64(st.PollTime.Milliseconds())/float64(max(st.Polls, 1)), "poll-ms")
+	b.ReportMetric(float64(st.Polls), "polls")
+	b.ReportMetric(float64(st.JSONReads), "json-reads")
+	b.ReportMetric(float64(st.Binds)/float64(max(st.Batches, 1)), "binds/scontrol")
+	b.ReportMetric(st.BindTime.Seconds()/float64(max(st.Binds, 1)), "bind-wait-s")
+	b.ReportMetric(st.BatchTime.Seconds(), "scontrol-s")
+	b.ReportMetric(float64(st.BatchFails), "batch-fails")
+	b.ReportMetric(st.PollTime.Seconds(), "poll-s")
+}
+
+// jobStates reads the state and restart count of jobs (squeue -O).
+func jobStates(tb testing.TB, conf string, ids ...string) map[string]jobState {
+	tb.Helper()
+	out, err := cmdErr(conf, "squeue", "-h", "-t", "all", "-j", strings.Join(ids, ","), "-O", "JobID:0|,State:0|,RestartCnt:0")
+	res := map[string]jobState{}
+	if err != nil {
+		return res
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Split(strings.TrimSpace(line), "|")
+		if len(f) == 3 {
+			n, _ := strconv.Atoi(f[2])
+			res[f[0]] = jobState{id: f[0], state: f[1], restarts: n}
+		}
+	}
+	return res
+}
+
+// BenchmarkPreemption: a 16-node x 8-GPU gang of berth-hi preempts one of
+// berth (preemptible, grace period 1 s) that holds the whole cluster:
+// seconds from the preemptor's sbatch to the victim requeued (its restart
+// count up) and to the preemptor RUNNING, read every 20 ms.
+func BenchmarkPreemption(b *testing.B) {
+	conf := benchConf(b)
+	reset(b, conf)
+	rn := startRunner(b, conf, nil)
+	defer rn.stop(b)
+	var toRequeued, toRunning time.Duration
+	for i := 0; i < b.N; i++ {
+		low := sbatch(b, conf, "-p", "berth", "-N", "16", "--gres=gpu:h100:8", "-t", "10", "--wrap", "sleep 300")
+		waitFor(b, 60*time.Second, "the victim to run", func() bool { return jobStates(b, conf, low)[low].state == "RUNNING" })
+		start := time.Now()
+		high := sbatch(b, conf, "-p", "berth-hi", "-N", "16", "--gres=gpu:h100:8", "-t", "1", "--wrap", "sleep 1")
+		var requeued, running time.Time
+		waitFor(b, 60*time.Second, "the victim requeued and the preemptor running", func() bool {
+			st := jobStates(b, conf, low, high)
+			now := time.Now()
+			if requeued.IsZero() && st[low].restarts >= 1 {
+				requeued = now
+			}
+			if hs := st[high].state; running.IsZero() && (hs == "RUNNING" || hs == "COMPLETING" || hs == "COMPLETED") {
+				running = now
+			}
+			return !requeued.IsZero() && !running.IsZero()
+		})
+		toRequeued += requeued.Sub(start)
+		toRunning += running.Sub(start)
+		cmd(b, conf, "scancel", low, high)
+		waitFor(b, 60*time.Second, "both to end", func() bool {
+			st := jobStates(b, conf, low, high)
+			return terminalState(st[low].state) && terminalState(st[high].state)
+		})
+	}
+	b.ReportMetric(toRequeued.Seconds()/float64(b.N), "to-requeued-s")
+	b.ReportMetric(toRunning.Seconds()/float64(b.N), "to-running-s")
+	b.ReportMetric(time.Second.Seconds(), "grace-s")
+}
+
+func terminalState(s string) bool {
+	switch s {
+	case "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY":
+		return true
+	}
+	return false
+}
