@@ -84,7 +84,7 @@ fi
 # ---- end accounting -------------------------------------------------------
 
 echo "== go test -race"
-go test -json -race -count=1 ./... 2>&1 | "$skips_dir/testskips"
+go test -json -race -count=1 -timeout 30m ./... 2>&1 | "$skips_dir/testskips"
 
 echo "== fuzz (each target for $FUZZTIME)"
 for pkg in $(go list ./...); do
@@ -138,7 +138,8 @@ export KUBEBUILDER_ASSETS
 (cd examples/kube-scheduler && go vet ./... && go build -o /dev/null .)
 # hybrid federation (issue 13): backends/kube's TestHybridFederation above
 # needs the SLURM cluster too (up until EXIT); examples/hybrid is its own module.
-(cd examples/hybrid && go vet ./... && go build -o /dev/null . && go run . -config site.json -check >/dev/null)
+(cd examples/hybrid && go vet ./... && go build -o /dev/null . && go run . -config site.json -check >/dev/null \
+  && go test -count=1 ./...) # its tests run it end to end on the SLURM test cluster (~60 s)
 # ---- end backends/kube
 
 rm -rf "$skips_dir"
