@@ -134,7 +134,8 @@ type Reconciled struct {
 
 // build makes the engine: restored from the store when it holds a state,
 // else new (with its journal on when there is a store); then reconciled
-// with the backend's inventory.
+// with the backend's inventory. A state that does not match the backend
+// (see StateMismatchError) is an error before anything is stepped.
 func (r *Runner) build(ctx context.Context, ecfg engine.Config, spec topo.Spec, running []RunningJob) (*engine.Engine, error) {
 	var st *engine.State
 	if r.cfg.Store != nil {
@@ -146,7 +147,15 @@ func (r *Runner) build(ctx context.Context, ecfg engine.Config, spec topo.Spec, 
 	var eng *engine.Engine
 	var err error
 	if st != nil {
+		if err := checkState(st); err != nil {
+			return nil, err
+		}
 		eng, err = engine.Restore(ecfg, st)
+		if err == nil {
+			if m := checkTopology(eng.Cluster(), spec); m != nil {
+				return nil, m
+			}
+		}
 	} else {
 		ecfg.Cluster = spec
 		eng, err = engine.New(ecfg)

@@ -214,6 +214,10 @@ func (r *Runner) View() *engine.View {
 // stream ends (ErrClosed), ctx.Err() when ctx is cancelled (a cycle being
 // applied is finished or rolled back first, and advanced), and otherwise
 // the first error that stops it: inventory, engine (ErrEngine) or events.
+// A saved state that does not match the backend's inventory (no cluster,
+// other levels or nodes, a node the engine rejects) is a
+// StateMismatchError (ErrStateMismatch), returned before any cycle; the
+// store is not written then.
 // With a Store, the state is saved when Run returns (a failed save is
 // joined to the error returned). Run may be called once.
 func (r *Runner) Run(ctx context.Context) (err error) {
