@@ -87,6 +87,13 @@ type RunnerConfig struct {
 	// SaveInterval: how often the state is saved while Run runs. Zero:
 	// one minute.
 	SaveInterval time.Duration
+	// CompactAfter: a save compacts the journal first (engine.Compact:
+	// a snapshot of the live state replaces the records) once it holds
+	// at least this many records since the last snapshot, so that the
+	// state and a restore are bounded by the live jobs, not the history.
+	// Engines Compact refuses (ErrNotCompactable) keep their whole
+	// journal. Zero: DefaultCompactAfter; negative: never.
+	CompactAfter int
 	// Recorder, if set, receives a JobRecord for every step of every
 	// job's life (submission, pending reason, start, preemption, requeue,
 	// end), for accounting and audit (see package accounting). Nil: none.
@@ -150,6 +157,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, bad("CallTimeout must not be negative, got %v", cfg.CallTimeout)
 	case cfg.SaveInterval < 0:
 		return nil, bad("SaveInterval must not be negative, got %v", cfg.SaveInterval)
+	}
+	if cfg.CompactAfter == 0 {
+		cfg.CompactAfter = DefaultCompactAfter
 	}
 	if cfg.SaveInterval == 0 {
 		cfg.SaveInterval = time.Minute
