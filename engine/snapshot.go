@@ -30,7 +30,7 @@ type Snapshot struct {
 	// Running jobs, in their grace period included, by ID.
 	Running []SavedJob `json:",omitempty"`
 	// FairShare: the queues' and accounts' decayed usage.
-	FairShare queue.FairShareState
+	FairShare queue.FairShareState `json:",omitzero"`
 	// Reservations: the advance reservations, by name.
 	Reservations []SavedReservation `json:",omitempty"`
 	// Claims: the GPUs preemptors wait for while their victims stop.
@@ -42,10 +42,10 @@ type Snapshot struct {
 	// started (a job's run is which one it is).
 	Seq, Runs uint64 `json:",omitempty"`
 	// MIGNotBefore: no MIG plan before then (one was refused).
-	MIGNotBefore time.Time `json:",omitempty"`
+	MIGNotBefore time.Time `json:",omitzero"`
 	// MaxNotBefore: the latest bind backoff end ever set; RetryAt: the
 	// earliest one pending (see Engine.BindRetryAt); zero: none.
-	MaxNotBefore, RetryAt time.Time `json:",omitempty"`
+	MaxNotBefore, RetryAt time.Time `json:",omitzero"`
 	// Site: the site rules' state exists (a config, or an advance
 	// reservation was ever set). FracSeen: a fractional or MIG job was
 	// ever known. Dirty: the next Ready runs a cycle.
@@ -63,25 +63,25 @@ type SavedJob struct {
 	Job *queue.Job
 	// NotBefore: a refused bind's backoff (pending); Refusals: the
 	// consecutive refused binds.
-	NotBefore time.Time `json:",omitempty"`
+	NotBefore time.Time `json:",omitzero"`
 	Refusals  int       `json:",omitempty"`
 	// LastPreempted: when it was last preempted (or a preemption of it
 	// refused); Checkpoint: its last checkpoint (running).
-	LastPreempted time.Time `json:",omitempty"`
-	Checkpoint    time.Time `json:",omitempty"`
+	LastPreempted time.Time `json:",omitzero"`
+	Checkpoint    time.Time `json:",omitzero"`
 	// QuotaWait: blocked by quota since it last started.
 	QuotaWait bool `json:",omitempty"`
 	HasRes    bool `json:",omitempty"`
 	// Running: where, since when, which run, whether Advance confirmed
 	// its bind, whether it was backfilled.
 	Members    []SavedMember `json:",omitempty"`
-	Started    time.Time     `json:",omitempty"`
+	Started    time.Time     `json:",omitzero"`
 	Run        uint64        `json:",omitempty"`
 	Confirmed  bool          `json:",omitempty"`
 	Backfilled bool          `json:",omitempty"`
 	// Deadline and VictimFor: in its grace period (preempted for
 	// VictimFor), it stops by Deadline.
-	Deadline  time.Time `json:",omitempty"`
+	Deadline  time.Time `json:",omitzero"`
 	VictimFor string    `json:",omitempty"`
 }
 
@@ -226,6 +226,9 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 	bad := func(format string, args ...any) (*Engine, error) {
 		return nil, fmt.Errorf("%w: snapshot: %s", ErrInvalidState, fmt.Sprintf(format, args...))
 	}
+	if n := len(sn.Pending) + len(sn.Running); n > 0 {
+		e.jobs, e.byPtr = make(map[string]*job, n), make(map[*queue.Job]*job, n) // no rehash while they fill
+	}
 	if sn.Site {
 		e.siteInit()
 	}
@@ -331,4 +334,3 @@ func unixNano(t time.Time) int64 {
 	}
 	return t.UnixNano()
 }
-

@@ -91,10 +91,10 @@ type SavedMember struct {
 	MemoryMiB  int64 `json:",omitempty"`
 	Fractional bool  `json:",omitempty"`
 	// Model and Profile name the MIG instance's profile (empty: none).
-	Model, Profile string `json:",omitempty"`
-	Start          uint8  `json:",omitempty"`
-	Created        bool   `json:",omitempty"`
-	Share          mig.Share
+	Model, Profile string    `json:",omitempty"`
+	Start          uint8     `json:",omitempty"`
+	Created        bool      `json:",omitempty"`
+	Share          mig.Share `json:",omitzero"`
 }
 
 // SavedOutcome is an Outcome as data: MIG refusals by node and GPU (how
