@@ -316,7 +316,12 @@ func checkSite(t *testing.T, e *Engine, rd Ready) {
 // JSON, with a fresh policy of the seed.
 func restoreJSON(t *testing.T, cfg Config, full *State, n int, seed uint64) *Engine {
 	t.Helper()
-	st := &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:n]}
+	return restoreStateJSON(t, cfg, &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:n]}, seed)
+}
+
+// restoreStateJSON restores st after a trip through JSON.
+func restoreStateJSON(t *testing.T, cfg Config, st *State, seed uint64) *Engine {
+	t.Helper()
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +333,7 @@ func restoreJSON(t *testing.T, cfg Config, full *State, n int, seed uint64) *Eng
 	cfg.Policy = fuzzPolicy(seed)
 	e, err := Restore(cfg, &back)
 	if err != nil {
-		t.Fatalf("seed %d, %d records: Restore: %v", seed, n, err)
+		t.Fatalf("seed %d, %d records, snapshot %v: Restore: %v", seed, len(st.Records), st.Snapshot != nil, err)
 	}
 	return e
 }

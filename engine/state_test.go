@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -142,13 +141,7 @@ func TestRestoreSameDecisions(t *testing.T) {
 			}
 			m.lastSeq = e2.seq
 			for k := i; k < len(steps); k++ {
-				st := steps[k]
-				if st.ev != nil && st.ev.Job != nil {
-					cp := *st.ev.Job
-					ev := *st.ev
-					ev.Job = &cp
-					st.ev = &ev
-				}
+				st := fresh(steps[k])
 				if d := apply(t, e2, st, m); d != digests[k] {
 					t.Fatalf("seed %d, stopped before step %d: step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, k, digests[k], d)
 				}
@@ -204,13 +197,7 @@ func TestCompactSameDecisions(t *testing.T) {
 				if k == again {
 					e = compactJSON(t, cfg, e, seed)
 				}
-				st := steps[k]
-				if st.ev != nil && st.ev.Job != nil {
-					cp := *st.ev.Job
-					ev := *st.ev
-					ev.Job = &cp
-					st.ev = &ev
-				}
+				st := fresh(steps[k])
 				if d := apply(t, e, st, m); d != digests[k] {
 					t.Fatalf("seed %d, compacted before step %d (again before %d): step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, again, k, digests[k], d)
 				}
@@ -240,20 +227,19 @@ func compactJSON(t *testing.T, cfg Config, e *Engine, seed uint64) *Engine {
 	if len(st.Records) != 0 || st.Snapshot == nil {
 		t.Fatalf("compacted state with %d records, snapshot %v", len(st.Records), st.Snapshot != nil)
 	}
-	b, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
+	return restoreStateJSON(t, cfg, st, seed)
+}
+
+// fresh is st with its own copy of its event's job (the engine owns the
+// jobs it is given).
+func fresh(st fuzzStep) fuzzStep {
+	if st.ev != nil && st.ev.Job != nil {
+		cp := *st.ev.Job
+		ev := *st.ev
+		ev.Job = &cp
+		st.ev = &ev
 	}
-	var back State
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Policy = fuzzPolicy(seed)
-	e2, err := Restore(cfg, &back)
-	if err != nil {
-		t.Fatalf("seed %d: Restore from a snapshot: %v", seed, err)
-	}
-	return e2
+	return st
 }
 
 func contains(s, sub string) bool {
