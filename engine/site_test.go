@@ -346,7 +346,7 @@ func restoreStateJSON(t *testing.T, cfg Config, st *State, seed uint64) *Engine 
 // (checkSite).
 func TestSiteRestoreSameDecisions(t *testing.T) {
 	const histories, points = 12, 6
-	checked := 0
+	checked, compacted := 0, 0
 	seen := map[string]int{}
 	for seed := uint64(1); seed <= histories; seed++ {
 		cfg, steps, digests, at, full := siteHistory(t, seed, 250)
@@ -361,15 +361,35 @@ func TestSiteRestoreSameDecisions(t *testing.T) {
 		for p := 0; p < points; p++ {
 			i := rng.IntN(len(steps))
 			e2 := restoreJSON(t, cfg, full, at[i], seed)
-			for k := i; k < len(steps); k++ {
-				if d := siteApply(t, e2, steps[k]); d != digests[k] {
-					t.Fatalf("seed %d, stopped before step %d: step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, k, digests[k], d)
+			twins := []*Engine{e2}
+			// The same state compacted, where Compact takes it (no array
+			// or dependency live): restored from its snapshot.
+			e3 := restoreJSON(t, cfg, full, at[i], seed)
+			switch err := e3.Compact(); {
+			case err == nil:
+				st, err := e3.Save()
+				if err != nil {
+					t.Fatal(err)
+				}
+				twins = append(twins, restoreStateJSON(t, cfg, st, seed))
+				compacted++
+			case !errors.Is(err, ErrNotCompactable):
+				t.Fatalf("seed %d, step %d: Compact: %v", seed, i, err)
+			}
+			for n, e := range twins {
+				for k := i; k < len(steps); k++ {
+					if d := siteApply(t, e, steps[k]); d != digests[k] {
+						t.Fatalf("seed %d, stopped before step %d (compacted %v): step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, n == 1, k, digests[k], d)
+					}
 				}
 			}
 			checked++
 		}
 	}
-	t.Logf("%d stop points; digests with: %v; resumed cycles %d", checked, seen, siteResumed)
+	t.Logf("%d stop points (%d also compacted); digests with: %v; resumed cycles %d", checked, compacted, seen, siteResumed)
+	if compacted == 0 {
+		t.Error("no stop point could be compacted")
+	}
 	if siteResumed == 0 {
 		t.Error("no cycle resumed a walk: the twin comparison covers nothing")
 	}
