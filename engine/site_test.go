@@ -362,8 +362,8 @@ func TestSiteRestoreSameDecisions(t *testing.T) {
 			i := rng.IntN(len(steps))
 			e2 := restoreJSON(t, cfg, full, at[i], seed)
 			twins := []*Engine{e2}
-			// The same state compacted, where Compact takes it (no array
-			// or dependency live): restored from its snapshot.
+			// The same state compacted (arrays, dependencies, partitions,
+			// limits, advance reservations) and restored from its snapshot.
 			e3 := restoreJSON(t, cfg, full, at[i], seed)
 			switch err := e3.Compact(); {
 			case err == nil:
@@ -387,8 +387,8 @@ func TestSiteRestoreSameDecisions(t *testing.T) {
 		}
 	}
 	t.Logf("%d stop points (%d also compacted); digests with: %v; resumed cycles %d", checked, compacted, seen, siteResumed)
-	if compacted == 0 {
-		t.Error("no stop point could be compacted")
+	if compacted != checked {
+		t.Errorf("%d of %d stop points could not be compacted", checked-compacted, checked)
 	}
 	if siteResumed == 0 {
 		t.Error("no cycle resumed a walk: the twin comparison covers nothing")

@@ -35,6 +35,12 @@ type Snapshot struct {
 	Reservations []SavedReservation `json:",omitempty"`
 	// Claims: the GPUs preemptors wait for while their victims stop.
 	Claims []SavedClaim `json:",omitempty"`
+	// Arrays: the job arrays with tasks left, by ID (their tasks are
+	// jobs above, SavedJob.Array).
+	Arrays []SavedArray `json:",omitempty"`
+	// Dependents: by job, the jobs whose dependencies on it are not
+	// settled yet, in the order they were submitted.
+	Dependents map[string][]string `json:",omitempty"`
 	// Sticky: the last cycle's reservations of pending jobs, which the
 	// next cycle keeps while they stay valid.
 	Sticky []SavedSticky `json:",omitempty"`
@@ -71,6 +77,13 @@ type SavedJob struct {
 	Checkpoint    time.Time `json:",omitzero"`
 	// QuotaWait: blocked by quota since it last started.
 	QuotaWait bool `json:",omitempty"`
+	// Partition: the partition it runs in or was last tried in, of the
+	// several it may use (site rules); empty: it has no choice.
+	Partition string `json:",omitempty"`
+	// Array: the array it is a task of. Deps: where each of its
+	// dependencies (Job.Dependencies but singletons, in order) stands.
+	Array string     `json:",omitempty"`
+	Deps  []SavedDep `json:",omitempty"`
 	HasRes    bool `json:",omitempty"`
 	// Running: where, since when, which run, whether Advance confirmed
 	// its bind, whether it was backfilled.
@@ -83,6 +96,19 @@ type SavedJob struct {
 	// VictimFor), it stops by Deadline.
 	Deadline  time.Time `json:",omitzero"`
 	VictimFor string    `json:",omitempty"`
+}
+
+// SavedArray is a job array: its ID and throttle (most tasks running).
+type SavedArray struct {
+	ID       string
+	Throttle int `json:",omitempty"`
+}
+
+// SavedDep is where one dependency stands: met, never to be met, or
+// neither (waiting).
+type SavedDep struct {
+	Met   bool `json:",omitempty"`
+	Never bool `json:",omitempty"`
 }
 
 // SavedReservation is an advance reservation with the GPUs it resolved to
@@ -120,8 +146,8 @@ type SavedSticky struct {
 // snapshot does not carry: the policy's own state (Config.Policy starts
 // anew, as with Restore), the caches and the cycle resumption (which
 // change no decision), and the View's pending list (empty until the first
-// cycle). Engines with services, job arrays or dependencies, MIG nodes,
-// or fractional jobs live cannot be compacted yet (ErrNotCompactable: the
+// cycle). Engines with services, MIG nodes, or fractional jobs live
+// cannot be compacted yet (ErrNotCompactable: the
 // journal stays whole). Errors: ErrInvalidEvent (journal off, a Ready not
 // advanced), ErrNotCompactable.
 func (e *Engine) Compact() error {
@@ -148,6 +174,17 @@ func (e *Engine) Compact() error {
 	for _, id := range sortedKeys(e.jobs) {
 		js := e.jobs[id]
 		sj := SavedJob{Job: js.j, Refusals: js.refusals, LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes}
+		if sjs := js.site; sjs != nil {
+			if len(sjs.parts) > 1 {
+				sj.Partition, _ = e.PartitionOf(id)
+			}
+			if sjs.array != nil {
+				sj.Array = sjs.array.id
+			}
+			for _, d := range sjs.deps {
+				sj.Deps = append(sj.Deps, SavedDep{Met: d.met, Never: d.never})
+			}
+		}
 		if js.notBefore != 0 {
 			sj.NotBefore = time.Unix(0, js.notBefore).In(e.now.Location())
 		}
@@ -163,6 +200,15 @@ func (e *Engine) Compact() error {
 		sn.Running = append(sn.Running, sj)
 	}
 	if e.site != nil {
+		for _, id := range sortedKeys(e.site.arrays) {
+			sn.Arrays = append(sn.Arrays, SavedArray{ID: id, Throttle: e.site.arrays[id].throttle})
+		}
+		for on, ids := range e.site.dependents {
+			if sn.Dependents == nil {
+				sn.Dependents = map[string][]string{}
+			}
+			sn.Dependents[on] = slices.Clone(ids)
+		}
 		for _, name := range sortedKeys(e.site.adv) {
 			a := e.site.adv[name]
 			sr := SavedReservation{Spec: a.spec}
@@ -195,8 +241,6 @@ func (e *Engine) compactable() error {
 	switch {
 	case len(e.svcs) > 0 || len(e.svcNext) > 0:
 		return no("services")
-	case e.site != nil && (len(e.site.arrays) > 0 || len(e.site.dependents) > 0):
-		return no("job arrays or dependencies")
 	case e.intake.Len() > 0:
 		return no("jobs in the intake")
 	}
@@ -208,9 +252,6 @@ func (e *Engine) compactable() error {
 	for _, js := range e.jobs {
 		if js.frac {
 			return no("fractional jobs")
-		}
-		if js.site != nil && (js.site.array != nil || len(js.site.deps) > 0) {
-			return no("job arrays or dependencies")
 		}
 	}
 	return nil
@@ -231,6 +272,13 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 	}
 	if sn.Site {
 		e.siteInit()
+	}
+	for _, a := range sn.Arrays {
+		e.siteInit()
+		if e.site.arrays == nil {
+			e.site.arrays = map[string]*jobArray{}
+		}
+		e.site.arrays[a.ID] = &jobArray{id: a.ID, throttle: a.Throttle}
 	}
 	for _, sr := range sn.Reservations {
 		r := sr.Spec
@@ -256,7 +304,7 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		if err != nil {
 			return bad("job %q: %v", sj.Job.ID, err)
 		}
-		if err := e.adopt(sj.Job, ms, e.now, sj.Started); err != nil {
+		if err := e.admitSaved(&sj, func() error { return e.adopt(sj.Job, ms, e.now, sj.Started) }); err != nil {
 			return bad("job %q: %v", sj.Job.ID, err)
 		}
 		js := e.jobs[sj.Job.ID]
@@ -273,10 +321,21 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		if sj.Job == nil {
 			return bad("a pending job without its job")
 		}
-		if err := e.submit(sj.Job); err != nil {
+		if err := e.admitSaved(&sj, func() error { return e.submit(sj.Job) }); err != nil {
 			return bad("job %q: %v", sj.Job.ID, err)
 		}
 		e.patch(e.jobs[sj.Job.ID], &sj)
+	}
+	if len(sn.Dependents) > 0 {
+		if e.site == nil {
+			return bad("dependents without site rules")
+		}
+		e.site.dependents = map[string][]string{}
+		for on, ids := range sn.Dependents {
+			e.site.dependents[on] = slices.Clone(ids)
+		}
+	} else if e.site != nil {
+		e.site.dependents = nil
 	}
 	for _, sc := range sn.Claims {
 		js := e.jobs[sc.Job]
@@ -313,10 +372,76 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 	return e, nil
 }
 
+// admitSaved submits or adopts a saved job (admit), with its array and
+// the state of its dependencies. The dependencies are not checked again:
+// those settled name jobs that ended (Snapshot.Dependents replaces what
+// attachDeps records).
+func (e *Engine) admitSaved(sj *SavedJob, admit func() error) error {
+	j := sj.Job
+	deps := j.Dependencies
+	j.Dependencies = nil
+	err := admit()
+	j.Dependencies = deps
+	if err != nil {
+		return err
+	}
+	js := e.jobs[j.ID]
+	if len(deps) == 0 && sj.Array == "" {
+		return nil
+	}
+	if e.site == nil {
+		return errors.New("dependencies or an array without site rules")
+	}
+	// A running job was counted (siteActivate) before its singleton key
+	// and array were known, or not at all when it had no site facts then.
+	wasCounted := js.site != nil && js.site.counted
+	if len(deps) > 0 {
+		e.attachDeps(js)
+		if len(sj.Deps) != len(js.site.deps) {
+			return fmt.Errorf("%d dependency states for %d dependencies", len(sj.Deps), len(js.site.deps))
+		}
+		for k, d := range sj.Deps {
+			js.site.deps[k].met, js.site.deps[k].never = d.Met, d.Never
+		}
+	}
+	if sj.Array != "" {
+		a := e.site.arrays[sj.Array]
+		if a == nil {
+			return fmt.Errorf("task of unknown array %q", sj.Array)
+		}
+		e.siteOf(js).array = a
+		a.left++
+	}
+	switch {
+	case js.st == statePending:
+	case !wasCounted:
+		e.siteActivate(js)
+	default:
+		if js.site.array != nil {
+			js.site.array.running++
+		}
+		if js.site.key != "" {
+			if e.site.singles == nil {
+				e.site.singles = map[string]int{}
+			}
+			e.site.singles[js.site.key]++
+		}
+	}
+	return nil
+}
+
 // patch sets a restored job's facts that submit and adopt do not.
 func (e *Engine) patch(js *job, sj *SavedJob) {
 	js.notBefore, js.refusals = unixNano(sj.NotBefore), sj.Refusals
 	js.lastPreempted, js.checkpoint, js.quotaWait, js.hasRes = sj.LastPreempted, sj.Checkpoint, sj.QuotaWait, sj.HasRes
+	if sj.Partition != "" && js.site != nil {
+		for k, pi := range js.site.parts {
+			if e.site.parts[pi].Name == sj.Partition {
+				js.site.cur = k
+				js.req, js.shape = js.site.reqs[k], js.site.shapes[k]
+			}
+		}
+	}
 }
 
 // placementOf is the placement of js on saved members (not booked).
