@@ -82,9 +82,10 @@ type SavedJob struct {
 	Partition string `json:",omitempty"`
 	// Array: the array it is a task of. Deps: where each of its
 	// dependencies (Job.Dependencies but singletons, in order) stands.
-	Array  string     `json:",omitempty"`
-	Deps   []SavedDep `json:",omitempty"`
-	HasRes bool       `json:",omitempty"`
+	Array string     `json:",omitempty"`
+	Deps  []SavedDep `json:",omitempty"`
+	// HasRes: it held a reservation in the last cycle (Snapshot.Sticky).
+	HasRes bool `json:",omitempty"`
 	// Running: where, since when, which run, whether Advance confirmed
 	// its bind, whether it was backfilled.
 	Members    []SavedMember `json:",omitempty"`
