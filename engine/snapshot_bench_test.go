@@ -14,8 +14,8 @@ import (
 )
 
 // BenchmarkRestore measures a restore from a compacted state with live
-// jobs live (about 1 in 20 running on a cluster of live/25 GPUs, the rest
-// pending in three queues under DRS, with estimates, priorities and
+// jobs live (running on a cluster of live/25 GPUs as far as it goes, the
+// rest pending in three queues under DRS, with estimates, priorities and
 // preemptible jobs): bytes is the state's JSON size, restore-s what one
 // restore takes (JSON decode and engine.Restore from the snapshot) on
 // the wall clock, and restore-cpu-s the CPU time of the process meanwhile
