@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -280,6 +282,21 @@ func TestRestoreErrors(t *testing.T) {
 	}
 	if err := e.Compact(); !errors.Is(err, ErrInvalidEvent) {
 		t.Fatalf("Compact without the journal: %v", err)
+	}
+	busy, _ := New(Config{Start: fuzzT0, Cluster: topo.Uniform(nil, nil, 1, 8, "H100"), Queues: fuzzConfig(rand.New(rand.NewPCG(1, 1)), false).Queues})
+	_ = busy.EnableJournal()
+	if err := busy.Step(Submitted(fuzzT0, &queue.Job{ID: "x", Queue: "a", Submit: fuzzT0, Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1}}}})); err != nil {
+		t.Fatal(err)
+	}
+	rd := busy.Ready()
+	if err := busy.Compact(); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("Compact before Advance: %v", err)
+	}
+	if err := busy.Advance(rd, Outcome{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := busy.Compact(); err != nil {
+		t.Fatalf("Compact after Advance: %v", err)
 	}
 	mg, _ := New(Config{Start: fuzzT0, Cluster: fuzzConfig(rand.New(rand.NewPCG(1, 1)), true).Cluster})
 	_ = mg.EnableJournal()
