@@ -289,6 +289,10 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		}
 		a := &advRes{spec: r, start: r.Start, end: end}
 		for _, g := range sr.GPUs {
+			id, ok := e.cluster.NodeByName(g.Node)
+			if _, n := e.cluster.NodeGPUs(id); !ok || g.GPU < 0 || g.GPU >= n {
+				return bad("reservation %q: no GPU %d on node %q", r.Name, g.GPU, g.Node)
+			}
 			a.refs = append(a.refs, gpuRef{g.Node, g.GPU})
 		}
 		e.siteInit()
@@ -351,7 +355,11 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 	}
 	for _, ss := range sn.Sticky {
 		r := &resv{job: ss.Job, start: ss.Start, gpus: slices.Clone(ss.GPUs)}
-		r.bm = bitmapOf(r.gpus)
+		for k, g := range r.gpus {
+			if int(g) >= e.cluster.NumGPUs() || (k > 0 && g <= r.gpus[k-1]) {
+				return bad("reservation of %q: GPUs %v", ss.Job, ss.GPUs)
+			}
+		}
 		if js := e.jobs[ss.Job]; js != nil {
 			r.dur, r.bounded = duration(js.j)
 			r.lim, r.limited = js.j.RuntimeLimit, js.j.RuntimeLimit > 0
@@ -359,8 +367,12 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 				if r.pl, err = e.placementOf(js, ss.Members); err != nil {
 					return bad("reservation of %q: %v", ss.Job, err)
 				}
+				if !slices.Equal(r.pl.gpus, r.gpus) {
+					return bad("reservation of %q: GPUs %v, its members hold %v", ss.Job, r.gpus, r.pl.gpus)
+				}
 			}
 		}
+		r.bm = bitmapOf(r.gpus)
 		e.lastRes[ss.Job] = r
 	}
 	if err := e.tree.SetFairShareState(sn.FairShare); err != nil {
