@@ -60,7 +60,20 @@ func TestCompactKill(t *testing.T) {
 			}
 			close(lines)
 		}()
-		time.Sleep(time.Duration(20+rng.IntN(400)) * time.Millisecond)
+		// Kill at a random point once the child has restored and saved
+		// once (a slow start, e.g. under -race, does not end every run
+		// before its first save).
+		select {
+		case v, ok := <-lines:
+			if ok {
+				acked = max(acked, v)
+			}
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("kill %d: the child saved nothing in 2 minutes:\n%s", k, stderr.String())
+		}
+		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 		_ = cmd.Process.Kill()
 		for v := range lines {
 			acked = max(acked, v)
