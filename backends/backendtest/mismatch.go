@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
@@ -71,7 +72,9 @@ func restoreMismatched(t *testing.T, be Backend, backend backends.Backend, sh Sh
 		}
 		r, err := backends.NewRunner(backends.RunnerConfig{
 			Engine: ecfg, Backend: backend, Clock: be, Store: backends.FileStore{Path: path},
-			CallTimeout: sh.CallTimeout, Retry: backends.Retry{Attempts: 2},
+			// Inventory calls only (nothing is bound): a timeout long
+			// enough for a loaded machine.
+			CallTimeout: max(sh.CallTimeout, 30*time.Second), Retry: backends.Retry{Attempts: 2},
 			Observe: func(backends.Cycle) { t.Errorf("%s: a cycle ran on a mismatched state", c.name) },
 		})
 		if err != nil {
