@@ -270,6 +270,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				Preemption: engine.PreemptionConfig{Priority: true},
 			},
 			Backend: backend, Clock: be, Store: store, SaveInterval: time.Hour,
+			CompactAfter: 50, // restarts restore from snapshots (a few hundred records a run)
 			CallTimeout:  sh.CallTimeout,
 			TickInterval: sh.TickInterval,
 			Retry:        backends.Retry{Attempts: 2},
