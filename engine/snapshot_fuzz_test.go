@@ -11,7 +11,8 @@ import (
 // FuzzRestoreSnapshot: a compacted state (running, stopping and pending
 // jobs, claims, sticky reservations, fair-share usage), changed at random
 // as JSON, either restores or is refused with an error; a restored engine
-// then runs cycles without panicking.
+// then runs cycles without panicking. An input that takes over 10 s is a
+// failure (a hang), not a stall of the fuzzer.
 func FuzzRestoreSnapshot(f *testing.F) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	cfg := fuzzConfig(rng, false)
@@ -54,6 +55,15 @@ func FuzzRestoreSnapshot(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				panic("slow input")
+			}
+		}()
 		var st State
 		if json.Unmarshal(b, &st) != nil {
 			return
