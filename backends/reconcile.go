@@ -15,9 +15,11 @@ import (
 // nodes are added, down nodes failed, the others take the backend's state
 // and labels. A node the engine has and the backend no longer lists (it
 // was removed while berth was down) is failed: the engine has no removal,
-// and a down node takes no work; its jobs go by Config.NodeFailure.
+// and a down node takes no work; its jobs go by Config.NodeFailure. A node
+// the engine rejects is a StateMismatchError.
 func (r *Runner) reconcileNodes(eng *engine.Engine, spec topo.Spec, now time.Time) error {
 	listed := make(map[string]bool, len(spec.Nodes))
+	var rejected []string
 	for _, n := range spec.Nodes {
 		listed[n.Name] = true
 		ev := engine.NodeChanged(now, n.Name, n.State, n.Labels)
@@ -26,10 +28,20 @@ func (r *Runner) reconcileNodes(eng *engine.Engine, spec topo.Spec, now time.Tim
 		} else if n.State == topo.Down {
 			ev = engine.NodeFailed(now, n.Name)
 		}
-		if err := r.step(eng, ev); err != nil {
-			return err
+		// Not r.step: a node the engine refuses is not skipped (the
+		// engine would run without its GPUs) but stops Run.
+		err := eng.Step(ev)
+		if r.jobRecs != nil {
+			r.jobRecs.event(ev, err)
+		}
+		if err != nil {
+			rejected = append(rejected, n.Name+": "+err.Error())
+			continue
 		}
 		r.rec.Nodes++
+	}
+	if len(rejected) > 0 {
+		return &StateMismatchError{Rejected: rejected}
 	}
 	c := eng.Cluster()
 	var gone []string

@@ -450,12 +450,22 @@ func FormatGPUs(gs []RecordGPU) string {
 }
 
 // seed makes the recorder know the jobs of an engine restored from st:
-// their queue, account, user and partitions from the saved submissions,
+// their queue, account, user and partitions from the saved submissions
+// (and the snapshot's jobs),
 // and for running jobs their members and start (the View's, else now), so
 // that their runs are charged in full when they end. It records nothing:
 // the steps so far were recorded before the restart.
 func (rc *recorder) seed(eng *engine.Engine, st *engine.State) {
 	meta := map[string]*queue.Job{}
+	if sn := st.Snapshot; sn != nil {
+		for _, sjs := range [][]engine.SavedJob{sn.Pending, sn.Running} {
+			for _, sj := range sjs {
+				if sj.Job != nil {
+					meta[sj.Job.ID] = sj.Job
+				}
+			}
+		}
+	}
 	for _, r := range st.Records {
 		if r.Event != nil && r.Event.Job != nil {
 			meta[r.Event.Job.ID] = r.Event.Job

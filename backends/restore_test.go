@@ -235,3 +235,125 @@ func TestRunnerReconcilesSwappedGPUs(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, am[0].GPUs, got[0].GPUs, "b is booked where the backend runs it")
 }
+
+// savedState saves an engine on spec with pending job "a" and running job
+// "b" (one 8-GPU node) to a new FileStore.
+func savedState(t *testing.T, spec topo.Spec) (backends.FileStore, []byte) {
+	t.Helper()
+	qs := queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	e, err := engine.New(engine.Config{Cluster: spec, Queues: qs, Start: t0, Policy: queue.StrictPriority()})
+	require.NoError(t, err)
+	require.NoError(t, e.EnableJournal())
+	require.NoError(t, e.Step(engine.Submitted(t0, job("b", 1, 8))))
+	rd := e.Ready()
+	require.Len(t, rd.Binds, 1)
+	require.NoError(t, e.Advance(rd, engine.Outcome{}))
+	require.NoError(t, e.Step(engine.Submitted(t0, job("a", 1, 4))))
+	st, err := e.Save()
+	require.NoError(t, err)
+	store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+	require.NoError(t, store.Save(context.Background(), st))
+	b, err := os.ReadFile(store.Path)
+	require.NoError(t, err)
+	return store, b
+}
+
+// A saved state that cannot be the backend's cluster makes Run return a
+// StateMismatchError naming the difference, before any cycle, and leaves
+// the store as it was. Before, an empty state was accepted (the backend's
+// nodes rejected by the engine, only logged), and Run ran an engine with
+// no GPU in which every job waited for ever, then returned nil.
+func TestRunnerRejectsMismatchedState(t *testing.T) {
+	ctx := context.Background()
+	racks := func(levels []string, gpus int, model string) topo.Spec {
+		return topo.Uniform(levels, []int{2}, 2, gpus, model)
+	}
+	bad := racks([]string{"rack"}, 8, "H100")
+	bad.Nodes = append(bad.Nodes, topo.NodeSpec{Name: "x", Domains: []string{"r1"}, GPUs: 8, GPUModel: "H100", MIG: true, MIGLayout: "7g"})
+	cases := []struct {
+		name    string
+		saved   func(t *testing.T) (backends.FileStore, []byte)
+		backend topo.Spec
+		check   func(t *testing.T, m *backends.StateMismatchError)
+	}{
+		{"empty", func(t *testing.T) (backends.FileStore, []byte) {
+			store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+			b := []byte(`{"Version":2}`)
+			require.NoError(t, os.WriteFile(store.Path, b, 0o600))
+			return store, b
+		}, racks([]string{"rack"}, 8, "H100"), func(t *testing.T, m *backends.StateMismatchError) {
+			assert.True(t, m.Empty)
+		}},
+		{"empty-cluster-zero-start", func(t *testing.T) (backends.FileStore, []byte) {
+			store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+			st := &engine.State{Version: engine.StateVersion}
+			require.NoError(t, store.Save(ctx, st))
+			b, err := os.ReadFile(store.Path)
+			require.NoError(t, err)
+			return store, b
+		}, racks([]string{"rack"}, 8, "H100"), func(t *testing.T, m *backends.StateMismatchError) {
+			assert.True(t, m.Empty)
+		}},
+		{"levels-renamed", func(t *testing.T) (backends.FileStore, []byte) {
+			return savedState(t, racks([]string{"rack"}, 8, "H100"))
+		}, racks([]string{"switch"}, 8, "H100"), func(t *testing.T, m *backends.StateMismatchError) {
+			assert.Equal(t, []string{"rack"}, m.Levels)
+			assert.Equal(t, []string{"switch"}, m.BackendLevels)
+		}},
+		{"gpus-changed", func(t *testing.T) (backends.FileStore, []byte) {
+			return savedState(t, racks([]string{"rack"}, 8, "H100"))
+		}, racks([]string{"rack"}, 4, "A100"), func(t *testing.T, m *backends.StateMismatchError) {
+			require.Len(t, m.Changed, 4)
+			assert.Contains(t, m.Changed[0], "n0: 8 GPUs, the backend's 4")
+			assert.Contains(t, m.Changed[0], `GPU model "H100", the backend's "A100"`)
+		}},
+		{"nodes-missing", func(t *testing.T) (backends.FileStore, []byte) {
+			return savedState(t, racks([]string{"rack"}, 8, "H100"))
+		}, func() topo.Spec {
+			sp := racks([]string{"rack"}, 8, "H100")
+			for i := range sp.Nodes {
+				sp.Nodes[i].Name = "other-" + sp.Nodes[i].Name
+			}
+			return sp
+		}(), func(t *testing.T, m *backends.StateMismatchError) {
+			assert.Equal(t, []string{"n0", "n1", "n2", "n3"}, m.Missing)
+		}},
+		{"node-moved", func(t *testing.T) (backends.FileStore, []byte) {
+			return savedState(t, racks([]string{"rack"}, 8, "H100"))
+		}, func() topo.Spec {
+			sp := racks([]string{"rack"}, 8, "H100")
+			sp.Nodes[0].Domains = []string{"r1"}
+			return sp
+		}(), func(t *testing.T, m *backends.StateMismatchError) {
+			assert.Equal(t, []string{`n0: rack "r0", the backend's "r1"`}, m.Changed)
+		}},
+		{"node-rejected", func(t *testing.T) (backends.FileStore, []byte) {
+			return savedState(t, racks([]string{"rack"}, 8, "H100"))
+		}, bad, func(t *testing.T, m *backends.StateMismatchError) {
+			require.Len(t, m.Rejected, 1)
+			assert.Contains(t, m.Rejected[0], "x: ")
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			store, before := tc.saved(t)
+			f := newFake(1, 8)
+			f.spec = tc.backend
+			f.closeAtEnd = true
+			var cycles []backends.Cycle
+			cfg := config(f, &clock{}, &cycles)
+			cfg.Store = store
+			r, err := backends.NewRunner(cfg)
+			require.NoError(t, err)
+			err = r.Run(ctx)
+			require.ErrorIs(t, err, backends.ErrStateMismatch)
+			var m *backends.StateMismatchError
+			require.ErrorAs(t, err, &m)
+			tc.check(t, m)
+			assert.Empty(t, cycles, "no cycle on a mismatched engine")
+			after, err := os.ReadFile(store.Path)
+			require.NoError(t, err)
+			assert.Equal(t, string(before), string(after), "the store is left as it was: nothing lost")
+		})
+	}
+}

@@ -87,6 +87,13 @@ type RunnerConfig struct {
 	// SaveInterval: how often the state is saved while Run runs. Zero:
 	// one minute.
 	SaveInterval time.Duration
+	// CompactAfter: a save compacts the journal first (engine.Compact:
+	// a snapshot of the live state replaces the records) once it holds
+	// at least this many records since the last snapshot, so that the
+	// state and a restore are bounded by the live jobs, not the history.
+	// Engines Compact refuses (ErrNotCompactable) keep their whole
+	// journal. Zero: DefaultCompactAfter; negative: never.
+	CompactAfter int
 	// Recorder, if set, receives a JobRecord for every step of every
 	// job's life (submission, pending reason, start, preemption, requeue,
 	// end), for accounting and audit (see package accounting). Nil: none.
@@ -151,6 +158,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	case cfg.SaveInterval < 0:
 		return nil, bad("SaveInterval must not be negative, got %v", cfg.SaveInterval)
 	}
+	if cfg.CompactAfter == 0 {
+		cfg.CompactAfter = DefaultCompactAfter
+	}
 	if cfg.SaveInterval == 0 {
 		cfg.SaveInterval = time.Minute
 	}
@@ -214,6 +224,10 @@ func (r *Runner) View() *engine.View {
 // stream ends (ErrClosed), ctx.Err() when ctx is cancelled (a cycle being
 // applied is finished or rolled back first, and advanced), and otherwise
 // the first error that stops it: inventory, engine (ErrEngine) or events.
+// A saved state that does not match the backend's inventory (no cluster,
+// other levels or nodes, a node the engine rejects) is a
+// StateMismatchError (ErrStateMismatch), returned before any cycle; the
+// store is not written then.
 // With a Store, the state is saved when Run returns (a failed save is
 // joined to the error returned). Run may be called once.
 func (r *Runner) Run(ctx context.Context) (err error) {

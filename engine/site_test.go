@@ -316,7 +316,12 @@ func checkSite(t *testing.T, e *Engine, rd Ready) {
 // JSON, with a fresh policy of the seed.
 func restoreJSON(t *testing.T, cfg Config, full *State, n int, seed uint64) *Engine {
 	t.Helper()
-	st := &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:n]}
+	return restoreStateJSON(t, cfg, &State{Version: full.Version, Cluster: full.Cluster, Start: full.Start, Records: full.Records[:n]}, seed)
+}
+
+// restoreStateJSON restores st after a trip through JSON.
+func restoreStateJSON(t *testing.T, cfg Config, st *State, seed uint64) *Engine {
+	t.Helper()
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +333,7 @@ func restoreJSON(t *testing.T, cfg Config, full *State, n int, seed uint64) *Eng
 	cfg.Policy = fuzzPolicy(seed)
 	e, err := Restore(cfg, &back)
 	if err != nil {
-		t.Fatalf("seed %d, %d records: Restore: %v", seed, n, err)
+		t.Fatalf("seed %d, %d records, snapshot %v: Restore: %v", seed, len(st.Records), st.Snapshot != nil, err)
 	}
 	return e
 }
@@ -341,7 +346,7 @@ func restoreJSON(t *testing.T, cfg Config, full *State, n int, seed uint64) *Eng
 // (checkSite).
 func TestSiteRestoreSameDecisions(t *testing.T) {
 	const histories, points = 12, 6
-	checked := 0
+	checked, compacted := 0, 0
 	seen := map[string]int{}
 	for seed := uint64(1); seed <= histories; seed++ {
 		cfg, steps, digests, at, full := siteHistory(t, seed, 250)
@@ -356,15 +361,35 @@ func TestSiteRestoreSameDecisions(t *testing.T) {
 		for p := 0; p < points; p++ {
 			i := rng.IntN(len(steps))
 			e2 := restoreJSON(t, cfg, full, at[i], seed)
-			for k := i; k < len(steps); k++ {
-				if d := siteApply(t, e2, steps[k]); d != digests[k] {
-					t.Fatalf("seed %d, stopped before step %d: step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, k, digests[k], d)
+			twins := []*Engine{e2}
+			// The same state compacted (arrays, dependencies, partitions,
+			// limits, advance reservations) and restored from its snapshot.
+			e3 := restoreJSON(t, cfg, full, at[i], seed)
+			switch err := e3.Compact(); {
+			case err == nil:
+				st, err := e3.Save()
+				if err != nil {
+					t.Fatal(err)
+				}
+				twins = append(twins, restoreStateJSON(t, cfg, st, seed))
+				compacted++
+			case !errors.Is(err, ErrNotCompactable):
+				t.Fatalf("seed %d, step %d: Compact: %v", seed, i, err)
+			}
+			for n, e := range twins {
+				for k := i; k < len(steps); k++ {
+					if d := siteApply(t, e, steps[k]); d != digests[k] {
+						t.Fatalf("seed %d, stopped before step %d (compacted %v): step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, n == 1, k, digests[k], d)
+					}
 				}
 			}
 			checked++
 		}
 	}
-	t.Logf("%d stop points; digests with: %v; resumed cycles %d", checked, seen, siteResumed)
+	t.Logf("%d stop points (%d also compacted); digests with: %v; resumed cycles %d", checked, compacted, seen, siteResumed)
+	if compacted != checked {
+		t.Errorf("%d of %d stop points could not be compacted", checked-compacted, checked)
+	}
 	if siteResumed == 0 {
 		t.Error("no cycle resumed a walk: the twin comparison covers nothing")
 	}

@@ -12,32 +12,42 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// StateVersion is the version of the State format that Save writes and
-// Restore reads.
-const StateVersion = 2
+// StateVersion is the version of the State format that Save writes.
+// Restore reads it and the versions before it: 1 and 2 are whole
+// journals (2 added the service events), 3 adds the Snapshot a journal
+// may start from (Compact). A state of a later version is
+// ErrInvalidState.
+const StateVersion = 3
 
 // ErrInvalidState: Restore was given a state of another version, or one
 // whose records the engine rejects (it was saved under another Config).
 var ErrInvalidState = errors.New("engine: invalid saved state")
 
 // State is an engine's saved state, for a restart without loss (see
-// EnableJournal, Save and Restore). It is plain data, encodable as JSON.
+// EnableJournal, Save, Compact and Restore). It is plain data, encodable
+// as JSON.
 //
-// It is the engine's journal: the cluster and clock it was created with,
-// then every input that changed it (the events Step accepted, the cycles
-// Ready ran with the jobs they drained from the intake, and the refusals
-// Advance accepted). The engine is deterministic, so replaying them
-// rebuilds everything: pending jobs in order, running jobs with their
-// members and real start times, sticky reservations, fair-share usage,
-// preemption holds, bind backoffs, MIG layouts and the clock; the
-// restored engine then decides what the one that never stopped would
-// have. The cost is that the state grows with the engine's history (one
-// record per event and cycle) and Restore takes as long as replaying it.
+// It is the engine's journal: where it starts (the cluster and clock the
+// engine was created with, or, once compacted, a Snapshot of its live
+// state with the cluster and clock as they were then), then every input
+// that changed it since (the events Step accepted, the cycles Ready ran
+// with the jobs they drained from the intake, and the refusals Advance
+// accepted). The engine is deterministic, so replaying them rebuilds
+// everything: pending jobs in order, running jobs with their members and
+// real start times, sticky reservations, fair-share usage, preemption
+// holds, bind backoffs, MIG layouts and the clock; the restored engine
+// then decides what the one that never stopped would have (see Compact
+// for what a snapshot does not carry). Without Compact the records grow
+// with the engine's history (one per event and cycle) and Restore takes
+// as long as replaying them; Compact bounds both by the live jobs.
 type State struct {
 	Version int
-	Cluster topo.Spec // the cluster given to New
-	Start   time.Time
-	Records []Record
+	Cluster topo.Spec // the cluster given to New, or as it was at the snapshot
+	Start   time.Time // New's clock, or the snapshot's
+	// Snapshot, if set, is the live state at Start that Records follow
+	// (version 3).
+	Snapshot *Snapshot `json:",omitempty"`
+	Records  []Record
 }
 
 // Record is one input of a saved engine; exactly one of its fields is set
@@ -81,10 +91,10 @@ type SavedMember struct {
 	MemoryMiB  int64 `json:",omitempty"`
 	Fractional bool  `json:",omitempty"`
 	// Model and Profile name the MIG instance's profile (empty: none).
-	Model, Profile string `json:",omitempty"`
-	Start          uint8  `json:",omitempty"`
-	Created        bool   `json:",omitempty"`
-	Share          mig.Share
+	Model, Profile string    `json:",omitempty"`
+	Start          uint8     `json:",omitempty"`
+	Created        bool      `json:",omitempty"`
+	Share          mig.Share `json:",omitzero"`
 }
 
 // SavedOutcome is an Outcome as data: MIG refusals by node and GPU (how
@@ -105,6 +115,7 @@ type SavedGPU struct {
 type journal struct {
 	cluster topo.Spec
 	start   time.Time
+	snap    *Snapshot // where recs start (nil: from New)
 	recs    []Record
 	// the Ready being recorded (its drained jobs)
 	ready *Record
@@ -134,28 +145,37 @@ func (e *Engine) Save() (*State, error) {
 	if e.jn == nil {
 		return nil, fmt.Errorf("%w: the journal is off (EnableJournal)", ErrInvalidEvent)
 	}
-	return &State{Version: StateVersion, Cluster: cloneSpec(e.jn.cluster), Start: e.jn.start, Records: slices.Clone(e.jn.recs)}, nil
+	return &State{Version: StateVersion, Cluster: cloneSpec(e.jn.cluster), Start: e.jn.start, Snapshot: e.jn.snap, Records: slices.Clone(e.jn.recs)}, nil
 }
 
 // Restore returns an engine in the state st was saved in, with its
-// journal on. cfg must be the Config the saved engine was created with
-// (its Policy a new value of the same policy); st's Cluster and Start
-// replace cfg's. Errors: ErrInvalidConfig, ErrInvalidState.
+// journal on: from st's Snapshot if it has one, else from New, then st's
+// Records replayed. cfg must be the Config the saved engine was created
+// with (its Policy a new value of the same policy); st's Cluster and
+// Start replace cfg's. It reads versions 1 to StateVersion. Errors:
+// ErrInvalidConfig, ErrInvalidState.
 func Restore(cfg Config, st *State) (*Engine, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil state", ErrInvalidState)
 	}
-	if st.Version != StateVersion && st.Version != 1 { // version 1: no service events
-		return nil, fmt.Errorf("%w: version %d, this engine reads %d", ErrInvalidState, st.Version, StateVersion)
+	if st.Version < 1 || st.Version > StateVersion {
+		return nil, fmt.Errorf("%w: version %d, this engine reads 1 to %d", ErrInvalidState, st.Version, StateVersion)
+	}
+	if st.Snapshot != nil && st.Version < 3 {
+		return nil, fmt.Errorf("%w: a snapshot in a version %d state", ErrInvalidState, st.Version)
 	}
 	cfg.Cluster, cfg.Start = cloneSpec(st.Cluster), st.Start
-	e, err := New(cfg)
+	var e *Engine
+	var err error
+	if st.Snapshot != nil {
+		e, err = fromSnapshot(cfg, st)
+	} else {
+		e, err = New(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := e.EnableJournal(); err != nil {
-		return nil, err
-	}
+	e.jn = &journal{cluster: cloneSpec(st.Cluster), start: st.Start, snap: st.Snapshot}
 	var rd Ready
 	for i, r := range st.Records {
 		bad := func(err error) (*Engine, error) {
@@ -212,14 +232,7 @@ func (e *Engine) recordEvent(ev Event) {
 		n.Labels = cloneLabels(n.Labels)
 		se.Node = &n
 	}
-	for _, m := range ev.Members {
-		sm := SavedMember{Group: m.Group, Node: m.Node, GPUs: slices.Clone(m.GPUs), CPUMilli: m.CPUMilli, MemoryMiB: m.MemoryMiB,
-			Fractional: m.Fractional, Start: m.Instance.Start, Created: m.Created, Share: m.Share}
-		if m.Instance.Profile.Valid() {
-			sm.Model, sm.Profile = m.Instance.Profile.Model().String(), m.Instance.Profile.Name()
-		}
-		se.Members = append(se.Members, sm)
-	}
+	se.Members = savedMembers(ev.Members)
 	e.jn.recs = append(e.jn.recs, Record{Event: se})
 }
 
@@ -230,23 +243,48 @@ func (se *SavedEvent) event() (Event, error) {
 	if se.Node != nil {
 		ev.Node = *se.Node
 	}
-	for _, sm := range se.Members {
+	ms, err := members(se.Members)
+	if err != nil {
+		return Event{}, err
+	}
+	ev.Members = ms
+	return ev, nil
+}
+
+// savedMembers is ms as data.
+func savedMembers(ms []Member) []SavedMember {
+	var out []SavedMember
+	for _, m := range ms {
+		sm := SavedMember{Group: m.Group, Node: m.Node, GPUs: slices.Clone(m.GPUs), CPUMilli: m.CPUMilli, MemoryMiB: m.MemoryMiB,
+			Fractional: m.Fractional, Start: m.Instance.Start, Created: m.Created, Share: m.Share}
+		if m.Instance.Profile.Valid() {
+			sm.Model, sm.Profile = m.Instance.Profile.Model().String(), m.Instance.Profile.Name()
+		}
+		out = append(out, sm)
+	}
+	return out
+}
+
+// members is the Members sms describe.
+func members(sms []SavedMember) ([]Member, error) {
+	var out []Member
+	for _, sm := range sms {
 		m := Member{Group: sm.Group, Node: sm.Node, GPUs: sm.GPUs, CPUMilli: sm.CPUMilli, MemoryMiB: sm.MemoryMiB,
 			Fractional: sm.Fractional, Created: sm.Created, Share: sm.Share}
 		if sm.Profile != "" {
 			model, err := mig.LookupModel(sm.Model)
 			if err != nil {
-				return Event{}, err
+				return nil, err
 			}
 			p, err := model.Profile(sm.Profile)
 			if err != nil {
-				return Event{}, err
+				return nil, err
 			}
 			m.Instance = mig.Instance{Profile: p, Start: sm.Start}
 		}
-		ev.Members = append(ev.Members, m)
+		out = append(out, m)
 	}
-	return ev, nil
+	return out, nil
 }
 
 func (e *Engine) recordAdvance(out Outcome) {

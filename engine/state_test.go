@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -16,8 +19,14 @@ import (
 // cluster with MIG nodes. It returns the config, the steps, each step's digest, and how
 // many journal records the engine had before each step.
 func restoreHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []string, []int, *State) {
+	return restoreHistoryOf(t, seed, n, true)
+}
+
+// restoreHistoryOf is restoreHistory, without MIG nodes, shared GPUs and
+// fractional jobs when shared is false.
+func restoreHistoryOf(t *testing.T, seed uint64, n int, shared bool) (Config, []fuzzStep, []string, []int, *State) {
 	rng := rand.New(rand.NewPCG(seed, seed^0xbe27))
-	cfg := fuzzConfig(rng, true)
+	cfg := fuzzConfig(rng, shared)
 	cfg.Preemption.Priority = true
 	cfg.Backfill.Mode = BackfillMode(1 + seed%2) // EASY or conservative
 	mk := func() Config { c := cfg; c.Policy = fuzzPolicy(seed); return c }
@@ -42,7 +51,7 @@ func restoreHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []str
 		var st fuzzStep
 		switch k := rng.IntN(10); {
 		case k < 3:
-			ev := Submitted(now, fuzzJob(rng, fmt.Sprintf("j%d", i), now, true))
+			ev := Submitted(now, fuzzJob(rng, fmt.Sprintf("j%d", i), now, shared))
 			st.ev = &ev
 		case k == 3:
 			if id := pick(rng, e.active); id != "" {
@@ -134,13 +143,7 @@ func TestRestoreSameDecisions(t *testing.T) {
 			}
 			m.lastSeq = e2.seq
 			for k := i; k < len(steps); k++ {
-				st := steps[k]
-				if st.ev != nil && st.ev.Job != nil {
-					cp := *st.ev.Job
-					ev := *st.ev
-					ev.Job = &cp
-					st.ev = &ev
-				}
+				st := fresh(steps[k])
 				if d := apply(t, e2, st, m); d != digests[k] {
 					t.Fatalf("seed %d, stopped before step %d: step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, k, digests[k], d)
 				}
@@ -158,6 +161,87 @@ func TestRestoreSameDecisions(t *testing.T) {
 			t.Errorf("no cycle with %q: the histories do not cover it", k)
 		}
 	}
+}
+
+// TestCompactSameDecisions: an engine restored from a compacted state
+// (the full journal up to a random point replayed, compacted, saved
+// through JSON, restored from the snapshot) makes, from there on, the same
+// decisions as the engine that never stopped (and so as the one restored
+// from the whole journal), over 200 stop points with preemption (grace
+// periods and claims), backfill (sticky reservations), elastic jobs,
+// quotas, fair share, bind refusals and backoffs, node state changes and
+// advance reservations. Each restored engine is compacted again at a
+// second point and restored again, so snapshots that follow a tail are
+// covered too.
+func TestCompactSameDecisions(t *testing.T) {
+	const histories, points = 20, 10
+	checked, kinds := 0, map[string]int{}
+	for seed := uint64(1); seed <= histories; seed++ {
+		cfg, steps, digests, at, full := restoreHistoryOf(t, seed, 300, false)
+		for _, d := range digests {
+			for _, k := range []string{" P(", " R(", " B(", " V("} {
+				if contains(d, k) {
+					kinds[k]++
+				}
+			}
+		}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		for p := 0; p < points; p++ {
+			i := rng.IntN(len(steps))
+			again := i + rng.IntN(len(steps)-i)
+			e := compactJSON(t, cfg, restoreJSON(t, cfg, full, at[i], seed), seed)
+			m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
+			for id := range e.jobs {
+				m.known[id] = true
+			}
+			m.lastSeq = e.seq
+			for k := i; k < len(steps); k++ {
+				if k == again {
+					e = compactJSON(t, cfg, e, seed)
+				}
+				st := fresh(steps[k])
+				if d := apply(t, e, st, m); d != digests[k] {
+					t.Fatalf("seed %d, compacted before step %d (again before %d): step %d differs:\nnever stopped: %s\nrestored:      %s", seed, i, again, k, digests[k], d)
+				}
+			}
+			checked++
+		}
+	}
+	t.Logf("%d stop points checked; cycles with preemptions %d, resizes %d, binds %d, reservations %d",
+		checked, kinds[" P("], kinds[" R("], kinds[" B("], kinds[" V("])
+	for _, k := range []string{" P(", " R(", " B(", " V("} {
+		if kinds[k] == 0 {
+			t.Errorf("no cycle with %q: the histories do not cover it", k)
+		}
+	}
+}
+
+// compactJSON compacts e, saves it through JSON and restores it.
+func compactJSON(t *testing.T, cfg Config, e *Engine, seed uint64) *Engine {
+	t.Helper()
+	if err := e.Compact(); err != nil {
+		t.Fatalf("seed %d: Compact: %v", seed, err)
+	}
+	st, err := e.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Records) != 0 || st.Snapshot == nil {
+		t.Fatalf("compacted state with %d records, snapshot %v", len(st.Records), st.Snapshot != nil)
+	}
+	return restoreStateJSON(t, cfg, st, seed)
+}
+
+// fresh is st with its own copy of its event's job (the engine owns the
+// jobs it is given).
+func fresh(st fuzzStep) fuzzStep {
+	if st.ev != nil && st.ev.Job != nil {
+		cp := *st.ev.Job
+		ev := *st.ev
+		ev.Job = &cp
+		st.ev = &ev
+	}
+	return st
 }
 
 func contains(s, sub string) bool {
@@ -184,6 +268,40 @@ func TestRestoreErrors(t *testing.T) {
 	_ = e.Step(Tick(fuzzT0))
 	if err := e.EnableJournal(); err == nil {
 		t.Fatal("EnableJournal after use")
+	}
+	if _, err := Restore(cfg, &State{Version: StateVersion + 1}); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("a later version: %v", err)
+	}
+	if _, err := Restore(cfg, &State{Version: 2, Start: fuzzT0, Snapshot: &Snapshot{}}); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("a snapshot in a version 2 state: %v", err)
+	}
+	for _, v := range []int{1, 2} { // whole journals: still read
+		if _, err := Restore(cfg, &State{Version: v, Cluster: topo.Uniform(nil, nil, 1, 8, "H100"), Start: fuzzT0}); err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
+	}
+	if err := e.Compact(); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("Compact without the journal: %v", err)
+	}
+	busy, _ := New(Config{Start: fuzzT0, Cluster: topo.Uniform(nil, nil, 1, 8, "H100"), Queues: fuzzConfig(rand.New(rand.NewPCG(1, 1)), false).Queues})
+	_ = busy.EnableJournal()
+	if err := busy.Step(Submitted(fuzzT0, &queue.Job{ID: "x", Queue: "a", Submit: fuzzT0, Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1}}}})); err != nil {
+		t.Fatal(err)
+	}
+	rd := busy.Ready()
+	if err := busy.Compact(); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("Compact before Advance: %v", err)
+	}
+	if err := busy.Advance(rd, Outcome{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := busy.Compact(); err != nil {
+		t.Fatalf("Compact after Advance: %v", err)
+	}
+	mg, _ := New(Config{Start: fuzzT0, Cluster: fuzzConfig(rand.New(rand.NewPCG(1, 1)), true).Cluster})
+	_ = mg.EnableJournal()
+	if err := mg.Compact(); !errors.Is(err, ErrNotCompactable) {
+		t.Fatalf("Compact with MIG nodes: %v", err)
 	}
 	bad := &State{Version: StateVersion, Start: fuzzT0, Records: []Record{{Event: &SavedEvent{Kind: EventJobFinished, Time: fuzzT0, JobID: "nope"}}}}
 	if _, err := Restore(cfg, bad); err == nil {

@@ -13,44 +13,44 @@ type Request struct {
 	Groups []Group
 	// Required names a topology level (e.g. "block"): every member must land
 	// inside one domain of that level. Empty: no requirement.
-	Required string
+	Required string `json:",omitzero"`
 	// Preferred names a topology level finer than Required (e.g. "rack"):
 	// the placement uses the fewest domains of that level that can hold the
 	// gang. Empty: the finest level above the node is used, so gangs are
 	// always compact.
-	Preferred string
+	Preferred string `json:",omitzero"`
 }
 
 // Group is a set of identical members.
 type Group struct {
 	// Name is informational (e.g. "worker").
-	Name string
+	Name string `json:",omitzero"`
 	// Members is the number of members. At least one.
-	Members int
+	Members int `json:",omitzero"`
 	// GPUsPerMember is the number of whole GPUs each member needs on its
 	// node. Zero for CPU-only members or for fractional members (GPUMilli or
 	// MIGProfile set).
-	GPUsPerMember int
+	GPUsPerMember int `json:",omitzero"`
 	// GPUMilli asks for a fraction of one GPU per member, in thousandths
 	// (1..999): a shared GPU (time-slicing / MPS) or, where the GPU is in MIG
 	// mode, the smallest MIG instance that holds that fraction.
-	GPUMilli int
+	GPUMilli int `json:",omitzero"`
 	// MIGProfile asks for one MIG instance of this profile per member
 	// (e.g. "1g.10gb").
-	MIGProfile string
+	MIGProfile string `json:",omitzero"`
 	// GPUMemoryMiB is the device memory each fractional member (GPUMilli)
 	// needs, 0 for none: on a MIG GPU the instance's memory must hold it, on
 	// an MPS GPU it is the client's pinned memory limit, on a time-slicing
 	// GPU that accounts memory (mig.Sharing.MemoryMiB) it is booked, so
 	// that the bookings of a GPU's shares never pass its memory.
-	GPUMemoryMiB int
+	GPUMemoryMiB int `json:",omitzero"`
 	// CPUMilli and MemoryMiB are per-member host resources; zero means none.
-	CPUMilli  int64
-	MemoryMiB int64
+	CPUMilli  int64 `json:",omitzero"`
+	MemoryMiB int64 `json:",omitzero"`
 	// GPUModel restricts members to nodes with this GPU model; empty: any.
-	GPUModel string
+	GPUModel string `json:",omitzero"`
 	// Selector restricts members to nodes carrying all of these labels.
-	Selector map[string]string
+	Selector map[string]string `json:",omitzero"`
 }
 
 // Errors returned by Request.Validate, wrapped with details.

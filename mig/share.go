@@ -82,26 +82,26 @@ type ShareID uint64
 
 // Share is a slice of a shared GPU held by one consumer.
 type Share struct {
-	ID  ShareID
-	GPU uint32
+	ID  ShareID `json:",omitzero"`
+	GPU uint32  `json:",omitzero"`
 	// Milli is the compute fraction held, in thousandths: the request's
 	// Milli for MPS, Replicas*1000/replicas-per-GPU (rounded down) for
 	// time-slicing.
-	Milli int
+	Milli int `json:",omitzero"`
 	// Replicas is the number of time-slicing replicas held (0 for MPS).
-	Replicas int
+	Replicas int `json:",omitzero"`
 	// ActiveThreadPercent is CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for the
 	// client (MPS only).
-	ActiveThreadPercent int
+	ActiveThreadPercent int `json:",omitzero"`
 	// PinnedMemoryMiB is CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the client
 	// (MPS only): the request's MemoryMiB, or Milli/1000 of the GPU's MPS
 	// memory when the request names none.
-	PinnedMemoryMiB int
+	PinnedMemoryMiB int `json:",omitzero"`
 	// BookedMemoryMiB is the device memory booked for a time-slicing share
 	// when the GPU accounts memory (Sharing.MemoryMiB): the request's
 	// MemoryMiB, or Milli/1000 of the GPU's memory when it names none. The
 	// backend should pass it to the workload as its memory limit.
-	BookedMemoryMiB int
+	BookedMemoryMiB int `json:",omitzero"`
 }
 
 type shareRec struct {

@@ -39,8 +39,8 @@ func (c Class) String() string {
 // [MinMembers, MaxMembers]; the engine may run the job with fewer members,
 // down to MinMembers.
 type Elastic struct {
-	MinMembers int
-	MaxMembers int
+	MinMembers int `json:",omitzero"`
+	MaxMembers int `json:",omitzero"`
 }
 
 // IsZero reports whether the job is not elastic.
@@ -57,45 +57,45 @@ type Job struct {
 	// break on it.
 	ID string
 	// Queue is the name of the leaf queue the job is charged to.
-	Queue string
+	Queue string `json:",omitzero"`
 	// Account is the Fair Tree account of the job; empty means the account
 	// mirroring Queue.
-	Account string
+	Account string `json:",omitzero"`
 	// User is the submitting user, for per-user limits and accounting;
 	// empty: none given.
-	User string
+	User string `json:",omitzero"`
 	// Partitions names the partitions the job may run in (placement stays
 	// inside one of them); empty: the engine's default.
-	Partitions []string
+	Partitions []string `json:",omitzero"`
 	// Priority: larger runs first under the priority orders.
-	Priority int32
+	Priority int32 `json:",omitzero"`
 	// Class is training, inference or best effort.
-	Class Class
+	Class Class `json:",omitzero"`
 	// Request is the placement shape: member groups and topology constraint.
-	Request gang.Request
+	Request gang.Request `json:",omitzero"`
 	// RuntimeEstimate is the expected runtime; zero: unknown.
-	RuntimeEstimate time.Duration
+	RuntimeEstimate time.Duration `json:",omitzero"`
 	// RuntimeLimit is the wall-clock limit; zero: none.
-	RuntimeLimit time.Duration
+	RuntimeLimit time.Duration `json:",omitzero"`
 	// Preemptible allows the engine to preempt the job once it has run
 	// MinRuntime, giving it GracePeriod to stop.
-	Preemptible bool
-	MinRuntime  time.Duration
-	GracePeriod time.Duration
+	Preemptible bool          `json:",omitzero"`
+	MinRuntime  time.Duration `json:",omitzero"`
+	GracePeriod time.Duration `json:",omitzero"`
 	// Elastic bounds the first group's members; zero: not elastic.
-	Elastic Elastic
+	Elastic Elastic `json:",omitzero"`
 	// Submit is the submission time, given by the caller. Required: it
 	// orders FIFO and drives aging.
-	Submit time.Time
+	Submit time.Time `json:",omitzero"`
 	// ArrayIndex is the index of the job within its job array; zero when it
 	// is not part of one.
-	ArrayIndex int
+	ArrayIndex int `json:",omitzero"`
 	// Name is the job's name (SLURM's --job-name): jobs of one User with
 	// one Name and a singleton dependency run one at a time.
-	Name string
+	Name string `json:",omitzero"`
 	// Dependencies must be met before the job may start (see Dependency);
 	// empty: none.
-	Dependencies []Dependency
+	Dependencies []Dependency `json:",omitzero"`
 
 	// dem caches the demand of the job for one tree. Written only by the
 	// owning goroutine before the job is published.

@@ -1,7 +1,8 @@
 // Package backendtest is a fault suite that every backend can join: the
 // same table of scenarios (binds refused and failing transiently, a
 // backend call that hangs, nodes lost mid-gang, the Runner stopped and
-// restarted at random points) runs a Runner against the backend, and
+// restarted at random points, a restore from an empty or mismatched
+// state refused) runs a Runner against the backend, and
 // afterwards checks that every job ended exactly once, that the backend
 // saw no GPU booked twice (its own Violations), and that no job was bound
 // again after it ended.
@@ -163,6 +164,7 @@ type scenario struct {
 	name                          string
 	refuse, transient, hang, lose int // jobs with refused / failing / hanging binds; nodes lost
 	restarts                      int
+	mismatch                      bool // restores refused first (mismatch.go)
 }
 
 var scenarios = []scenario{
@@ -172,6 +174,7 @@ var scenarios = []scenario{
 	{name: "node-loss-mid-gang", lose: 3},
 	{name: "restarts", restarts: 3},
 	{name: "everything", refuse: 10, transient: 10, hang: 2, lose: 2, restarts: 2},
+	{name: "restore-mismatched", mismatch: true},
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -253,6 +256,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	for _, q := range sh.Queues {
 		queues = append(queues, queue.QueueSpec{Name: q})
 	}
+	if sc.mismatch {
+		restoreMismatched(t, be, backend, sh, queues)
+	}
 	runOnce := func(stop time.Time) error {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -264,6 +270,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				Preemption: engine.PreemptionConfig{Priority: true},
 			},
 			Backend: backend, Clock: be, Store: store, SaveInterval: time.Hour,
+			CompactAfter: 50, // restarts restore from snapshots (a few hundred records a run)
 			CallTimeout:  sh.CallTimeout,
 			TickInterval: sh.TickInterval,
 			Retry:        backends.Retry{Attempts: 2},
