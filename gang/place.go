@@ -70,6 +70,30 @@ type Placer struct {
 	sorder  []int32
 	memo    domainMemo
 	mods    []int32 // model indices of the groups' sets (groupInfo.models)
+	// sets interns the sets of models named by reasons (Reason.Models),
+	// so that a failure allocates nothing for a set seen before.
+	sets map[string]string
+	kbuf []byte
+}
+
+// setName is models joined by '|', interned.
+func (p *Placer) setName(models []string) string {
+	p.kbuf = p.kbuf[:0]
+	for i, m := range models {
+		if i > 0 {
+			p.kbuf = append(p.kbuf, '|')
+		}
+		p.kbuf = append(p.kbuf, m...)
+	}
+	if name, ok := p.sets[string(p.kbuf)]; ok {
+		return name
+	}
+	if p.sets == nil || len(p.sets) >= memoMax {
+		p.sets = map[string]string{}
+	}
+	name := string(p.kbuf)
+	p.sets[name] = name
+	return name
 }
 
 // modelSpan is a range of Placer.mods.
@@ -292,7 +316,7 @@ func (p *Placer) place(s *topo.Snapshot, r *Request, reuse *Result) (Result, err
 			res.Reason.Code = NoMatchingNodes
 		}
 		if gr := res.Reason.Group; gr >= 0 && gr < len(p.groups) && len(p.groups[gr].g.GPUModels) > 1 {
-			res.Reason.Models = p.groups[gr].g.GPUModels
+			res.Reason.Models = p.setName(p.groups[gr].g.GPUModels)
 		}
 		return res, nil
 	}

@@ -205,10 +205,7 @@ func ModelSet(models []string) string {
 	return strings.Join(slices.Compact(s), "|")
 }
 
-// modelsText names a set for reasons: "{A, B}", or "A" for one model.
-func modelsText(models []string) string {
-	if len(models) == 1 {
-		return models[0]
-	}
-	return "{" + strings.Join(models, ", ") + "}"
+// modelsText names a set ("A|B") for reasons: "{A, B}".
+func modelsText(set string) string {
+	return "{" + strings.ReplaceAll(set, "|", ", ") + "}"
 }

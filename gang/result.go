@@ -62,9 +62,9 @@ type Reason struct {
 	// Need is how many are asked for.
 	Fit, Need int
 	// Models is the group's set of GPU models when it names several
-	// (Group.GPUModels), for the text; nil otherwise. Read only: it is
-	// the request's slice.
-	Models []string
+	// (Group.GPUModels), joined by '|' in the order listed, for the text;
+	// empty otherwise.
+	Models string
 }
 
 func (r Reason) String() string {
@@ -74,7 +74,7 @@ func (r Reason) String() string {
 	case MemberTooLarge:
 		return fmt.Sprintf("group %d: a member needs %d GPUs, the largest node has %d", r.Group, r.Need, r.Fit)
 	case NoMatchingNodes:
-		if len(r.Models) > 0 {
+		if r.Models != "" {
 			return fmt.Sprintf("group %d: no ready node with a GPU in %s matches its selector and host resources", r.Group, modelsText(r.Models))
 		}
 		return fmt.Sprintf("group %d: no ready node matches its GPU model, selector and host resources", r.Group)
@@ -82,7 +82,7 @@ func (r Reason) String() string {
 		return fmt.Sprintf("each group fits alone, but no %s holds all groups together", r.Level)
 	}
 	on := ""
-	if len(r.Models) > 0 {
+	if r.Models != "" {
 		on = " on nodes with a GPU in " + modelsText(r.Models)
 	}
 	if r.Level == topo.LevelCluster {

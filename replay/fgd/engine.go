@@ -66,6 +66,10 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 	if err != nil {
 		return Curve{}, fmt.Errorf("%w: %s: %w", ErrConfig, policy, err)
 	}
+	modelOf := make(map[string]string, len(spec.Nodes))
+	for _, n := range spec.Nodes {
+		modelOf[n.Name] = n.GPUModel
+	}
 	capacity := int64(p.cluster.NumGPUs()) * gang.FullMilli
 	div := float64(capacity) / 100
 	values := make([]float64, len(order))
@@ -92,6 +96,11 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 				return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: the engine bound %d jobs (%s first)", policy, seed, i, len(rd.Binds), b.Job)
 			}
 			placed = true
+			for _, m := range b.Members {
+				if !modelAllowed(&pd.group, modelOf[m.Node]) {
+					cv.ModelViolations++
+				}
+			}
 		}
 		if len(rd.Rejected) > 0 {
 			return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: rejected: %v", policy, seed, i, rd.Rejected[0])
