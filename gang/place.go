@@ -99,19 +99,12 @@ func (p *Placer) setName(models []string) string {
 // modelSpan is a range of Placer.mods.
 type modelSpan struct{ lo, n int32 }
 
-// resolveModels sets the model fields of gi from its group's set: no set
-// is any model (-1); a set whose models the cluster lacks is noModel; a
+// resolveModels sets the model fields of gi from its group's GPUModels
+// (resolve reads GPUModel alone itself): a set whose models the cluster lacks is noModel; a
 // set with one model the cluster has is that model, exactly as GPUModel
 // alone; two or more go to p.mods.
 func (p *Placer) resolveModels(gi *groupInfo, i, groups int) error {
 	g := gi.g
-	if len(g.GPUModels) == 0 {
-		if g.GPUModel != "" {
-			m, ok := p.c.ModelIndex(g.GPUModel)
-			gi.model, gi.noModel = m, !ok
-		}
-		return nil
-	}
 	lo := len(p.mods)
 	for _, name := range g.GPUModels {
 		if m, ok := p.c.ModelIndex(name); ok && !slices.Contains(p.mods[lo:], int32(m)) {
@@ -147,15 +140,12 @@ func (gi *groupInfo) needsScan() bool {
 		(gi.models.n > 0 && gi.mask == 0)
 }
 
-// placeSameModel is placeOne, and for a group of several members that
-// must share one model of a set (Group.SameModel), placeOne with each
+// placeSameModel is placeOne for a single group of several members that
+// must share one model of its set (Group.SameModel): placeOne with each
 // model of the set in the order listed until one places the group; a
 // failure reports the model that came closest (the most members fit).
 func (p *Placer) placeSameModel() Result {
 	gi := &p.groups[0]
-	if !gi.g.SameModel || gi.models.n == 0 || gi.g.Members == 1 {
-		return p.placeOne()
-	}
 	saved := *gi
 	defer func() { p.groups[0] = saved }() // the set, for the reason
 	var fail Result
@@ -194,13 +184,9 @@ func (p *Placer) modelsOf(gi *groupInfo) []int32 {
 	return p.mods[gi.models.lo : gi.models.lo+gi.models.n]
 }
 
-// domainCapacity is DomainCapacity of gi's model, summed over its models
-// for a set (a node has one model, so the sets of nodes counted are
-// disjoint).
-func (p *Placer) domainCapacity(l, d int, gi *groupInfo) int {
-	if gi.models.n == 0 {
-		return p.s.DomainCapacity(l, d, gi.per, gi.model)
-	}
+// setCapacity is DomainCapacity summed over the models of gi's set (a
+// node has one model, so the sets of nodes counted are disjoint).
+func (p *Placer) setCapacity(l, d int, gi *groupInfo) int {
 	n := 0
 	for _, m := range p.modelsOf(gi) {
 		n += p.s.DomainCapacity(l, d, gi.per, int(m))
@@ -301,8 +287,10 @@ func (p *Placer) place(s *topo.Snapshot, r *Request, reuse *Result) (Result, err
 	}
 	p.takes = p.takes[:0]
 	var res Result
-	if len(p.groups) == 1 {
+	if g := &p.groups[0]; len(p.groups) == 1 && g.g.SameModel && g.models.n > 0 && g.g.Members > 1 {
 		res = p.placeSameModel()
+	} else if len(p.groups) == 1 {
+		res = p.placeOne()
 	} else {
 		res = p.placeMulti()
 	}
@@ -377,8 +365,13 @@ func (p *Placer) resolve(r *Request) error {
 			gi.frac = true
 			gi.mreq = mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile, MemoryMiB: g.GPUMemoryMiB}
 		}
-		if err := p.resolveModels(&gi, i, len(r.Groups)); err != nil {
-			return err
+		if len(g.GPUModels) > 0 {
+			if err := p.resolveModels(&gi, i, len(r.Groups)); err != nil {
+				return err
+			}
+		} else if g.GPUModel != "" {
+			m, ok := p.c.ModelIndex(g.GPUModel)
+			gi.model, gi.noModel = m, !ok
 		}
 		gi.slow = gi.needsScan()
 		p.groups = append(p.groups, gi)
@@ -405,7 +398,7 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 	if !gi.slow && gi.model < 0 && gi.models.n == 0 {
 		return p.s.NodeAvailable(n) / gi.per
 	}
-	if !p.allows(gi, p.c.NodeModel(n)) {
+	if gi.noModel || (gi.model >= 0 && p.c.NodeModel(n) != gi.model) || (gi.models.n > 0 && !p.allows(gi, p.c.NodeModel(n))) {
 		return 0
 	}
 	if p.s.NodeState(n) != topo.Ready {
@@ -482,7 +475,10 @@ func (p *Placer) capacity(l, d int, gi *groupInfo) int {
 		return p.nodeCap(topo.NodeID(d), gi)
 	}
 	if !gi.slow {
-		return p.domainCapacity(l, d, gi)
+		if gi.models.n == 0 {
+			return p.s.DomainCapacity(l, d, gi.per, gi.model)
+		}
+		return p.setCapacity(l, d, gi)
 	}
 	info := p.c.Domain(l, d)
 	n := 0

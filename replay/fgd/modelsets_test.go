@@ -1,7 +1,6 @@
 package fgd
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -72,14 +71,7 @@ func TestModelSetTrace(t *testing.T) {
 		}
 	}
 	require.Greater(t, sets, 50, "the trace asks for sets")
-	cfg := Config{Trace: tr, Policies: []string{"bestfit", "fgd", "berth"}, Seeds: []int64{42, 43}}
-	ctx := context.Background()
-	placer, err := Runs(ctx, cfg)
-	require.NoError(t, err)
-	cfg.Via = ViaEngine
-	eng, err := Runs(ctx, cfg)
-	require.NoError(t, err)
-	require.Len(t, eng, len(placer))
+	placer, eng := bothWays(t, Config{Trace: tr, Policies: []string{"bestfit", "fgd", "berth"}, Seeds: []int64{42, 43}})
 	for i := range placer {
 		a, b := placer[i], eng[i]
 		assert.Equal(t, a.Placed, b.Placed, "%s seed %d: pods placed", a.Policy, a.Seed)
@@ -109,7 +101,8 @@ func TestModelAllowed(t *testing.T) {
 	assert.True(t, modelAllowed(&gang.Group{}, "B"))
 }
 
-// TestModelRules: every rule is reproducible, leaves CPU-only pods alone,
+// TestModelRules: every rule (ConstrainModels is third) is reproducible,
+// leaves its input and CPU-only pods alone,
 // constrains about the share of GPU pods it says with sets of the sizes it
 // says, each model held by a node that can take the pod.
 func TestModelRules(t *testing.T) {
@@ -140,6 +133,7 @@ func TestModelRules(t *testing.T) {
 		b, _ := ApplyModelRule(tr, c.rule)
 		picked, gpuPods, sizes := 0, 0, map[int]int{}
 		for i, p := range a.Pods {
+			require.Nil(t, tr.Pods[i].GPUModels, "input unchanged")
 			assert.Equal(t, p.GPUModels, b.Pods[i].GPUModels, "%s: same draws", c.rule)
 			if p.NumGPU == 0 {
 				assert.Nil(t, p.GPUModels, "%s: CPU-only pods are left alone", c.rule)
