@@ -17,7 +17,8 @@ import (
 
 // writeSetTrace writes an openb-format trace (node and pod lists) into
 // dir: 240 nodes of three models, 3,000 pods, a third of the GPU pods with a
-// gpu_spec of two models joined by '|', a few with one.
+// gpu_spec of two models joined by '|', a few with one, and one pod no
+// node of its models can ever hold.
 func writeSetTrace(t *testing.T, dir string) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -51,6 +52,9 @@ func writeSetTrace(t *testing.T, dir string) {
 		}
 		fmt.Fprintf(&pods, "pod-%04d,%d,%d,%d,%d,%s,LS,Running,0,0,0\n", i, 1000*(1+rng.IntN(8)), 1024*(1+rng.IntN(16)), k, u, spec)
 	}
+	// More CPU than any node of its models has: the placer fails it, the
+	// engine refuses it on arrival (never fits); dropped either way.
+	pods.WriteString("pod-9999,200000,1024,1,1000,T4|A10,LS,Running,0,0,0\n")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(workload.OpenbNodes)), []byte(nodes.String()), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(workload.OpenbPods)), []byte(pods.String()), 0o644))
 }
