@@ -73,19 +73,23 @@ func (e *Engine) growOne(js *job, s *topo.Snapshot) []pmember {
 			lo, hi = info.FirstNode, info.EndNode
 		}
 	}
-	model := -1
-	if g.GPUModel != "" {
-		m, ok := c.ModelIndex(g.GPUModel)
-		if !ok {
-			return nil
+	var models []int // the group's models; nil: any
+	for _, name := range g.Models() {
+		if m, ok := c.ModelIndex(name); ok {
+			models = append(models, m)
 		}
-		model = m
+	}
+	if len(models) == 0 && len(g.Models()) > 0 {
+		return nil
+	}
+	if g.SameModel && len(models) > 1 && len(js.place.members) > 0 {
+		models = []int{c.NodeModel(js.place.members[0].node)} // grow on the model it runs on
 	}
 	held := e.advHeldGPUs(js) // advance reservations js may not grow onto
 	var add []pmember
 	try := func(n topo.NodeID) bool {
 		for len(add) < want {
-			if s.NodeState(n) != topo.Ready || (model >= 0 && c.NodeModel(n) != model) {
+			if s.NodeState(n) != topo.Ready || (models != nil && !slices.Contains(models, c.NodeModel(n))) {
 				return false
 			}
 			if len(sel) > 0 && !c.MatchesSelector(n, sel) {

@@ -155,12 +155,16 @@ func (v *View) needOf(p *PendingStatus) (need, bool) {
 	if p.Place.Group >= 0 && p.Place.Need > 0 {
 		n.members = p.Place.Need
 	}
-	if gr.GPUModel != "" {
-		m, ok := c.ModelIndex(gr.GPUModel)
+	switch ms := gr.Models(); len(ms) {
+	case 0:
+	case 1:
+		m, ok := c.ModelIndex(ms[0])
 		if !ok {
 			return need{}, false
 		}
 		n.model = m
+	default:
+		return need{}, false // a set of models: not explained in GPUs to free
 	}
 	if p.Place.Level != "" {
 		if l, err := c.Level(p.Place.Level); err == nil {

@@ -220,6 +220,12 @@ func (e *Engine) shapeID(r *gang.Request) uint64 {
 	b = strconv.AppendInt(b, g.MemoryMiB, 10)
 	b = append(b, '/')
 	b = append(b, g.GPUModel...)
+	for _, m := range g.GPUModels { // the set, as given (one entry: GPUModel's twin)
+		b = append(append(b, ','), m...)
+	}
+	if g.SameModel {
+		b = append(b, ",same"...)
+	}
 	b = append(b, '/')
 	b = append(b, r.Required...)
 	b = append(b, '/')

@@ -89,7 +89,7 @@ func (e *Engine) neverFits(j *queue.Job, r *gang.Request) error {
 			if !whole(n) {
 				continue
 			}
-			if g.GPUModel != "" && !strings.EqualFold(n.GPUModel, g.GPUModel) {
+			if !modelIn(g, n.GPUModel) {
 				continue
 			}
 			modelSeen = true
@@ -121,8 +121,10 @@ func (e *Engine) neverFits(j *queue.Job, r *gang.Request) error {
 			best = max(best, perDomain[key])
 		}
 		switch {
-		case !modelSeen && g.GPUModel != "":
-			return bad("model", 0, 0, "no node has whole GPUs of model %q (not in MIG mode or shared)", g.GPUModel)
+		case !modelSeen && len(g.GPUModels) > 1:
+			return bad("model", 0, 0, "no node has whole GPUs of a model in %v (not in MIG mode or shared)", g.GPUModels)
+		case !modelSeen && len(g.Models()) > 0:
+			return bad("model", 0, 0, "no node has whole GPUs of model %q (not in MIG mode or shared)", g.Models()[0])
 		case !modelSeen:
 			return bad("GPUs per node", int64(g.GPUsPerMember), 0, "no node has whole GPUs (every GPU is in MIG mode or shared)")
 		case maxGPUs < int64(g.GPUsPerMember):
@@ -157,4 +159,19 @@ func (e *Engine) checkFits(j *queue.Job) error {
 		r.Groups[0].Members = j.Elastic.MinMembers
 	}
 	return e.neverFitsCached(&r, func() error { return e.neverFits(j, &r) })
+}
+
+// modelIn reports whether group g accepts a node of GPU model m (any model
+// of its set, case aside, as the spec's names are compared here).
+func modelIn(g *gang.Group, m string) bool {
+	ms := g.Models()
+	if len(ms) == 0 {
+		return true
+	}
+	for _, x := range ms {
+		if strings.EqualFold(x, m) {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,12 @@ func fitsKey(r *gang.Request) string {
 		g := &r.Groups[i]
 		fmt.Fprintf(&b, "|%d/%d/%d/%s/%d/%d/%d", g.Members, g.GPUsPerMember, g.GPUMilli, g.MIGProfile, g.CPUMilli, g.MemoryMiB, len(g.GPUModel))
 		b.WriteString(g.GPUModel)
+		for _, m := range g.GPUModels {
+			fmt.Fprintf(&b, ",%d/%s", len(m), m)
+		}
+		if g.SameModel {
+			b.WriteString(",same")
+		}
 	}
 	return b.String()
 }

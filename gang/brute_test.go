@@ -17,7 +17,7 @@ func small(rng *rand.Rand) *topo.Cluster {
 	spec := topo.Spec{Levels: []string{"block", "rack"}}
 	for i := range 8 {
 		g := []int{2, 4, 8}[rng.IntN(3)]
-		model := []string{"H100", "A100"}[rng.IntN(2)]
+		model := []string{"H100", "A100", "L40"}[rng.IntN(3)]
 		spec.Nodes = append(spec.Nodes, topo.NodeSpec{
 			Name: fmt.Sprintf("n%d", i), Domains: []string{fmt.Sprintf("b%d", i/4), fmt.Sprintf("r%d", i/2%2)},
 			GPUs: g, GPUModel: model, Labels: map[string]string{"pool": []string{"a", "b"}[i%2]},
@@ -136,7 +136,7 @@ func feasible(s *topo.Snapshot, r *gang.Request, nodes []topo.NodeID) bool {
 			if avail[j] < g.GPUsPerMember {
 				continue
 			}
-			if g.GPUModel != "" && c.Node(n).GPUModel != g.GPUModel {
+			if !modelOK(g, c.Node(n).GPUModel) {
 				continue
 			}
 			if !c.MatchesSelector(n, g.Selector) {
@@ -154,6 +154,48 @@ func feasible(s *topo.Snapshot, r *gang.Request, nodes []topo.NodeID) bool {
 	return rec(0, 0)
 }
 
+// randomModels restricts g's GPU models (or not): one model, a set of two
+// (one of them unknown to the cluster now and then), or two with
+// SameModel when single is set (a single-group gang).
+func randomModels(rng *rand.Rand, g *gang.Group, single bool) {
+	switch rng.IntN(8) {
+	case 0:
+		g.GPUModel = "A100"
+	case 1:
+		g.GPUModels = []string{"A100", "H100"}
+	case 2:
+		g.GPUModels = []string{"L40", "B200"} // B200: no such node
+	case 3:
+		g.GPUModels = []string{"H100", "L40"}
+		g.SameModel = single && rng.IntN(2) == 0
+	}
+}
+
+// modelOK reports whether a member of g may run on a GPU of model m.
+func modelOK(g *gang.Group, m string) bool {
+	ms := g.Models()
+	return len(ms) == 0 || slices.Contains(ms, m)
+}
+
+// sameModelFirst returns r, or for a single group with SameModel over
+// several models, r restricted to the first model listed that holds the
+// gang on s (Place's rule), by brute force; the last model if none does.
+func sameModelFirst(s *topo.Snapshot, r *gang.Request) *gang.Request {
+	if len(r.Groups) != 1 || !r.Groups[0].SameModel || len(r.Groups[0].GPUModels) < 2 {
+		return r
+	}
+	var one gang.Request
+	for _, m := range r.Groups[0].GPUModels {
+		one = *r
+		one.Groups = []gang.Group{r.Groups[0]}
+		one.Groups[0].GPUModels, one.Groups[0].SameModel = []string{m}, false
+		if ok, _ := brute(s, &one); ok {
+			break
+		}
+	}
+	return &one
+}
+
 func randomRequest(rng *rand.Rand) gang.Request {
 	r := gang.Request{}
 	ng := 1
@@ -162,9 +204,7 @@ func randomRequest(rng *rand.Rand) gang.Request {
 	}
 	for range ng {
 		g := gang.Group{Members: 1 + rng.IntN(5), GPUsPerMember: []int{1, 2, 4, 8}[rng.IntN(4)]}
-		if rng.IntN(5) == 0 {
-			g.GPUModel = "A100"
-		}
+		randomModels(rng, &g, ng == 1)
 		if rng.IntN(6) == 0 {
 			g.Selector = map[string]string{"pool": "a"}
 		}
@@ -200,9 +240,7 @@ func checkPlacement(t *testing.T, s *topo.Snapshot, r *gang.Request, res gang.Re
 		count[m.Group]++
 		require.Len(t, res.MemberGPUs(i), g.GPUsPerMember)
 		require.Equal(t, res.Domain, c.DomainOf(m.Node, reqLevel), "inside the required domain")
-		if g.GPUModel != "" {
-			require.Equal(t, g.GPUModel, c.Node(m.Node).GPUModel)
-		}
+		require.True(t, modelOK(g, c.Node(m.Node).GPUModel), "member %d on a %s, allowed %v", i, c.Node(m.Node).GPUModel, g.Models())
 		require.True(t, c.MatchesSelector(m.Node, g.Selector))
 		for _, gpu := range res.MemberGPUs(i) {
 			n, err := c.NodeOfGPU(gpu)
@@ -240,7 +278,7 @@ func TestDifferentialBruteForce(t *testing.T) {
 		r := randomRequest(rng)
 		res, err := gang.Place(s, &r)
 		require.NoError(t, err)
-		exists, opt := brute(s, &r)
+		exists, opt := brute(s, sameModelFirst(s, &r))
 		if sameEligibility(&r) {
 			require.Equal(t, exists, res.Found, "iter %d: request %+v reason %v", iter, r, res.Reason)
 		} else {
@@ -267,7 +305,7 @@ func TestDifferentialBruteForce(t *testing.T) {
 			if lp > lr {
 				require.Equal(t, opt, res.Spread[lp], "iter %d: spread at %s", iter, c.Levels()[lp])
 				order := compactOrder(c, lr, lp)
-				want := bruteLex(s, &r, lr, order)
+				want := bruteLex(s, sameModelFirst(s, &r), lr, order)
 				got := make([]int, len(order))
 				for i, l := range order {
 					got[i] = res.Spread[l]
@@ -301,7 +339,7 @@ func TestDeterministic(t *testing.T) {
 
 func sameEligibility(r *gang.Request) bool {
 	for _, g := range r.Groups[1:] {
-		if g.GPUModel != r.Groups[0].GPUModel || fmt.Sprint(g.Selector) != fmt.Sprint(r.Groups[0].Selector) {
+		if fmt.Sprint(g.Models()) != fmt.Sprint(r.Groups[0].Models()) || fmt.Sprint(g.Selector) != fmt.Sprint(r.Groups[0].Selector) {
 			return false
 		}
 	}
@@ -405,7 +443,7 @@ func holds(s *topo.Snapshot, g *gang.Group, nodes []topo.NodeID) bool {
 	c := s.Cluster()
 	n := 0
 	for _, id := range nodes {
-		if s.NodeState(id) != topo.Ready || (g.GPUModel != "" && c.Node(id).GPUModel != g.GPUModel) || !c.MatchesSelector(id, g.Selector) {
+		if s.NodeState(id) != topo.Ready || !modelOK(g, c.Node(id).GPUModel) || !c.MatchesSelector(id, g.Selector) {
 			continue
 		}
 		n += s.NodeAvailable(id) / g.GPUsPerMember
@@ -425,7 +463,7 @@ func TestDifferentialBruteForceWide(t *testing.T) {
 		for i := range 18 {
 			spec.Nodes = append(spec.Nodes, topo.NodeSpec{
 				Name: fmt.Sprintf("n%d", i), Domains: []string{fmt.Sprintf("b%d", i/6), fmt.Sprintf("r%d", i/2%3)},
-				GPUs: []int{4, 8}[rng.IntN(2)], GPUModel: []string{"H100", "A100"}[rng.IntN(2)],
+				GPUs: []int{4, 8}[rng.IntN(2)], GPUModel: []string{"H100", "A100", "L40"}[rng.IntN(3)],
 			})
 		}
 		c, err := topo.New(spec)
@@ -433,9 +471,7 @@ func TestDifferentialBruteForceWide(t *testing.T) {
 		s := c.NewSnapshot()
 		randomFill(rng, s)
 		g := gang.Group{Members: 1 + rng.IntN(12), GPUsPerMember: []int{1, 2, 4, 8}[rng.IntN(4)]}
-		if rng.IntN(4) == 0 {
-			g.GPUModel = "A100"
-		}
+		randomModels(rng, &g, true)
 		r := gang.Request{Groups: []gang.Group{g}}
 		switch rng.IntN(3) {
 		case 1:
@@ -454,7 +490,7 @@ func TestDifferentialBruteForceWide(t *testing.T) {
 			lp, _ = c.Level(r.Preferred)
 		}
 		order := compactOrder(c, lr, lp)
-		want := bruteLex(s, &r, lr, order)
+		want := bruteLex(s, sameModelFirst(s, &r), lr, order)
 		require.Equal(t, want != nil, res.Found, "iter %d", iter)
 		if !res.Found {
 			continue

@@ -58,6 +58,7 @@ type compactScratch struct {
 	cells  int     // dpT cells per candidate
 	top    []int32 // group positions, by the sum of their m largest items
 	merged []int32
+	lpTmp  []int32  // one model's capacities, for a set of models
 	best   []int32  // per group, the sum of its m largest items
 	keys   []uint64 // greedyGroups' sort keys
 	pre    []int64  // knapsack prefix sums
@@ -89,7 +90,19 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 	if p.lp < p.nl && !gi.slow {
 		// One pass over the counters; a capacity is at most the free
 		// GPUs, so the clamp below is needed only past 1<<30 of them.
-		p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, c.lpCap)
+		if gi.models.n == 0 {
+			p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, c.lpCap)
+		} else {
+			// A set of models: the sum of each model's capacities.
+			clear(c.lpCap)
+			c.lpTmp = slices.Grow(c.lpTmp[:0], hi-lo)[:hi-lo]
+			for _, m := range p.modelsOf(gi) {
+				p.s.DomainCapacities(p.lp, lo, hi, gi.per, int(m), c.lpTmp)
+				for i, v := range c.lpTmp {
+					c.lpCap[i] += v
+				}
+			}
+		}
 		if p.s.Free() > 1<<30 {
 			for i, v := range c.lpCap {
 				c.lpCap[i] = min(v, 1<<30)

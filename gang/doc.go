@@ -34,6 +34,31 @@
 // when one holds it, else over the fewest; lower indices win ties, so the
 // same input always gives the same answer.
 //
+// # GPU models
+//
+// A group may accept one GPU model (Group.GPUModel) or a set of them
+// (Group.GPUModels: Kubernetes node affinity "In" over the GPU product
+// label, SLURM --constraint="a|b", openb's gpu_spec "A|B"). A set of one
+// model places exactly as GPUModel; models the cluster lacks are never
+// matched, and a set none of whose models the cluster has is
+// NoMatchingNodes.
+//
+// By default the model is chosen per member: a member may land on any
+// node of a model in the set, so one gang may span models. That is what
+// both backends' request forms mean (a Kubernetes pod's affinity is its
+// own; SLURM's "a|b" is per node), it never places less than any one
+// model of the set would, and it keeps the counters' fast path: a
+// domain's capacity for a set is the sum of its capacities per model
+// (each node has one model), and the domain memo keys on the set.
+// Group.SameModel asks instead that all members of the group share one
+// model (SLURM's "[a|b]", a job whose processes must match): the models
+// are tried in the order listed, each as a set of one, and the first
+// that places the whole group wins; a failure reports the model that
+// came closest. Scorers see the set: FGD's and Berth's target shapes name
+// sets (ModelSet, "A|B"), so a shape fits the nodes of any of its models.
+// Reasons name the set ("no ready node with a GPU in {A100-40GB,
+// A100-80GB} ...").
+//
 // # Scoring nodes
 //
 // Node choice inside the chosen domains is an extension point, in the

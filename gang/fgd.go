@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/berthsched/berth/topo"
 )
@@ -15,7 +16,9 @@ type Shape struct {
 	// 0 for members that ask for no GPU.
 	Milli int `json:"milli,omitempty"`
 	GPUs  int `json:"gpus,omitempty"`
-	// Model is the GPU model the shape requires; empty: any.
+	// Model is the GPU model the shape requires, or a set of models its
+	// members accept, joined by '|' (ModelSet: "A100-40GB|A100-80GB");
+	// empty: any.
 	Model string `json:"model,omitempty"`
 	// MemoryMiB is the mean memory of the shape's members (FGD ignores
 	// memory; Berth uses it).
@@ -38,8 +41,12 @@ type shapeKey struct {
 	model       string
 }
 
+// keyOf is m's shape; a set of models is named by ModelSet.
 func keyOf(m member) shapeKey {
 	k := shapeKey{cpu: m.cpu, milli: m.milli, gpus: m.gpus, model: m.model}
+	if len(m.models) > 0 {
+		k.model = ModelSet(m.models)
+	}
 	if !m.usesGPU() {
 		k.milli = 0
 	}
@@ -105,7 +112,29 @@ func NewTarget(groups []Group, popularity float64) Target {
 	return Target{Shapes: shapes}
 }
 
-func (sh *Shape) modelOK(model string) bool { return sh.Model == "" || sh.Model == model }
+// modelOK reports whether the shape accepts a node of this model: any
+// model, the one it names, or one of a set ("A|B", see ModelSet).
+func (sh *Shape) modelOK(model string) bool {
+	return sh.Model == "" || sh.Model == model || inModelSet(sh.Model, model)
+}
+
+// inModelSet reports whether model is one of the '|'-separated names of
+// set (a set of one is not searched: the caller compared it whole).
+func inModelSet(set, model string) bool {
+	if len(set) <= len(model) || strings.IndexByte(set, '|') < 0 {
+		return false
+	}
+	for {
+		i := strings.IndexByte(set, '|')
+		if i < 0 {
+			return set == model
+		}
+		if set[:i] == model {
+			return true
+		}
+		set = set[i+1:]
+	}
+}
 
 // Frag is the fragmentation of a node with the given free milli per GPU,
 // free CPU and GPU model against the target (NodeGpuShareFragAmount):
@@ -274,6 +303,29 @@ type scoreCache struct {
 	shapes map[shapeKey]int
 	tabs   [][]cacheEntry
 	bases  []baseEntry
+
+	// Sets of models seen, by their names in the order given: keyOf's
+	// ModelSet without its allocations once a set has been seen.
+	sets map[string]string
+	kbuf []byte
+}
+
+// setName is ModelSet(models), interned: no allocation for a set seen
+// before in the same order.
+func (c *scoreCache) setName(models []string) string {
+	c.kbuf = c.kbuf[:0]
+	for _, m := range models {
+		c.kbuf = append(append(c.kbuf, m...), '|')
+	}
+	if name, ok := c.sets[string(c.kbuf)]; ok {
+		return name
+	}
+	if c.sets == nil {
+		c.sets = map[string]string{}
+	}
+	name := ModelSet(models)
+	c.sets[string(c.kbuf)] = name
+	return name
 }
 
 func (c *scoreCache) reset(cl *topo.Cluster) {
@@ -328,7 +380,13 @@ func (c *scoreCache) table(s *topo.Snapshot, r member) []cacheEntry {
 	if c.c != s.Cluster() {
 		c.reset(s.Cluster())
 	}
-	k := keyOf(r)
+	k := shapeKey{cpu: r.cpu, milli: r.milli, gpus: r.gpus, model: r.model}
+	if !r.usesGPU() {
+		k.milli = 0
+	}
+	if len(r.models) > 0 {
+		k.model = c.setName(r.models)
+	}
 	i, ok := c.shapes[k]
 	if !ok {
 		i = len(c.tabs)

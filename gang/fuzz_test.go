@@ -44,6 +44,12 @@ func fractionalRequest(rng *rand.Rand) gang.Request {
 	} else {
 		g.MIGProfile = []string{"1g", "2g", "3g", "1g.10gb", "7g.80gb"}[rng.IntN(5)]
 	}
+	switch rng.IntN(4) {
+	case 0:
+		g.GPUModels = []string{"A100", "H100-80GB"}
+	case 1:
+		g.GPUModels, g.SameModel = []string{"H100-80GB", "A100"}, true
+	}
 	r := gang.Request{Groups: []gang.Group{g}}
 	if rng.IntN(2) == 0 {
 		r.Required = "rack"

@@ -19,6 +19,10 @@ const memoMax = 1 << 14
 type memoKey struct {
 	need, per, model int32
 	lr, lp, d        int32
+	// models is the set's model mask (groupInfo.mask; a set with an
+	// index of 64 or more is slow and never memoised), 0 for one model
+	// or any.
+	models uint64
 }
 
 type memoVal struct {
@@ -40,7 +44,7 @@ func (p *Placer) memoKeyOf(gi *groupInfo, need, d int) (memoKey, bool) {
 	if !p.Memo || gi.slow {
 		return memoKey{}, false
 	}
-	return memoKey{need: int32(need), per: int32(gi.per), model: int32(gi.model), lr: int32(p.lr), lp: int32(p.lp), d: int32(d)}, true
+	return memoKey{need: int32(need), per: int32(gi.per), model: int32(gi.model), lr: int32(p.lr), lp: int32(p.lp), d: int32(d), models: gi.mask}, true
 }
 
 // memoGet fills k (all but freeD and d), p.chosen and p.chosenL from the

@@ -22,7 +22,7 @@ func TestMemoSameAnswers(t *testing.T) {
 			Name:     fmt.Sprintf("n%d", i),
 			Domains:  []string{fmt.Sprintf("z%d", i/24), fmt.Sprintf("b%d", i/8), fmt.Sprintf("r%d", i/2)},
 			GPUs:     []int{4, 8}[rng.IntN(2)],
-			GPUModel: []string{"H100", "A100"}[rng.IntN(2)],
+			GPUModel: []string{"H100", "A100", "L40"}[rng.IntN(3)],
 			Labels:   map[string]string{"pool": []string{"a", "b"}[i%2]},
 		})
 	}
@@ -61,7 +61,13 @@ func TestMemoSameAnswers(t *testing.T) {
 		r3.Groups = []Group{g}
 		r3.Groups[0].GPUsPerMember = max(1, g.GPUsPerMember/2)
 		r3.Groups[0].Members = g.Members + 1
-		shapes = append(shapes, r2, r3)
+		// The same shape on sets of models: the set is part of the key
+		// (one set must not serve another, nor "any model").
+		r4, r5 := r, r
+		r4.Groups, r5.Groups = []Group{g}, []Group{g}
+		r4.Groups[0].GPUModel, r4.Groups[0].GPUModels = "", []string{"A100", "L40"}
+		r5.Groups[0].GPUModel, r5.Groups[0].GPUModels = "", []string{"L40", "H100"}
+		shapes = append(shapes, r2, r3, r4, r5)
 	}
 	memo := &Placer{Memo: true}
 	base := c.NewSnapshot()
@@ -104,7 +110,7 @@ func TestMemoSameAnswers(t *testing.T) {
 			}
 		}
 	}
-	require.Greater(t, memo.memo.hits, placed/6, "memo answers")
+	require.Greater(t, memo.memo.hits, placed/8, "memo answers") // 5 shapes per draw, 2 of them sets
 	require.Greater(t, found, placed/4)
 	t.Logf("placements %d, found %d, memo answers %d", placed, found, memo.memo.hits)
 }

@@ -152,7 +152,7 @@ func (p *Placer) trial(d int, useChosen bool) bool {
 }
 
 func (p *Placer) fitsTrial(pos int, n topo.NodeID, g *groupInfo) bool {
-	if g.noModel || (g.model >= 0 && p.c.NodeModel(n) != g.model) || p.s.NodeState(n) != topo.Ready {
+	if g.noModel || (g.model >= 0 && p.c.NodeModel(n) != g.model) || (g.models.n > 0 && !p.allows(g, p.c.NodeModel(n))) || p.s.NodeState(n) != topo.Ready {
 		return false
 	}
 	if int(p.tavail[pos]) < g.per {

@@ -69,17 +69,145 @@ type Placer struct {
 	sscores []int64
 	sorder  []int32
 	memo    domainMemo
+	mods    []int32 // model indices of the groups' sets (groupInfo.models)
+	// sets interns the sets of models named by reasons (Reason.Models),
+	// so that a failure allocates nothing for a set seen before.
+	sets map[string]string
+	kbuf []byte
+}
+
+// setName is models joined by '|', interned.
+func (p *Placer) setName(models []string) string {
+	p.kbuf = p.kbuf[:0]
+	for i, m := range models {
+		if i > 0 {
+			p.kbuf = append(p.kbuf, '|')
+		}
+		p.kbuf = append(p.kbuf, m...)
+	}
+	if name, ok := p.sets[string(p.kbuf)]; ok {
+		return name
+	}
+	if p.sets == nil || len(p.sets) >= memoMax {
+		p.sets = map[string]string{}
+	}
+	name := string(p.kbuf)
+	p.sets[name] = name
+	return name
+}
+
+// modelSpan is a range of Placer.mods.
+type modelSpan struct{ lo, n int32 }
+
+// resolveModels sets the model fields of gi from its group's GPUModels
+// (resolve reads GPUModel alone itself): a set whose models the cluster lacks is noModel; a
+// set with one model the cluster has is that model, exactly as GPUModel
+// alone; two or more go to p.mods.
+func (p *Placer) resolveModels(gi *groupInfo, i, groups int) error {
+	g := gi.g
+	lo := len(p.mods)
+	for _, name := range g.GPUModels {
+		if m, ok := p.c.ModelIndex(name); ok && !slices.Contains(p.mods[lo:], int32(m)) {
+			p.mods = append(p.mods, int32(m))
+		}
+	}
+	switch n := len(p.mods) - lo; n {
+	case 0:
+		gi.noModel = true
+	case 1:
+		gi.model = int(p.mods[lo])
+		p.mods = p.mods[:lo]
+	default:
+		if g.SameModel && groups > 1 {
+			return fmt.Errorf("%w: group %d: SameModel over several GPU models only in single-group gangs", ErrUnsupported, i)
+		}
+		gi.models = modelSpan{lo: int32(lo), n: int32(n)}
+		for _, m := range p.mods[lo:] {
+			if m >= 64 {
+				gi.mask = 0
+				break
+			}
+			gi.mask |= 1 << m
+		}
+	}
+	return nil
+}
+
+// needsScan reports whether gi's capacity needs a node scan (groupInfo.slow).
+func (gi *groupInfo) needsScan() bool {
+	g := gi.g
+	return len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 || g.GPUsPerMember == 0 || gi.noModel || gi.frac ||
+		(gi.models.n > 0 && gi.mask == 0)
+}
+
+// placeSameModel is placeOne for a single group of several members that
+// must share one model of its set (Group.SameModel): placeOne with each
+// model of the set in the order listed until one places the group; a
+// failure reports the model that came closest (the most members fit).
+func (p *Placer) placeSameModel() Result {
+	gi := &p.groups[0]
+	saved := *gi
+	defer func() { p.groups[0] = saved }() // the set, for the reason
+	var fail Result
+	for i, m := range p.modelsOf(&saved) {
+		*gi = saved
+		gi.model, gi.models, gi.mask = int(m), modelSpan{}, 0
+		gi.slow = gi.needsScan()
+		p.takes = p.takes[:0]
+		res := p.placeOne()
+		if res.Found {
+			return res
+		}
+		if i == 0 || res.Reason.Fit > fail.Reason.Fit {
+			fail = res
+		}
+	}
+	return fail
+}
+
+// allows reports whether group gi accepts GPU model m.
+func (p *Placer) allows(gi *groupInfo, m int) bool {
+	switch {
+	case gi.noModel:
+		return false
+	case gi.mask != 0:
+		return m < 64 && gi.mask&(1<<m) != 0
+	case gi.models.n > 0:
+		return slices.Contains(p.modelsOf(gi), int32(m))
+	}
+	return gi.model < 0 || gi.model == m
+}
+
+// modelsOf is the model indices of gi's set of several models, nil for
+// none or one.
+func (p *Placer) modelsOf(gi *groupInfo) []int32 {
+	return p.mods[gi.models.lo : gi.models.lo+gi.models.n]
+}
+
+// setCapacity is DomainCapacity summed over the models of gi's set (a
+// node has one model, so the sets of nodes counted are disjoint).
+func (p *Placer) setCapacity(l, d int, gi *groupInfo) int {
+	n := 0
+	for _, m := range p.modelsOf(gi) {
+		n += p.s.DomainCapacity(l, d, gi.per, int(m))
+	}
+	return n
 }
 
 type groupInfo struct {
 	g       *Group
 	per     int // GPUs per member
-	model   int // model index, -1 any
+	model   int // model index, -1 any (or several: models)
 	noModel bool
-	slow    bool // capacity needs a node scan
-	frac    bool // members want a MIG instance or a share (mreq)
-	mreq    mig.Request
-	reach   int // members that fit in the whole cluster (multi-group only)
+	// models are the indices of a set of two or more models the cluster
+	// has (model is then -1), positions in Placer.mods; mask has their
+	// bits when every index is below 64 (else the group is slow).
+	models modelSpan
+	mask   uint64
+	slow   bool // capacity needs a node scan
+	frac   bool // members want a MIG instance or a share (mreq)
+	mreq   mig.Request
+	reach  int // members that fit in the whole cluster (multi-group only)
 }
 
 type domCap struct {
@@ -159,7 +287,9 @@ func (p *Placer) place(s *topo.Snapshot, r *Request, reuse *Result) (Result, err
 	}
 	p.takes = p.takes[:0]
 	var res Result
-	if len(p.groups) == 1 {
+	if g := &p.groups[0]; len(p.groups) == 1 && g.g.SameModel && g.models.n > 0 && g.g.Members > 1 {
+		res = p.placeSameModel()
+	} else if len(p.groups) == 1 {
 		res = p.placeOne()
 	} else {
 		res = p.placeMulti()
@@ -167,10 +297,14 @@ func (p *Placer) place(s *topo.Snapshot, r *Request, reuse *Result) (Result, err
 	if reuse != nil {
 		// Keep the memory for the next answer, with nothing in it.
 		res.Members, res.gpus, res.Spread = reuse.Members[:0], reuse.gpus[:0], reuse.Spread[:0]
+		res.hostBuf = reuse.hostBuf
 	}
 	if !res.Found {
 		if res.Reason.Code == NoCapacity && res.Reason.Fit == 0 && !p.anyNodeMatches(res.Reason.Group) {
 			res.Reason.Code = NoMatchingNodes
+		}
+		if gr := res.Reason.Group; gr >= 0 && gr < len(p.groups) && len(p.groups[gr].g.GPUModels) > 1 {
+			res.Reason.Models = p.setName(p.groups[gr].g.GPUModels)
 		}
 		return res, nil
 	}
@@ -220,6 +354,7 @@ func (p *Placer) resolve(r *Request) error {
 	}
 	p.groups = p.groups[:0]
 	p.order = p.order[:0]
+	p.mods = p.mods[:0]
 	for i := range r.Groups {
 		g := &r.Groups[i]
 		gi := groupInfo{g: g, per: g.GPUsPerMember, model: -1}
@@ -230,11 +365,15 @@ func (p *Placer) resolve(r *Request) error {
 			gi.frac = true
 			gi.mreq = mig.Request{Milli: g.GPUMilli, Profile: g.MIGProfile, MemoryMiB: g.GPUMemoryMiB}
 		}
-		if g.GPUModel != "" {
+		if len(g.GPUModels) > 0 {
+			if err := p.resolveModels(&gi, i, len(r.Groups)); err != nil {
+				return err
+			}
+		} else if g.GPUModel != "" {
 			m, ok := p.c.ModelIndex(g.GPUModel)
 			gi.model, gi.noModel = m, !ok
 		}
-		gi.slow = len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 || g.GPUsPerMember == 0 || gi.noModel || gi.frac
+		gi.slow = gi.needsScan()
 		p.groups = append(p.groups, gi)
 		p.order = append(p.order, i)
 	}
@@ -256,10 +395,10 @@ func (p *Placer) resolve(r *Request) error {
 
 // nodeCap is how many members of group gi node n holds now.
 func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
-	if !gi.slow && gi.model < 0 {
+	if !gi.slow && gi.model < 0 && gi.models.n == 0 {
 		return p.s.NodeAvailable(n) / gi.per
 	}
-	if gi.noModel || (gi.model >= 0 && p.c.NodeModel(n) != gi.model) {
+	if gi.noModel || (gi.model >= 0 && p.c.NodeModel(n) != gi.model) || (gi.models.n > 0 && !p.allows(gi, p.c.NodeModel(n))) {
 		return 0
 	}
 	if p.s.NodeState(n) != topo.Ready {
@@ -336,7 +475,10 @@ func (p *Placer) capacity(l, d int, gi *groupInfo) int {
 		return p.nodeCap(topo.NodeID(d), gi)
 	}
 	if !gi.slow {
-		return p.s.DomainCapacity(l, d, gi.per, gi.model)
+		if gi.models.n == 0 {
+			return p.s.DomainCapacity(l, d, gi.per, gi.model)
+		}
+		return p.setCapacity(l, d, gi)
 	}
 	info := p.c.Domain(l, d)
 	n := 0
@@ -633,7 +775,7 @@ func (p *Placer) anyNodeMatches(gi int) bool {
 	for n := range p.c.NumNodes() {
 		id := topo.NodeID(n)
 		info := p.c.Node(id)
-		if g.model >= 0 && p.c.NodeModel(id) != g.model {
+		if !p.allows(g, p.c.NodeModel(id)) {
 			continue
 		}
 		if info.GPUs < g.per || !p.c.MatchesSelector(id, g.g.Selector) {
@@ -692,7 +834,8 @@ func (p *Placer) emit(res *Result) {
 	}
 	for gi := range p.groups {
 		if g := p.groups[gi].g; g.CPUMilli > 0 || g.MemoryMiB > 0 {
-			res.hosts = make([]hostReq, len(p.groups))
+			res.hosts = slices.Grow(res.hostBuf[:0], len(p.groups))[:len(p.groups)]
+			res.hostBuf = res.hosts
 			for gj := range p.groups {
 				res.hosts[gj] = hostReq{p.groups[gj].g.CPUMilli, p.groups[gj].g.MemoryMiB}
 			}

@@ -1,6 +1,10 @@
 package gang
 
-import "github.com/berthsched/berth/topo"
+import (
+	"slices"
+
+	"github.com/berthsched/berth/topo"
+)
 
 // Possible reports whether Place could find a placement for r on s. It
 // reads only the snapshot's counters (no node visited, nothing allocated)
@@ -90,9 +94,18 @@ func PossibleWithout(s *topo.Snapshot, r *Request, h *Holdback) bool {
 		if g.GPUsPerMember == 0 || len(g.Selector) > 0 || g.CPUMilli > 0 || g.MemoryMiB > 0 {
 			continue // the counters do not describe these groups
 		}
-		model := -1
-		if g.GPUModel != "" {
-			m, ok := c.ModelIndex(g.GPUModel)
+		if len(g.GPUModels) > 1 {
+			if !setHolds(s, lr, g, h) {
+				return false
+			}
+			continue
+		}
+		model, name := -1, g.GPUModel
+		if len(g.GPUModels) == 1 {
+			name = g.GPUModels[0]
+		}
+		if name != "" {
+			m, ok := c.ModelIndex(name)
 			if !ok {
 				return false
 			}
@@ -108,21 +121,52 @@ func PossibleWithout(s *topo.Snapshot, r *Request, h *Holdback) bool {
 // domainHolds reports whether some domain of level lr has room for g's
 // members with h's GPUs held back.
 func domainHolds(s *topo.Snapshot, lr int, g *Group, model int, h *Holdback) bool {
+	for d := range s.Cluster().NumDomains(lr) {
+		if capacityWithout(s, lr, d, g.GPUsPerMember, model, h) >= g.Members {
+			return true
+		}
+	}
+	return false
+}
+
+// capacityWithout is DomainCapacity(lr, d, per, model) less what h's
+// GPUs take from it.
+func capacityWithout(s *topo.Snapshot, lr, d, per, model int, h *Holdback) int {
 	c := s.Cluster()
-	per := g.GPUsPerMember
-	for d := range c.NumDomains(lr) {
-		capd := s.DomainCapacity(lr, d, per, model)
-		if capd < g.Members {
+	capd := s.DomainCapacity(lr, d, per, model)
+	if capd == 0 {
+		return 0
+	}
+	for _, id := range h.heldNodes() {
+		if c.DomainOf(id, lr) != d || (model >= 0 && c.NodeModel(id) != model) {
 			continue
 		}
-		for _, id := range h.heldNodes() {
-			if c.DomainOf(id, lr) != d || (model >= 0 && c.NodeModel(id) != model) {
+		a := s.NodeAvailable(id)
+		capd -= a/per - max(0, a-int(h.took[id]))/per
+	}
+	return capd
+}
+
+// setHolds is domainHolds for a group with several GPU models: the
+// capacities of its models, summed (a member on any of them), or each
+// alone (SameModel).
+func setHolds(s *topo.Snapshot, lr int, g *Group, h *Holdback) bool {
+	c := s.Cluster()
+	for d := range c.NumDomains(lr) {
+		sum := 0
+		for i, name := range g.GPUModels {
+			m, ok := c.ModelIndex(name)
+			if !ok || slices.Contains(g.GPUModels[:i], name) {
 				continue
 			}
-			a := s.NodeAvailable(id)
-			capd -= a/per - max(0, a-int(h.took[id]))/per
+			n := capacityWithout(s, lr, d, g.GPUsPerMember, m, h)
+			if g.SameModel {
+				sum = max(sum, n)
+			} else {
+				sum += n
+			}
 		}
-		if capd >= g.Members {
+		if sum >= g.Members {
 			return true
 		}
 	}

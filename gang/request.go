@@ -3,6 +3,8 @@ package gang
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Request asks for one gang: one or more groups of members, all placed or none.
@@ -48,7 +50,29 @@ type Group struct {
 	CPUMilli  int64 `json:",omitzero"`
 	MemoryMiB int64 `json:",omitzero"`
 	// GPUModel restricts members to nodes with this GPU model; empty: any.
+	// It is the one-model form of GPUModels: with GPUModels empty, a
+	// GPUModel of "A" is exactly GPUModels ["A"]. With both set, GPUModels
+	// is the allowed set and GPUModel must be one of its models (Validate
+	// says so otherwise); callers that read one model (a quota charged to
+	// one model's pool, say) keep reading GPUModel.
 	GPUModel string `json:",omitzero"`
+	// GPUModels is the set of GPU models a member accepts (Kubernetes node
+	// affinity "In" over the GPU product label, SLURM --constraint="a|b",
+	// openb's gpu_spec "A|B"): each member lands on a node whose model is
+	// one of them. Empty: GPUModel decides. The order carries no meaning
+	// (no preference), and a model the cluster lacks is simply never
+	// matched. Names are not empty and hold no '|'.
+	GPUModels []string `json:",omitzero"`
+	// SameModel asks that all members of the group land on nodes of one
+	// model of the set (SLURM's --constraint="[a|b]"). The default
+	// (false) chooses the model per member, as Kubernetes node affinity
+	// and SLURM's --constraint="a|b" do: a member's model is simply the
+	// model of the node it lands on, so a set never places a gang where
+	// a set of one of its models would not. With SameModel the models
+	// are tried in the order listed and the first that holds the whole
+	// group wins. Unused for sets of one model; a multi-group gang with
+	// SameModel over several models is ErrUnsupported.
+	SameModel bool `json:",omitzero"`
 	// Selector restricts members to nodes carrying all of these labels.
 	Selector map[string]string `json:",omitzero"`
 }
@@ -116,6 +140,14 @@ func (g *Group) validate(i int) error {
 	case g.GPUMemoryMiB > 0 && g.GPUMilli == 0:
 		return bad("GPUMemoryMiB", "only for fractional members (GPUMilli)")
 	}
+	for _, m := range g.GPUModels {
+		if m == "" || strings.IndexByte(m, '|') >= 0 {
+			return bad("GPUModels", "model names are not empty and hold no '|', got %q", m)
+		}
+	}
+	if g.GPUModel != "" && len(g.GPUModels) > 0 && !slices.Contains(g.GPUModels, g.GPUModel) {
+		return bad("GPUModel", "%q is not one of GPUModels %v", g.GPUModel, g.GPUModels)
+	}
 	kinds := 0
 	if g.GPUsPerMember > 0 {
 		kinds++
@@ -143,4 +175,37 @@ func (r *Request) GPUs() int {
 		n += r.Groups[i].Members * r.Groups[i].GPUsPerMember
 	}
 	return n
+}
+
+// Models returns the GPU models a member of g accepts: GPUModels when it is
+// set, else GPUModel as a set of one, else nil (any model). The slice may
+// be g's own: read only.
+func (g *Group) Models() []string {
+	if len(g.GPUModels) > 0 {
+		return g.GPUModels
+	}
+	if g.GPUModel != "" {
+		return []string{g.GPUModel}
+	}
+	return nil
+}
+
+// ModelSet is the canonical text of a set of GPU models: sorted, without
+// duplicates, joined by '|' ("A100-40GB|A100-80GB"); "" for none (any
+// model). It is how Shape.Model names a set, and a key for equal sets.
+func ModelSet(models []string) string {
+	switch len(models) {
+	case 0:
+		return ""
+	case 1:
+		return models[0]
+	}
+	s := slices.Clone(models)
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), "|")
+}
+
+// modelsText names a set ("A|B") for reasons: "{A, B}".
+func modelsText(set string) string {
+	return "{" + strings.ReplaceAll(set, "|", ", ") + "}"
 }

@@ -61,6 +61,10 @@ type Reason struct {
 	// Fit is the most members of Group that fit in any one domain of Level;
 	// Need is how many are asked for.
 	Fit, Need int
+	// Models is the group's set of GPU models when it names several
+	// (Group.GPUModels), joined by '|' in the order listed, for the text;
+	// empty otherwise.
+	Models string
 }
 
 func (r Reason) String() string {
@@ -70,14 +74,21 @@ func (r Reason) String() string {
 	case MemberTooLarge:
 		return fmt.Sprintf("group %d: a member needs %d GPUs, the largest node has %d", r.Group, r.Need, r.Fit)
 	case NoMatchingNodes:
+		if r.Models != "" {
+			return fmt.Sprintf("group %d: no ready node with a GPU in %s matches its selector and host resources", r.Group, modelsText(r.Models))
+		}
 		return fmt.Sprintf("group %d: no ready node matches its GPU model, selector and host resources", r.Group)
 	case GroupsConflict:
 		return fmt.Sprintf("each group fits alone, but no %s holds all groups together", r.Level)
 	}
-	if r.Level == topo.LevelCluster {
-		return fmt.Sprintf("group %d: only %d of %d members fit in the cluster", r.Group, r.Fit, r.Need)
+	on := ""
+	if r.Models != "" {
+		on = " on nodes with a GPU in " + modelsText(r.Models)
 	}
-	return fmt.Sprintf("group %d: at most %d of %d members fit in any %s", r.Group, r.Fit, r.Need, r.Level)
+	if r.Level == topo.LevelCluster {
+		return fmt.Sprintf("group %d: only %d of %d members fit in the cluster%s", r.Group, r.Fit, r.Need, on)
+	}
+	return fmt.Sprintf("group %d: at most %d of %d members fit in any %s%s", r.Group, r.Fit, r.Need, r.Level, on)
 }
 
 // Result is the answer of Place: a placement, or a reason.
@@ -95,7 +106,9 @@ type Result struct {
 	Spread []int
 	Nodes  int
 	gpus   []uint32
-	hosts  []hostReq // per group
+	hosts  []hostReq // per group; nil when no group asks for host resources
+	// hostBuf keeps the memory of hosts between answers (PlaceInto).
+	hostBuf []hostReq
 	// Fractional / MIG members: one GPU each (a GPU appears once per member
 	// sharing it); Apply takes the instances or shares and keeps the grants.
 	frac   bool

@@ -157,11 +157,19 @@ func NewScorer(spec ScorerSpec) (Scorer, error) {
 type member struct {
 	gpus, milli int
 	cpu, mem    int64
-	model       string
+	model       string   // the one allowed model, "" for any or a set
+	models      []string // the group's GPUModels when it has several
 }
 
 func memberOf(g *Group) member {
 	m := member{cpu: g.CPUMilli, mem: g.MemoryMiB, model: g.GPUModel}
+	switch len(g.GPUModels) {
+	case 0:
+	case 1:
+		m.model = g.GPUModels[0]
+	default:
+		m.model, m.models = "", g.GPUModels
+	}
 	switch {
 	case g.GPUsPerMember > 0:
 		m.gpus, m.milli = g.GPUsPerMember, FullMilli

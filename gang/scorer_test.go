@@ -360,7 +360,7 @@ func FuzzScored(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		c, err := topo.New(topo.Spec{ShareFreeGPUs: true, Nodes: []topo.NodeSpec{
 			{Name: "a", GPUs: 2, GPUModel: "T4", CPUMilli: 16000, MemoryMiB: 4096},
-			{Name: "b", GPUs: 4, CPUMilli: 32000, MemoryMiB: 8192},
+			{Name: "b", GPUs: 4, GPUModel: "L4", CPUMilli: 32000, MemoryMiB: 8192},
 			{Name: "c", GPUs: 8, CPUMilli: 64000, MemoryMiB: 16384},
 		}})
 		require.NoError(t, err)
@@ -394,8 +394,11 @@ func FuzzScored(f *testing.F) {
 				if g.CPUMilli == 0 && g.MemoryMiB == 0 && d == 0 {
 					g.CPUMilli = 100
 				}
-				if op%8 == 5 {
+				switch op % 8 {
+				case 5:
 					g.GPUModel = "T4"
+				case 6:
+					g.GPUModels, g.SameModel = []string{"T4", "L4"}, a%2 == 0
 				}
 				p.Scorer = scorers[int(op)%len(scorers)]
 				req := gang.Request{Groups: []gang.Group{g}}
@@ -404,6 +407,9 @@ func FuzzScored(f *testing.F) {
 				def, err := gang.Place(s, &req)
 				require.NoError(t, err)
 				require.Equal(t, def.Found, res.Found, "scoring changes where, never whether")
+				for _, m := range res.Members {
+					require.True(t, modelOK(&g, c.Node(m.Node).GPUModel), "a member on a GPU outside %v", g.Models())
+				}
 				if res.Found {
 					require.NoError(t, res.Apply(s))
 					live = append(live, held{res, d * int64(g.Members)})

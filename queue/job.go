@@ -269,11 +269,15 @@ func (j *Job) Demand() Resources {
 	for i := range j.Request.Groups {
 		g := &j.Request.Groups[i]
 		m := int64(g.Members)
+		model := g.GPUModel
+		if model == "" && len(g.GPUModels) == 1 {
+			model = g.GPUModels[0]
+		}
 		switch {
 		case g.GPUsPerMember > 0:
-			rs.add(GPUModel(g.GPUModel), WholeGPUs(int64(g.GPUsPerMember)).Mul(m))
+			rs.add(GPUModel(model), WholeGPUs(int64(g.GPUsPerMember)).Mul(m))
 		case g.GPUMilli > 0:
-			rs.add(GPUModel(g.GPUModel), Amount(g.GPUMilli).Mul(m))
+			rs.add(GPUModel(model), Amount(g.GPUMilli).Mul(m))
 		case g.MIGProfile != "":
 			rs.add(MIG(g.MIGProfile), Amount(m))
 		}

@@ -93,7 +93,10 @@ func maxAmount(a, b Amount) Amount {
 //   - MIG(p) ("mig/<p>") counts MIG instances of profile p.
 //
 // GPU model convention: a group with a GPUModel charges GPUModel(model); a
-// group without one charges the generic GPUMilli. The two are distinct
+// group without one charges the generic GPUMilli. A set of models
+// (gang.Group.GPUModels) charges its one model when it has one, else
+// GPUModel when the group names one of the set, else the generic GPUMilli
+// (the model is known only once placed). The two are distinct
 // resources: a tree that sets quotas per model should require jobs to name a
 // model (or also set a generic GPUMilli quota), since a resource that no node
 // of the tree gives a quota is not limited at all (see Tree).

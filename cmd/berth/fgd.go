@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -29,8 +30,8 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.gpuModels == "third" {
-		tr = fgd.ConstrainModels(tr)
+	if tr, err = fgd.ApplyModelRule(tr, o.gpuModels); err != nil {
+		return err
 	}
 	// One run per call, so the bar can count runs.
 	start := time.Now()
@@ -63,9 +64,9 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	case "csv":
 		var recs [][]string
 		for _, r := range rows {
-			recs = append(recs, []string{r.Policy, fmtFloat(r.AllocPctAt100), fmtFloat(r.AllocPctAt130), fmtFloat(r.AllocPctStdAt130)})
+			recs = append(recs, []string{r.Policy, fmtFloat(r.AllocPctAt100), fmtFloat(r.AllocPctAt130), fmtFloat(r.AllocPctStdAt130), strconv.Itoa(r.ModelViolations)})
 		}
-		if err := writeRecords(stdout, []string{"policy", "alloc_pct_at_100", "alloc_pct_at_130", "alloc_pct_std_at_130"}, recs); err != nil {
+		if err := writeRecords(stdout, []string{"policy", "alloc_pct_at_100", "alloc_pct_at_130", "alloc_pct_std_at_130", "model_violations"}, recs); err != nil {
 			return err
 		}
 	default:
@@ -73,14 +74,19 @@ func runFGD(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		if o.via == "engine" {
 			via = ", through the engine"
 		}
-		if o.gpuModels == "third" {
+		switch o.gpuModels {
+		case fgd.RuleThird:
 			via += ", GPU models asked by a third of the pods"
+		case fgd.RuleHalf:
+			via += ", GPU models asked by half of the pods"
+		case fgd.RuleSets:
+			via += ", sets of 2-3 GPU models accepted by a third of the pods"
 		}
 		fmt.Fprintf(stdout, "FGD experiment (openb%s): %d nodes, %d pods, seeds %s\n\n", via, len(tr.Nodes), len(tr.Pods), seedsString(o.seeds, true))
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "policy\talloc % at 100% arrived\talloc % at 130% arrived\tstd at 130%")
+		fmt.Fprintln(tw, "policy\talloc % at 100% arrived\talloc % at 130% arrived\tstd at 130%\tmodel violations")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\n", r.Policy, r.AllocPctAt100, r.AllocPctAt130, r.AllocPctStdAt130)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%d\n", r.Policy, r.AllocPctAt100, r.AllocPctAt130, r.AllocPctStdAt130, r.ModelViolations)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

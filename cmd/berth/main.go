@@ -40,6 +40,7 @@ import (
 	"strings"
 
 	"github.com/berthsched/berth/replay"
+	"github.com/berthsched/berth/replay/fgd"
 )
 
 func main() {
@@ -176,8 +177,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		fs.StringVar(&o.via, "via", "placer", "with --experiment fgd, how pods are placed: placer (a gang.Placer with the policy's scorer) or engine\n"+
 			"(each pod submitted to an engine.Engine configured with that scorer, one cycle per arrival; same numbers for the\n"+
 			"deterministic policies, random draws from its own stream, clustering is not available)")
-		fs.StringVar(&o.gpuModels, "gpu-models", "", "with --experiment fgd, GPU-model constraints: empty (the trace's own gpu_spec) or third\n"+
-			"(a third of the GPU pods ask for one model, drawn by a seeded rule: fgd.ConstrainModels)")
+		fs.StringVar(&o.gpuModels, "gpu-models", "", "with --experiment fgd, the GPU-model constraint rule: empty (the trace's own gpu_spec),\n"+
+			"third (a third of the GPU pods ask for one model, fgd.ConstrainModels), half (half of them ask for one model) or\n"+
+			"sets (a third of them accept a set of 2 or 3 models); seeded draws, see docs/fgd.md and fgd.ApplyModelRule")
 		fs.StringVar(&o.accounting, "accounting", "", "write the replay's accounting records (one policy, one seed) into this new SQLite file,\n"+
 			"for berth account and berth audit")
 		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
@@ -297,8 +299,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		if o.traces[0].kind != "openb" {
 			return nil, usagef("--experiment fgd needs --trace openb[:DIR]")
 		}
-		if o.gpuModels != "" && o.gpuModels != "third" {
-			return nil, usagef("--gpu-models %q: want third or nothing", o.gpuModels)
+		if o.gpuModels != "" && !slices.Contains(fgd.ModelRules, o.gpuModels) {
+			return nil, usagef("--gpu-models %q: want one of %s, or nothing", o.gpuModels, strings.Join(fgd.ModelRules, ", "))
 		}
 		p := *policy
 		if !o.policySet {

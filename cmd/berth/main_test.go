@@ -135,7 +135,7 @@ func TestBadCommandLines(t *testing.T) {
 		"via bad":          {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "bus"},
 		"via clustering":   {"replay", "--experiment", "fgd", "--trace", "openb", "--via", "engine", "--policy", "clustering"},
 		"models no exper":  {"replay", "--gpu-models", "third"},
-		"models bad":       {"replay", "--experiment", "fgd", "--trace", "openb", "--gpu-models", "half"},
+		"models bad":       {"replay", "--experiment", "fgd", "--trace", "openb", "--gpu-models", "quarter"},
 		"bad placement":    {"replay", "--placement", "berth,spread"},
 		"placement twice":  {"replay", "--placement", "blind,blind"},
 		"bad price":        {"replay", "--price", "rack=-1"},

@@ -2,6 +2,7 @@ package fgd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -36,7 +37,9 @@ var engineEpoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 // scorer by name (gang.ScorerSpec, plain data), each pod is submitted as
 // a one-member job and one cycle runs; a bind is applied (Advance), a pod
 // left pending is cancelled (the experiment drops what does not fit on
-// arrival). Pods never finish.
+// arrival), and so is a pod the engine refuses on arrival because it can
+// never fit (engine.ErrNeverFits: no node of its GPU models has its CPU,
+// say), which the placer simply fails. Pods never finish.
 //
 // The run's node ranks are the engine's tie-break through the node order:
 // the cluster is built with the nodes in rank order, so "the lower node
@@ -66,6 +69,10 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 	if err != nil {
 		return Curve{}, fmt.Errorf("%w: %s: %w", ErrConfig, policy, err)
 	}
+	modelOf := make(map[string]string, len(spec.Nodes))
+	for _, n := range spec.Nodes {
+		modelOf[n.Name] = n.GPUModel
+	}
 	capacity := int64(p.cluster.NumGPUs()) * gang.FullMilli
 	div := float64(capacity) / 100
 	values := make([]float64, len(order))
@@ -82,7 +89,16 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 		at := engineEpoch.Add(time.Duration(i) * time.Second)
 		id := strconv.Itoa(i)
 		j := &queue.Job{ID: id, Queue: engineQueue, Submit: at, Request: pd.request()}
-		if err := e.Step(engine.Submitted(at, j)); err != nil {
+		if err := e.Step(engine.Submitted(at, j)); errors.Is(err, engine.ErrNeverFits) {
+			// No node of the pod's models could ever hold it (its CPU,
+			// say): the engine refuses it on arrival, the placer fails
+			// it; either way it is dropped.
+			cv.FirstFail = min(cv.FirstFail, i)
+			arrived += pd.demand
+			values[i] = round2(float64(allocated) / div)
+			bins[i] = int(math.RoundToEven(float64(arrived) / div))
+			continue
+		} else if err != nil {
 			return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: %w", policy, seed, i, err)
 		}
 		rd := e.Ready()
@@ -92,6 +108,11 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 				return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: the engine bound %d jobs (%s first)", policy, seed, i, len(rd.Binds), b.Job)
 			}
 			placed = true
+			for _, m := range b.Members {
+				if !modelAllowed(&pd.group, modelOf[m.Node]) {
+					cv.ModelViolations++
+				}
+			}
 		}
 		if len(rd.Rejected) > 0 {
 			return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: rejected: %v", policy, seed, i, rd.Rejected[0])

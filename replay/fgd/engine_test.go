@@ -14,6 +14,19 @@ func cutTrace(tr *Trace, nodes, pods int) *Trace {
 	return &Trace{Nodes: tr.Nodes[:nodes], Pods: tr.Pods[:pods]}
 }
 
+// bothWays runs cfg directly and through the engine.
+func bothWays(t *testing.T, cfg Config) (placer, eng []Curve) {
+	t.Helper()
+	ctx := context.Background()
+	placer, err := Runs(ctx, cfg)
+	require.NoError(t, err)
+	cfg.Via = ViaEngine
+	eng, err = Runs(ctx, cfg)
+	require.NoError(t, err)
+	require.Len(t, eng, len(placer))
+	return placer, eng
+}
+
 // TestViaEngine is the proof that an embedding program gets the
 // experiment's quality: every pod submitted to an engine.Engine configured
 // with the scorer by name (engine.Config.Scorer), one cycle per arrival,
@@ -26,14 +39,7 @@ func TestViaEngine(t *testing.T) {
 	if raceEnabled {
 		tr, seeds = cutTrace(tr, 120, 900), []int64{42}
 	}
-	cfg := Config{Trace: tr, Policies: []string{"dotprod", "packing", "bestfit", "fgd", "berth"}, Seeds: seeds}
-	ctx := context.Background()
-	placer, err := Runs(ctx, cfg)
-	require.NoError(t, err)
-	cfg.Via = ViaEngine
-	eng, err := Runs(ctx, cfg)
-	require.NoError(t, err)
-	require.Len(t, eng, len(placer))
+	placer, eng := bothWays(t, Config{Trace: tr, Policies: []string{"dotprod", "packing", "bestfit", "fgd", "berth"}, Seeds: seeds})
 	for i := range placer {
 		a, b := placer[i], eng[i]
 		require.Equal(t, a.Policy, b.Policy)

@@ -44,7 +44,7 @@ func ExampleRun() {
 		_ = enc.Encode(r)
 	}
 	// Output:
-	// {"policy":"bestfit","alloc_pct_at_100":69.41,"alloc_pct_at_130":69.41,"alloc_pct_std_at_130":1.94}
-	// {"policy":"fgd","alloc_pct_at_100":71.86,"alloc_pct_at_130":71.86,"alloc_pct_std_at_130":2.38}
-	// {"policy":"berth","alloc_pct_at_100":73.15,"alloc_pct_at_130":73.15,"alloc_pct_std_at_130":2.23}
+	// {"policy":"bestfit","alloc_pct_at_100":69.41,"alloc_pct_at_130":69.41,"alloc_pct_std_at_130":1.94,"model_violations":0}
+	// {"policy":"fgd","alloc_pct_at_100":71.86,"alloc_pct_at_130":71.86,"alloc_pct_std_at_130":2.38,"model_violations":0}
+	// {"policy":"berth","alloc_pct_at_100":73.15,"alloc_pct_at_130":73.15,"alloc_pct_std_at_130":2.23,"model_violations":0}
 }

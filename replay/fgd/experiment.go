@@ -158,6 +158,10 @@ type Curve struct {
 	// FirstFail is the arrival index of the first pod that did not fit
 	// (every pod before it was placed), Pods when all fit.
 	FirstFail int
+	// ModelViolations counts the pods placed on a node whose GPU model is
+	// not one the pod allows (gpu_spec); the experiment checks every
+	// placement, and anything but 0 is a bug.
+	ModelViolations int
 }
 
 // Row is one policy's summary over the seeds; the JSON of `berth replay
@@ -167,6 +171,9 @@ type Row struct {
 	AllocPctAt100    float64 `json:"alloc_pct_at_100"`
 	AllocPctAt130    float64 `json:"alloc_pct_at_130"`
 	AllocPctStdAt130 float64 `json:"alloc_pct_std_at_130"`
+	// ModelViolations is the sum of the runs' Curve.ModelViolations: pods
+	// placed on a GPU model outside their gpu_spec (0 unless a bug).
+	ModelViolations int `json:"model_violations"`
 	// Curve is the mean over seeds of each column (arrived demand 0, 1,
 	// ... % of the cluster's GPUs), rounded to two decimals: the whole
 	// curve, for comparing policies at every arrival level (not in the
@@ -216,13 +223,20 @@ func podOf(j *workload.Job) (pod, error) {
 	case 1:
 		g.GPUModel = j.GPUModels[0]
 	default:
-		return pod{}, fmt.Errorf("models %v: one GPU model per pod is supported", j.GPUModels)
+		g.GPUModels = j.GPUModels // any of them, per pod (gang.Group.GPUModels)
 	}
 	r := gang.Request{Groups: []gang.Group{g}}
 	if err := r.Validate(); err != nil {
 		return pod{}, err
 	}
 	return pod{group: g, demand: demand}, nil
+}
+
+// modelAllowed reports whether a member of g may run on a GPU of model m
+// (the experiment's own check of every placement, not the placer's).
+func modelAllowed(g *gang.Group, m string) bool {
+	ms := g.Models()
+	return len(ms) == 0 || slices.Contains(ms, m)
 }
 
 // prepare builds the cluster and requests of t, nodes and pods in name
@@ -361,6 +375,9 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 				return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: %w", policy, seed, i, err)
 			}
 			n := res.Members[0].Node
+			if !modelAllowed(&pd.group, p.cluster.Node(n).GPUModel) {
+				cv.ModelViolations++
+			}
 			if clustering != nil {
 				clustering.Bound(n, &pd.group, 1)
 			}
@@ -476,6 +493,7 @@ func Summarize(curves []Curve) ([]Row, error) {
 		cs := by[rows[i].Policy]
 		var at100, last []float64
 		for _, cv := range cs {
+			rows[i].ModelViolations += cv.ModelViolations
 			if len(cv.Columns) <= 100 {
 				return nil, fmt.Errorf("%w: %s seed %d has %d columns", ErrConfig, cv.Policy, cv.Seed, len(cv.Columns))
 			}

@@ -125,7 +125,7 @@ func TestPublished(t *testing.T) {
 func TestRowJSON(t *testing.T) {
 	b, err := json.Marshal([]Row{{Policy: "fgd", AllocPctAt100: 95.23, AllocPctAt130: 95.39, AllocPctStdAt130: 0.08}})
 	require.NoError(t, err)
-	assert.JSONEq(t, `[{"policy":"fgd","alloc_pct_at_100":95.23,"alloc_pct_at_130":95.39,"alloc_pct_std_at_130":0.08}]`, string(b))
+	assert.JSONEq(t, `[{"policy":"fgd","alloc_pct_at_100":95.23,"alloc_pct_at_130":95.39,"alloc_pct_std_at_130":0.08,"model_violations":0}]`, string(b))
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -2,13 +2,48 @@ package fgd
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/berthsched/berth/workload"
 )
 
-// ModelSeed seeds ConstrainModels' draws.
+// ModelSeed seeds the draws of every model rule (ModelRules).
 const ModelSeed = 19
+
+// The GPU-model constraint rules of the experiment (--gpu-models), each a
+// seeded, reproducible rewrite of the trace's gpu_spec column (docs/fgd.md).
+const (
+	// RuleThird: a third of the GPU pods ask for one model
+	// (ConstrainModels).
+	RuleThird = "third"
+	// RuleHalf: half of the GPU pods ask for one model, drawn as for
+	// RuleThird.
+	RuleHalf = "half"
+	// RuleSets: a third of the GPU pods accept a set of 2 or 3 models,
+	// each drawn as for RuleThird (by the GPUs that could serve the pod).
+	RuleSets = "sets"
+)
+
+// ModelRules lists the rules ApplyModelRule accepts.
+var ModelRules = []string{RuleThird, RuleHalf, RuleSets}
+
+// ApplyModelRule returns t rewritten by a rule of ModelRules; "" returns t
+// as it is. Errors wrap ErrConfig.
+func ApplyModelRule(t *Trace, rule string) (*Trace, error) {
+	switch rule {
+	case "":
+		return t, nil
+	case RuleThird:
+		return ConstrainModels(t), nil
+	case RuleHalf:
+		return constrain(t, 2, 1, 1), nil
+	case RuleSets:
+		return constrain(t, 3, 2, 3), nil
+	}
+	return nil, fmt.Errorf("%w: GPU-model rule %q (want one of %s)", ErrConfig, rule, strings.Join(ModelRules, ", "))
+}
 
 // ConstrainModels returns a copy of t in which a third of the GPU pods ask
 // for one GPU model, as openb's gpu_spec column allows (the default pod list
@@ -23,7 +58,15 @@ const ModelSeed = 19
 //     for in proportion to the GPUs that could serve the pod.
 //
 // Pods already carrying models keep them. t is not changed.
-func ConstrainModels(t *Trace) *Trace {
+func ConstrainModels(t *Trace) *Trace { return constrain(t, 3, 1, 1) }
+
+// constrain is the rules' common procedure: a GPU pod is picked when
+// Draw(one) == 0; a picked pod gets between lo and hi models: with lo <
+// hi, one Draw(hi-lo+1) first says how many more than lo; each model is
+// drawn as ConstrainModels draws its one (a model drawn twice is drawn
+// again, at most 64 draws a pod, and a pod that k-GPU nodes of fewer
+// models can hold gets those models). Sets are in the order drawn.
+func constrain(t *Trace, one uint64, lo, hi int) *Trace {
 	nodes := slices.Clone(t.Nodes)
 	slices.SortStableFunc(nodes, func(a, b workload.Node) int { return cmp.Compare(a.Name, b.Name) })
 	pods := slices.Clone(t.Pods)
@@ -35,32 +78,46 @@ func ConstrainModels(t *Trace) *Trace {
 		if p.NumGPU == 0 || p.GPUMilli == 0 || p.GPUModels != nil {
 			continue
 		}
-		if rng.Draw(3) != 0 {
+		if rng.Draw(one) != 0 {
 			continue
 		}
 		total := 0
+		models := map[string]bool{}
 		for _, n := range nodes {
 			if n.GPUs >= p.NumGPU {
 				total += n.GPUs
+				models[n.Model] = true
 			}
 		}
 		if total == 0 {
 			continue
 		}
-		x := int(rng.Draw(uint64(total)))
-		for _, n := range nodes {
-			if n.GPUs < p.NumGPU {
-				continue
-			}
-			if x < n.GPUs {
-				if interned[n.Model] == nil {
-					interned[n.Model] = []string{n.Model}
-				}
-				p.GPUModels = interned[n.Model]
-				break
-			}
-			x -= n.GPUs
+		want := lo
+		if hi > lo {
+			want += int(rng.Draw(uint64(hi - lo + 1)))
 		}
+		want = min(want, len(models))
+		var set []string
+		for try := 0; len(set) < want && try < 64; try++ {
+			x := int(rng.Draw(uint64(total)))
+			for _, n := range nodes {
+				if n.GPUs < p.NumGPU {
+					continue
+				}
+				if x < n.GPUs {
+					if !slices.Contains(set, n.Model) {
+						set = append(set, n.Model)
+					}
+					break
+				}
+				x -= n.GPUs
+			}
+		}
+		key := strings.Join(set, "|")
+		if interned[key] == nil {
+			interned[key] = set
+		}
+		p.GPUModels = interned[key]
 	}
 	return &Trace{Nodes: nodes, Pods: pods}
 }
