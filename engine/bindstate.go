@@ -55,6 +55,7 @@ func (e *Engine) failBind(js *job, reason string) {
 		e.noteRetry(js.notBefore)
 	}
 	e.toPending(js)
+	e.putBack = append(e.putBack, js.j.ID)
 }
 
 // bindOutcome applies EventBindApplied, EventBindFailed or
@@ -78,6 +79,14 @@ func (e *Engine) bindOutcome(ev Event) error {
 		e.binding[js.j.ID] = js
 	case EventBindFailed:
 		e.freezeTail()
+		if ev.Reason == "" { // withdrawn: no try counted
+			created := js.place.created()
+			e.stopRunning(js, e.now)
+			e.destroyCreated(created)
+			e.toPending(js)
+			e.putBack = append(e.putBack, js.j.ID)
+			break
+		}
 		e.failBind(js, ev.Reason)
 	}
 	return nil
@@ -169,6 +178,13 @@ func (e *Engine) Binding(id string) (run uint64, unknown, ok bool) {
 	}
 	return js.run, js.bindSt == bindUnknown, true
 }
+
+// Known reports whether the engine has job id (pending, running or
+// stopping).
+func (e *Engine) Known(id string) bool { return e.jobs[id] != nil }
+
+// BindingJobs lists, by ID, the jobs whose binds are assumed or unknown.
+func (e *Engine) BindingJobs() []string { return sortedKeys(e.binding) }
 
 // Held reports whether job id is held after failed binds, and the last
 // error.

@@ -138,6 +138,9 @@ type Engine struct {
 	// (bindstate.go); held counts the held jobs.
 	binding map[string]*job
 	held    int
+	// putBack: jobs whose binds failed since the last cycle's View, which
+	// republish lists (their cycle listed them as bound).
+	putBack []string
 }
 
 // New validates cfg and returns an engine with the cluster and queues of
@@ -261,7 +264,11 @@ func (e *Engine) Step(ev Event) error {
 		return err
 	}
 	e.now = ev.Time
-	e.dirty = true
+	// A bind applied or unknown changes nothing a cycle decides on (the
+	// job was booked already): Publish shows it.
+	if ev.Kind != EventBindApplied && ev.Kind != EventBindUnknown {
+		e.dirty = true
+	}
 	e.topUp(ev.Time)
 	if e.jn != nil {
 		e.recordEvent(ev)
@@ -440,7 +447,7 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	}
 	if len(refBinds)+len(refPreempts)+len(refResizes) > 0 || out.AssumeBinds && len(o.binds) > 0 {
 		e.dirty = e.dirty || len(refBinds)+len(refPreempts)+len(refResizes) > 0
-		e.republish(refBinds)
+		e.republish()
 	}
 	return nil
 }

@@ -71,8 +71,10 @@ const (
 	// EventBindFailed: the backend did not apply the assumed (or unknown)
 	// bind of run Run of JobID; Reason says why. The job's GPUs are freed
 	// and it waits for the bind backoff, like a refused bind; after
-	// Config.MaxBindTries failures in a row it is held (ReasonHeld). Late
-	// answers are ignored as for EventBindApplied.
+	// Config.MaxBindTries failures in a row it is held (ReasonHeld). An
+	// empty Reason withdraws the bind instead (it was never made: its
+	// caller stopped first): the job is pending again at once, no try
+	// counted. Late answers are ignored as for EventBindApplied.
 	EventBindFailed
 	// EventBindUnknown: the bind call of run Run of JobID timed out: the
 	// backend may apply it yet. The job stays booked
@@ -231,7 +233,7 @@ func BindApplied(at time.Time, id string, run uint64) Event {
 }
 
 // BindFailed returns the event that the bind of run of job id failed, for
-// reason.
+// reason (empty: withdrawn, see EventBindFailed).
 func BindFailed(at time.Time, id string, run uint64, reason string) Event {
 	return Event{Kind: EventBindFailed, Time: at, JobID: id, Run: run, Reason: reason}
 }

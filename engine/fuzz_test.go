@@ -417,6 +417,8 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		}
 		if err == nil {
 			switch ev.Kind {
+			case EventBindApplied, EventBindUnknown:
+				e.Publish() // they run no cycle (their owner publishes)
 			case EventJobSubmitted:
 				m.known[ev.Job.ID] = true
 			case EventJobFinished, EventJobCancelled:

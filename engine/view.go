@@ -129,6 +129,7 @@ func (v *View) Queues() []queue.QueueStatus {
 
 // publish stores the View of the cycle that made rd.
 func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
+	e.putBack = e.putBack[:0] // the cycle lists them
 	e.publishWith(rd, qs, nil)
 }
 
@@ -148,16 +149,24 @@ func (e *Engine) publishWith(rd *Ready, qs *queue.Snapshot, since []PendingStatu
 	e.view.Store(v)
 }
 
+// Publish publishes the latest cycle's View again with the running jobs,
+// binds and free GPUs as they are now: for an owner that stepped bind
+// outcomes (EventBindApplied, EventBindUnknown), which run no cycle. Like
+// Step, it is for the engine's owner only.
+func (e *Engine) Publish() { e.republish() }
+
 // republish publishes the latest cycle's View again with the running jobs
-// and free GPUs as they are now (after Advance undid refused decisions or
-// assumed binds): refused lists the jobs Advance put back to pending,
-// which the cycle's Pending does not list.
-func (e *Engine) republish(refused []string) {
+// and free GPUs as they are now, and the jobs whose binds failed since
+// the cycle (e.putBack), which its Pending does not list.
+func (e *Engine) republish() {
 	old := e.view.Load()
 	var since []PendingStatus
 	holds, cloned := old.Holds, false
-	for _, id := range refused {
+	for _, id := range sortedUnique(e.putBack) {
 		js := e.jobs[id]
+		if js == nil || js.st != statePending {
+			continue
+		}
 		st := PendingStatus{Job: id, Queue: js.j.Queue, Reason: ReasonBindRefused, js: js}
 		if js.held {
 			st.Reason = ReasonHeld
