@@ -269,16 +269,23 @@ func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 	}
 	switch {
 	case failed != nil:
-		// Roll back the members bound, and those whose calls timed out
-		// (they may come through), even when ctx is done: no half-bound
-		// gang stays behind. BindGang binds all or nothing.
-		if !whole {
-			var undo []engine.Member
-			for i, err := range errs {
-				if err == nil || errors.Is(err, ErrCallTimeout) {
-					undo = append(undo, g.members[i])
-				}
+		// Roll back, even when ctx is done, every member that may be
+		// bound: all but those refused (ErrRefused: not applied). A
+		// transient error or a timeout does not say the call did nothing
+		// (a backend that restarted between the call and its answer).
+		// Unbinding a member that is not bound is a no-op.
+		var undo []engine.Member
+		for i, err := range errs {
+			if errors.Is(err, ErrRefused) {
+				continue
 			}
+			if whole {
+				undo = g.members
+				break
+			}
+			undo = append(undo, g.members[i])
+		}
+		if len(undo) > 0 {
 			if err := r.unbindAll(context.WithoutCancel(ctx), g.job, undo); err != nil {
 				r.log.Error("rollback of a failed gang failed: the sweep stops what stays", "job", g.job, "err", err)
 				r.as.mu.Lock()
