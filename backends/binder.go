@@ -61,11 +61,11 @@ type result struct {
 	err       error
 	unknown   bool
 	withdrawn bool
-	abandoned int           // resBind: calls abandoned, whose late returns will come
-	running   []RunningJob  // resPoll
-	reason    string        // resStopped: the bind failure to step; empty: a ghost stopped
-	ghost     bool          // resStopped
-	at        time.Time     // resPoll: when the poll began
+	abandoned int             // resBind: calls abandoned, whose late returns will come
+	running   []RunningJob    // resPoll
+	reason    string          // resStopped: the bind failure to step; empty: a ghost stopped
+	ghost     bool            // resStopped
+	at        time.Time       // resPoll: when the poll began
 	polled    map[string]bool // resPoll: jobs unknown when the poll began
 }
 
@@ -88,9 +88,9 @@ type async struct {
 	// abandonedTotal counts the calls ever abandoned; graceSeen is its
 	// value when waitIdle last gave them their grace.
 	abandonedTotal, graceSeen int
-	chain     map[string]chan struct{}
-	note      chan struct{} // a result came (capacity 1)
-	slots     chan struct{} // backend calls in flight (Parallelism)
+	chain                     map[string]chan struct{}
+	note                      chan struct{} // a result came (capacity 1)
+	slots                     chan struct{} // backend calls in flight (Parallelism)
 
 	inflight map[string]uint64 // job -> run of its bind in flight
 	unknown  map[string]*unknownBind
