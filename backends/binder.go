@@ -101,6 +101,7 @@ type async struct {
 	stepped  []BindResult // since the last cycle
 	ghosts   int          // ghosts stopped
 	virtual  bool         // the Clock is not RealClock
+	noPoll   bool         // the backend is no RunningReporter
 }
 
 func newAsync(parallelism int, virtual bool) *async {
@@ -328,9 +329,13 @@ func (r *Runner) pollOp(ctx context.Context, now time.Time) {
 	for id := range a.unknown {
 		polled[id] = true
 	}
+	rr, _ := r.cfg.Backend.(RunningReporter)
 	r.goOp(ctx, "\x00poll", func(ctx context.Context) result {
 		var rs []RunningJob
-		err := r.call(ctx, func(ctx context.Context) (err error) { rs, err = r.cfg.Backend.Running(ctx); return err })
+		err := errors.ErrUnsupported
+		if rr != nil {
+			err = r.call(ctx, func(ctx context.Context) (err error) { rs, err = rr.RunningNow(ctx); return err })
+		}
 		return result{kind: resPoll, running: rs, err: err, at: now, polled: polled}
 	})
 }
@@ -408,11 +413,15 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 		return r.step(eng, engine.BindFailed(now, x.job, x.run, x.reason))
 	case resPoll:
 		a.polling = false
-		if x.err != nil {
+		switch {
+		case errors.Is(x.err, errors.ErrUnsupported):
+			a.noPoll = true
+			r.giveUpUnknown(ctx, eng, x.at)
+		case x.err != nil:
 			r.log.Warn("reading the backend's running jobs failed", "err", x.err)
-			return nil
+		default:
+			r.reconcileBinds(ctx, eng, x)
 		}
-		r.reconcileBinds(ctx, eng, x)
 	}
 	return nil
 }
@@ -506,6 +515,26 @@ func (r *Runner) reconcileBinds(ctx context.Context, eng *engine.Engine, x resul
 		if !eng.Known(id) {
 			delete(a.issued, id)
 		}
+	}
+}
+
+// giveUpUnknown is reconcileBinds for a backend that cannot say what it
+// runs (no RunningReporter): an unknown bind whose abandoned calls have not
+// returned within ReconcileInterval is stopped (a no-op for members not
+// bound) and failed.
+func (r *Runner) giveUpUnknown(ctx context.Context, eng *engine.Engine, now time.Time) {
+	a := r.as
+	for _, id := range sortedIDs(a.unknown) {
+		u := a.unknown[id]
+		if run, _, ok := eng.Binding(id); !ok || run != u.run {
+			delete(a.unknown, id)
+			continue
+		}
+		if now.Before(u.since.Add(r.cfg.ReconcileInterval)) {
+			continue
+		}
+		delete(a.unknown, id)
+		r.stopOp(ctx, id, u.run, u.members, "bind timed out and the backend did not answer", false)
 	}
 }
 

@@ -451,7 +451,10 @@ func (r *Runner) maybePoll(ctx context.Context, eng *engine.Engine) {
 		return
 	}
 	due := !r.clock.Now().Before(a.lastPoll.Add(r.cfg.ReconcileInterval))
-	if a.pollSoon || due && (len(a.unknown) > 0 || len(a.issued) > 0) {
+	if a.pollSoon && a.noPoll {
+		a.pollSoon = false // nothing to look at
+	}
+	if a.pollSoon || due && (len(a.unknown) > 0 || len(a.issued) > 0 && !a.noPoll) {
 		r.pollOp(ctx, r.clock.Now())
 	}
 }
@@ -459,7 +462,7 @@ func (r *Runner) maybePoll(ctx context.Context, eng *engine.Engine) {
 // pollWake is when the next poll is due, if the loop must wake for it.
 func (r *Runner) pollWake() time.Time {
 	a := r.as
-	if a.polling || len(a.unknown) == 0 && (a.virtual || len(a.issued) == 0) {
+	if a.polling || len(a.unknown) == 0 && (a.virtual || a.noPoll || len(a.issued) == 0) {
 		return time.Time{}
 	}
 	return a.lastPoll.Add(r.cfg.ReconcileInterval)

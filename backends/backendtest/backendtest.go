@@ -569,6 +569,15 @@ func (f *faulty) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	return f.inner.Running(ctx)
 }
 
+// RunningNow is the backend's, or errors.ErrUnsupported when it is no
+// backends.RunningReporter.
+func (f *faulty) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
+	if rr, ok := f.inner.(backends.RunningReporter); ok {
+		return rr.RunningNow(ctx)
+	}
+	return nil, errors.ErrUnsupported
+}
+
 func (f *faulty) BindMember(ctx context.Context, job string, m engine.Member) error {
 	return f.bind(ctx, job, func(ctx context.Context) error { return f.inner.BindMember(ctx, job, m) })
 }
@@ -766,11 +775,13 @@ func (f *faulty) invisible(v *engine.View) error {
 }
 
 // ghosts returns an error naming the jobs the backend runs that v neither
-// runs nor binds (ReasonBinding, ReasonBindingUnknown).
+// runs nor binds (ReasonBinding, ReasonBindingUnknown). Backends that are
+// no backends.RunningReporter are not checked.
 func (f *faulty) ghosts(v *engine.View) error {
-	running, err := f.inner.Running(context.Background())
+	// Only through RunningNow: Inventory.Running may act on what it finds.
+	running, err := f.RunningNow(context.Background())
 	if err != nil {
-		return nil // a backend gone with its test: nothing to compare
+		return nil // no RunningReporter, or a backend gone: nothing to compare
 	}
 	ok := map[string]bool{}
 	for _, rj := range v.Running() {
