@@ -286,15 +286,16 @@ func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 			}
 			undo = append(undo, g.members[i])
 		}
+		res.err = failed
 		if len(undo) > 0 {
 			if err := r.unbindAll(context.WithoutCancel(ctx), g.job, undo); err != nil {
-				r.log.Error("rollback of a failed gang failed: the sweep stops what stays", "job", g.job, "err", err)
-				r.as.mu.Lock()
-				r.as.res = append(r.as.res, result{kind: resLate, job: g.job}) // look at the backend soon
-				r.as.mu.Unlock()
+				// What runs is not known: the job stays booked, unknown,
+				// until the backend's state says (never two jobs on a GPU).
+				r.log.Error("rollback of a failed gang failed: its bind is unknown", "job", g.job, "err", err)
+				res.err, res.unknown = fmt.Errorf("%w; rollback failed: %w", failed, err), true
+				return res
 			}
 		}
-		res.err = failed
 		res.withdrawn = ctx.Err() != nil && errors.Is(failed, ctx.Err())
 	case timedOut != nil:
 		res.err, res.unknown = timedOut, true
@@ -402,8 +403,13 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 		r.stopOp(ctx, x.job, x.run, u.members, fmt.Sprintf("bind failed after its timeout: %v", u.err), false)
 	case resStopped:
 		if x.err != nil {
-			// The backend may run it still: the sweep looks again.
+			// The backend may run it still: a ghost is looked at again; an
+			// unknown bind stays unknown (booked) and is tried again.
 			r.log.Error("stopping a job the engine does not run there failed", "job", x.job, "err", x.err)
+			if !x.ghost {
+				a.unknown[x.job] = &unknownBind{run: x.run, members: x.members, since: now}
+				return nil
+			}
 			a.pollSoon = true
 		}
 		if x.ghost {
