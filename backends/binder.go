@@ -269,6 +269,11 @@ func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 		}
 	}
 	switch {
+	case failed != nil && res.abandoned > 0:
+		// Some calls may still come through: rolling back now could come
+		// before them. The bind is unknown; once the abandoned calls have
+		// returned, the whole gang is stopped and the bind failed.
+		res.err, res.unknown = fmt.Errorf("%w (and %d calls timed out)", failed, res.abandoned), true
 	case failed != nil:
 		// Roll back, even when ctx is done, every member that may be
 		// bound: all but those refused (ErrRefused: not applied). A

@@ -34,13 +34,13 @@ func ExampleRunner() {
 		Backend: s,
 		Clock:   s,
 		Observe: func(c backends.Cycle) {
-			// Binds are issued and assumed; their outcomes come back by
-			// the next cycle.
-			for _, b := range c.Binds {
-				fmt.Printf("%v: bind of %s: %v\n", c.Ready.At.Sub(start), b.Job, b.Err)
-			}
+			// Binds are issued and assumed; their outcomes come back as
+			// events (on the simulator's clock, within the cycle).
 			if len(c.Ready.Binds) > 0 {
 				fmt.Printf("%v: bind %s\n", c.Ready.At.Sub(start), c.Ready.Binds[0].Job)
+			}
+			for _, b := range c.Binds {
+				fmt.Printf("%v: bind of %s: %v\n", c.Ready.At.Sub(start), b.Job, b.Err)
 			}
 		},
 	})
@@ -54,6 +54,6 @@ func ExampleRunner() {
 	// 0s: bind train
 	// 0s: bind of train: backends: decision refused: job "train" on n1 (injected)
 	// 1m0s: bind train
-	// 1h1m0s: bind of train: <nil>
+	// 1m0s: bind of train: <nil>
 	// ran 1m0s .. 1h1m0s
 }

@@ -116,8 +116,10 @@ type Cycle struct {
 	// Outcome is what was reported to Advance. Binds are assumed
 	// (Outcome.AssumeBinds): their outcomes come later, in Binds.
 	Outcome engine.Outcome
-	// Binds are the outcomes of earlier cycles' binds stepped into the
-	// engine since the cycle before this one, in the order stepped.
+	// Binds are the bind outcomes stepped into the engine since the cycle
+	// before this one, in the order stepped: on a real clock those of
+	// earlier cycles that came back; on a virtual clock this cycle's own
+	// as well (its binds are waited for, see docs/reliability.md).
 	Binds []BindResult
 	// Errors are failures that no refusal could report: a rollback unbind
 	// that failed after its retries, a shrink that failed. (A MIG change
@@ -499,8 +501,19 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	out, errs := r.apply(ctx, &rd)
 	errs, r.saveErrs = append(errs, r.saveErrs...), nil
 	out.AssumeBinds = true
+	if r.as.virtual && len(rd.Binds) > 0 {
+		// On a virtual clock the cycle's binds come back before anything
+		// else happens (see async): their outcomes are stepped right after
+		// the Advance, so a simulation decides as a synchronous one did.
+		r.waitIdle(ctx, r.cfg.CallTimeout)
+	}
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
+	}
+	if r.as.virtual && len(rd.Binds) > 0 {
+		if _, err := r.settle(ctx, eng); err != nil {
+			return err
+		}
 	}
 	if r.jobRecs != nil {
 		r.jobRecs.cycle(&rd, &out)
