@@ -42,7 +42,8 @@ type RunningJob struct {
 }
 
 // Inventory reads what the backend has: nodes and the jobs already
-// running. It is called once, when Run starts.
+// running. It is called once, when Run starts (Running may act on what it
+// finds, e.g. give back a job bound but not started: it is not polled).
 type Inventory interface {
 	// Cluster returns the nodes and topology. The result is owned by the
 	// caller.
@@ -71,6 +72,24 @@ type Actuator interface {
 	Preempt(ctx context.Context, p engine.Preemption) error
 	// ApplyMIG reconfigures the MIG layout of one GPU.
 	ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error
+}
+
+// RunningReporter is an optional Backend method for the truth after a
+// timeout: RunningNow lists the jobs the backend runs now, with their
+// members, like Inventory.Running but without acting on anything. It is
+// called from a goroutine of its own, concurrently with every other
+// method, every RunnerConfig.ReconcileInterval while a bind is unknown
+// (its call timed out) and, on a real clock, periodically anyway: an
+// unknown bind the backend runs on its members is adopted, one it does not
+// run is stopped (UnbindMember, a no-op for members not bound) and failed,
+// and a job it runs that the engine does not run there (a ghost: a bind
+// that came through after it was given up) is stopped. A backend without
+// it (or answering errors.ErrUnsupported) learns the truth from the late
+// return of the abandoned call only: an unknown bind with no answer within
+// ReconcileInterval is stopped and failed, and a ghost made by a call that
+// commits later still is not found by the Runner.
+type RunningReporter interface {
+	RunningNow(ctx context.Context) ([]RunningJob, error)
 }
 
 // ReplicaStopper is an optional Actuator method for backends that run

@@ -14,8 +14,9 @@ import (
 )
 
 // A Runner drives the engine against the simulator; one node refuses the
-// first bind of a 2-node gang, so the whole gang is rolled back and bound
-// again after the engine's retry backoff.
+// first bind of a 2-node gang, so the whole gang is rolled back, its
+// failure comes back to the engine (Cycle.Binds), and it is bound again
+// after the engine's retry backoff.
 func ExampleRunner() {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s, _ := sim.New(sim.Config{Cluster: topo.Uniform(nil, nil, 2, 8, "H100"), Start: start})
@@ -33,8 +34,13 @@ func ExampleRunner() {
 		Backend: s,
 		Clock:   s,
 		Observe: func(c backends.Cycle) {
+			// Binds are issued and assumed; their outcomes come back as
+			// events (on the simulator's clock, within the cycle).
 			if len(c.Ready.Binds) > 0 {
-				fmt.Printf("%v: bind %s, refused %v\n", c.Ready.At.Sub(start), c.Ready.Binds[0].Job, c.Outcome.RefusedBinds)
+				fmt.Printf("%v: bind %s\n", c.Ready.At.Sub(start), c.Ready.Binds[0].Job)
+			}
+			for _, b := range c.Binds {
+				fmt.Printf("%v: bind of %s: %v\n", c.Ready.At.Sub(start), b.Job, b.Err)
 			}
 		},
 	})
@@ -45,7 +51,9 @@ func ExampleRunner() {
 	o := s.Outcomes()[0]
 	fmt.Printf("ran %v .. %v\n", o.Start.Sub(start), o.End.Sub(start))
 	// Output:
-	// 0s: bind train, refused [train]
-	// 1m0s: bind train, refused []
+	// 0s: bind train
+	// 0s: bind of train: backends: decision refused: job "train" on n1 (injected)
+	// 1m0s: bind train
+	// 1m0s: bind of train: <nil>
 	// ran 1m0s .. 1h1m0s
 }

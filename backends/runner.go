@@ -60,18 +60,34 @@ type RunnerConfig struct {
 	// and MIG changes at Info; binds and resizes at Debug. Nil: no logs.
 	Logger *slog.Logger
 	// Observe, if set, is called after every cycle, on Run's goroutine,
-	// with what was decided and what the backend refused.
+	// with what was decided, what the backend refused, and the outcomes of
+	// earlier binds that came back since the cycle before.
 	Observe func(c Cycle)
 	// CallTimeout bounds every call to the backend except Events.Next
 	// (which waits for events by design): each Actuator attempt, and the
-	// Inventory calls at start (not the Store's, which are local). A call still running then is abandoned
-	// (its context is cancelled and the Runner stops waiting for it; its
-	// goroutine is left to return on its own) and fails the decision
-	// (ErrCallTimeout) without more attempts in that cycle: it is
-	// reported refused, so one hanging call holds a cycle for at most
-	// CallTimeout, and the engine's bind backoff says when to try again. A bind that timed out is rolled back
-	// with UnbindMember like a failed one. Zero: 30 s.
+	// Inventory calls (not the Store's, which are local). A call still
+	// running then is abandoned (its context is cancelled and the Runner
+	// stops waiting for it; its goroutine is left to return on its own)
+	// without more attempts. A bind that timed out is unknown, not failed:
+	// the job stays booked (engine.ReasonBindingUnknown) until the
+	// abandoned call returns or the backend's Running list says whether it
+	// runs (see ReconcileInterval). Binds run on goroutines, so a hung
+	// call delays only its own job; the other decisions (preemptions,
+	// resizes, replica stops, MIG changes) are applied in the cycle, which
+	// a hung one of those holds for at most CallTimeout (it is reported
+	// refused). Zero: 30 s.
 	CallTimeout time.Duration
+	// MaxBindTries: a job whose binds failed this many times in a row is
+	// held (engine.ReasonHeld, with the last error) until released
+	// (engine.Released). It sets Engine.MaxBindTries when that is zero.
+	// Zero: 5.
+	MaxBindTries int
+	// ReconcileInterval: how often the Runner reads the backend's running
+	// jobs (Inventory.Running) while a bind is unknown, to learn whether
+	// it runs, and, on a real clock, anyway, to find jobs running that the
+	// engine does not run there (a bind that came through after it was
+	// given up), which it stops. Zero: one minute.
+	ReconcileInterval time.Duration
 	// Store, if set, keeps the engine's state for a restart without loss:
 	// Run restores the engine from it (engine.Restore) when it holds a
 	// state, else starts a new engine with its journal on; it saves every
@@ -104,8 +120,14 @@ type RunnerConfig struct {
 type Cycle struct {
 	// Ready is the engine's output. Read-only.
 	Ready engine.Ready
-	// Outcome is what was reported to Advance.
+	// Outcome is what was reported to Advance. Binds are assumed
+	// (Outcome.AssumeBinds): their outcomes come later, in Binds.
 	Outcome engine.Outcome
+	// Binds are the bind outcomes stepped into the engine since the cycle
+	// before this one, in the order stepped: on a real clock those of
+	// earlier cycles that came back; on a virtual clock this cycle's own
+	// as well (its binds are waited for, see docs/reliability.md).
+	Binds []BindResult
 	// Errors are failures that no refusal could report: a rollback unbind
 	// that failed after its retries, a shrink that failed. (A MIG change
 	// that failed finally is in Outcome.RefusedMIG.)
@@ -114,7 +136,8 @@ type Cycle struct {
 	// View is the engine's view after the cycle.
 	View *engine.View
 	// Duration is the time the cycle took on the Runner's Clock: the
-	// engine's Ready, the Actuator calls and Advance.
+	// engine's Ready, the Actuator calls made in the cycle (not the binds,
+	// which run on) and Advance.
 	Duration time.Duration
 }
 
@@ -137,6 +160,7 @@ type Runner struct {
 	jobRecs  *recorder // nil without RunnerConfig.Recorder
 	lastSave time.Time
 	saveErrs []error // interval saves that failed, for the next Cycle
+	as       *async  // binds in flight and their outcomes (binder.go)
 }
 
 // NewRunner checks cfg and returns a Runner. Errors wrap ErrInvalidConfig.
@@ -157,6 +181,19 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, bad("CallTimeout must not be negative, got %v", cfg.CallTimeout)
 	case cfg.SaveInterval < 0:
 		return nil, bad("SaveInterval must not be negative, got %v", cfg.SaveInterval)
+	case cfg.MaxBindTries < 0:
+		return nil, bad("MaxBindTries must not be negative, got %d", cfg.MaxBindTries)
+	case cfg.ReconcileInterval < 0:
+		return nil, bad("ReconcileInterval must not be negative, got %v", cfg.ReconcileInterval)
+	}
+	if cfg.MaxBindTries == 0 {
+		cfg.MaxBindTries = 5
+	}
+	if cfg.Engine.MaxBindTries == 0 {
+		cfg.Engine.MaxBindTries = cfg.MaxBindTries
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = time.Minute
 	}
 	if cfg.CompactAfter == 0 {
 		cfg.CompactAfter = DefaultCompactAfter
@@ -205,7 +242,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, clock: cfg.Clock, log: log, jobRecs: newRecorder(cfg.Recorder, cfg.Backend)}, nil
+	_, real := cfg.Clock.(RealClock)
+	return &Runner{cfg: cfg, clock: cfg.Clock, log: log, jobRecs: newRecorder(cfg.Recorder, cfg.Backend),
+		as: newAsync(cfg.Parallelism, !real)}, nil
 }
 
 // View returns the engine's latest published view, or nil before Run has
@@ -251,9 +290,20 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := r.settleRestored(eng, running); err != nil {
+		return err
+	}
 	r.lastSave = r.clock.Now()
+	r.as.lastPoll = r.clock.Now()
 	defer func() {
-		// Save at shutdown, whatever stopped the loop.
+		// Binds in flight end (each call within CallTimeout; those not
+		// begun are withdrawn) and are stepped, so that the state saved
+		// knows them; then save, whatever stopped the loop.
+		r.waitIdle(context.Background(), 0)
+		if _, serr := r.settle(context.WithoutCancel(ctx), eng); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		eng.Publish()
 		if serr := r.save(context.WithoutCancel(ctx), eng); serr != nil {
 			err = errors.Join(err, fmt.Errorf("backends: saving state: %w", serr))
 		}
@@ -271,15 +321,55 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		}
 		r.maybeSave(ctx, eng)
 	}
+	var evCh <-chan pumped
+	if !r.as.virtual {
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		evCh = r.pump(pctx)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		// Outcomes of binds (and polls) that came back: a cycle after
+		// them. (Only after them or events: a cycle whose refusals leave
+		// the engine dirty is not run again at once.)
+		got, err := r.settle(ctx, eng)
+		if err != nil {
+			return err
+		}
+		r.maybePoll(ctx, eng)
+		if got && eng.HasReady() {
+			if err := r.cycle(ctx, eng); err != nil {
+				return err
+			}
+			r.maybeSave(ctx, eng)
+			continue
 		}
 		wake := r.nextWake(eng.Now(), lastTick)
 		if w, ok := eng.NextWake(); ok && (wake.IsZero() || w.Before(wake)) {
 			wake = w
 		}
-		evs, err := be.Next(ctx, wake)
+		if w := r.pollWake(); !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
+			wake = w
+		}
+		var evs []engine.Event
+		if r.as.virtual {
+			// On a virtual clock the binds in flight come back before the
+			// clock moves (see async).
+			if r.as.busy(true) {
+				r.waitIdle(ctx, r.cfg.CallTimeout)
+				if r.as.has() {
+					continue
+				}
+			}
+			evs, err = be.Next(ctx, wake)
+		} else {
+			var more bool
+			if evs, err, more = r.wait(ctx, evCh, wake); more {
+				continue // results came: settle them
+			}
+		}
 		switch {
 		case errors.Is(err, ErrClosed):
 			return nil
@@ -300,10 +390,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			}
 		}
 		if len(evs) == 0 {
-			now := r.clock.Now()
-			if now.Before(eng.Now()) {
-				now = eng.Now()
-			}
+			now := r.stepTime(eng)
 			if err := r.step(eng, engine.Tick(now)); err != nil {
 				return err
 			}
@@ -318,6 +405,83 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		}
 		r.maybeSave(ctx, eng)
 	}
+}
+
+// pumped is one answer of Events.Next.
+type pumped struct {
+	evs []engine.Event
+	err error
+}
+
+// pump calls Events.Next on a goroutine (a real clock: the loop waits on
+// its answers, the binds' results and its own timer at once) until ctx is
+// done or Next fails. Next is asked for no wake-up: the loop keeps time.
+func (r *Runner) pump(ctx context.Context) <-chan pumped {
+	ch := make(chan pumped)
+	go func() {
+		for {
+			evs, err := r.cfg.Backend.Next(ctx, time.Time{})
+			select {
+			case ch <- pumped{evs, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// wait waits for the backend's events, the wake-up (evs empty: a tick),
+// or results (more true), on a real clock.
+func (r *Runner) wait(ctx context.Context, evCh <-chan pumped, wake time.Time) (evs []engine.Event, err error, more bool) {
+	var tc <-chan time.Time
+	if !wake.IsZero() {
+		t := time.NewTimer(max(0, wake.Sub(r.clock.Now())))
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case p := <-evCh:
+		return p.evs, p.err, false
+	case <-tc:
+		return []engine.Event{}, nil, false
+	case <-r.as.note:
+		return nil, nil, true
+	case <-ctx.Done():
+		return nil, ctx.Err(), false
+	}
+}
+
+// maybePoll starts a read of the backend's running jobs when one is due:
+// at once after a late call came through for a bind already settled,
+// every ReconcileInterval while a bind is unknown, and, on a real clock,
+// every ReconcileInterval anyway (on a virtual one, when due at a moment
+// the loop runs: a periodic wake-up would keep a simulation going for
+// ever).
+func (r *Runner) maybePoll(ctx context.Context, eng *engine.Engine) {
+	a := r.as
+	if a.polling {
+		return
+	}
+	due := !r.clock.Now().Before(a.lastPoll.Add(r.cfg.ReconcileInterval))
+	if a.pollSoon && a.noPoll {
+		a.pollSoon = false // nothing to look at
+	}
+	if a.pollSoon || due && (len(a.unknown) > 0 || len(a.issued) > 0 && !a.noPoll) {
+		r.pollOp(ctx, r.clock.Now())
+	}
+}
+
+// pollWake is when the next poll is due, if the loop must wake for it.
+func (r *Runner) pollWake() time.Time {
+	a := r.as
+	if a.polling || len(a.unknown) == 0 && (a.virtual || a.noPoll || len(a.issued) == 0) {
+		return time.Time{}
+	}
+	return a.lastPoll.Add(r.cfg.ReconcileInterval)
 }
 
 func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
@@ -339,16 +503,31 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	return nil
 }
 
-// cycle runs one cycle, applies it and advances the engine. A cancelled
-// ctx stops new Actuator calls; what was applied is kept or rolled back,
-// and the engine advanced, before ctx.Err() comes back.
+// cycle runs one cycle, applies it and advances the engine. Binds are
+// issued on goroutines and assumed (Outcome.AssumeBinds): their outcomes
+// are stepped as events when they come back. The other decisions are
+// applied in the cycle. A cancelled ctx stops new Actuator calls; what was
+// applied is kept or rolled back, and the engine advanced, before
+// ctx.Err() comes back.
 func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	began := r.clock.Now()
 	rd := eng.Ready()
 	out, errs := r.apply(ctx, &rd)
 	errs, r.saveErrs = append(errs, r.saveErrs...), nil
+	out.AssumeBinds = true
+	if r.as.virtual && len(rd.Binds) > 0 {
+		// On a virtual clock the cycle's binds come back before anything
+		// else happens (see async): their outcomes are stepped right after
+		// the Advance, so a simulation decides as a synchronous one did.
+		r.waitIdle(ctx, r.cfg.CallTimeout)
+	}
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
+	}
+	if r.as.virtual && len(rd.Binds) > 0 {
+		if _, err := r.settle(ctx, eng); err != nil {
+			return err
+		}
 	}
 	if r.jobRecs != nil {
 		r.jobRecs.cycle(&rd, &out)
@@ -380,8 +559,9 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 		r.addWake(now)
 	}
 	if r.cfg.Observe != nil {
-		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Errors: errs, View: eng.View(), Duration: took})
+		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Binds: r.as.stepped, Errors: errs, View: eng.View(), Duration: took})
 	}
+	r.as.stepped = nil
 	return ctx.Err()
 }
 
@@ -430,8 +610,9 @@ func (r *Runner) nextWake(now, lastTick time.Time) time.Time {
 // ---------------------------------------------------------------- applying
 
 // apply carries out rd: replica stops and preemptions first (victims stop
-// before GPUs are reused), then resizes, binds and MIG changes. It returns the refusals
-// for Advance and the errors no refusal can report.
+// before GPUs are reused), then resizes, binds (issued, not waited for)
+// and MIG changes. It returns the refusals for Advance and the errors no
+// refusal can report.
 func (r *Runner) apply(ctx context.Context, rd *engine.Ready) (engine.Outcome, []error) {
 	var out engine.Outcome
 	var errs []error
@@ -480,17 +661,16 @@ func (r *Runner) apply(ctx context.Context, rd *engine.Ready) (engine.Outcome, [
 		out.RefusedResizes = append(out.RefusedResizes, job)
 	}
 
-	// Binds.
-	binds := make([]gangBind, len(rd.Binds))
-	for i, b := range rd.Binds {
-		binds[i] = gangBind{job: b.Job, members: b.Members}
-	}
-	out.RefusedBinds = r.bindGangs(ctx, binds, &errs)
+	// Binds, on goroutines: their outcomes come back as events.
+	r.issueBinds(ctx, rd)
 
 	// MIG: after the binds, whose created instances the changes' From
-	// layouts already hold. A change that fails finally (refused, or
-	// transient past its retries) is reported refused: the engine keeps
-	// its old layout and backs off.
+	// layouts already hold (so a cycle with both waits for its binds). A
+	// change that fails finally (refused, or transient past its retries)
+	// is reported refused: the engine keeps its old layout and backs off.
+	if len(rd.MIG) > 0 && len(rd.Binds) > 0 {
+		r.waitIdle(ctx, 0)
+	}
 	merr := make([]error, len(rd.MIG))
 	r.each(ctx, len(rd.MIG), func(ctx context.Context, i int) {
 		merr[i] = r.retry(ctx, func(ctx context.Context) error { return act.ApplyMIG(ctx, rd.MIG[i]) })
@@ -624,28 +804,52 @@ func (r *Runner) each(ctx context.Context, n int, f func(ctx context.Context, i 
 }
 
 // call runs f with CallTimeout (a wall-clock bound: backend calls take
-// real time, whatever the Runner's Clock). A call that has not returned by
-// then is abandoned: its context is cancelled and call returns
-// ErrCallTimeout without waiting for it, so a backend that ignores its
-// context cannot hold the Runner. When ctx is cancelled, call still waits
-// for f (which sees the cancellation) up to the same bound, so that what a
-// call did is known.
+// real time, whatever the Runner's Clock), holding one of Parallelism
+// slots. A call that has not returned by then is abandoned: its context is
+// cancelled, its slot freed, and call returns ErrCallTimeout without
+// waiting for it, so a backend that ignores its context cannot hold the
+// Runner. When ctx is cancelled, call still waits for f (which sees the
+// cancellation) up to the same bound, so that what a call did is known.
 func (r *Runner) call(ctx context.Context, f func(ctx context.Context) error) error {
+	return r.callLate(ctx, f, nil)
+}
+
+// callLate is call; late, if set, is called with f's error when a call
+// that was abandoned returns after all.
+func (r *Runner) callLate(ctx context.Context, f func(ctx context.Context) error, late func(error)) error {
+	slots := r.as.slots
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- f(cctx) }()
 	t := time.NewTimer(r.cfg.CallTimeout)
 	defer t.Stop()
 	select {
 	case err := <-done:
+		cancel()
+		<-slots
 		return err
 	case <-t.C:
 	}
 	select {
 	case err := <-done: // it came as the timer fired
+		cancel()
+		<-slots
 		return err
 	default:
+	}
+	cancel()
+	<-slots
+	if late != nil {
+		r.as.mu.Lock()
+		r.as.abandoned++
+		r.as.abandonedTotal++
+		r.as.mu.Unlock()
+		go func() { late(<-done) }()
 	}
 	return fmt.Errorf("%w after %v", ErrCallTimeout, r.cfg.CallTimeout)
 }
@@ -653,17 +857,21 @@ func (r *Runner) call(ctx context.Context, f func(ctx context.Context) error) er
 // retry calls f until it succeeds, fails with ErrRefused, ctx is done, or
 // the attempts run out, backing off on the clock in between.
 func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) error {
+	return r.retryLate(ctx, f, nil)
+}
+
+// retryLate is retry with callLate's late.
+func (r *Runner) retryLate(ctx context.Context, f func(ctx context.Context) error, late func(error)) error {
 	wait := r.cfg.Retry.Initial
 	var err error
 	for attempt := 1; ; attempt++ {
 		if err = ctx.Err(); err != nil {
 			return err
 		}
-		// A call that timed out is not retried in this cycle: a backend
-		// that hangs once likely hangs again, and each try would hold the
-		// cycle another CallTimeout. The decision is reported refused; the
-		// engine's growing bind backoff decides when to try again.
-		if err = r.call(ctx, f); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrCallTimeout) || attempt >= r.cfg.Retry.Attempts {
+		// A call that timed out is not retried: a backend that hangs once
+		// likely hangs again, and the call may still come through (a bind
+		// is unknown then; the Runner learns the truth from the backend).
+		if err = r.callLate(ctx, f, late); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrCallTimeout) || attempt >= r.cfg.Retry.Attempts {
 			return err
 		}
 		r.log.Warn("actuator call failed, retrying", "attempt", attempt, "wait", wait, "err", err)

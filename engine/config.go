@@ -151,6 +151,11 @@ type Config struct {
 	// up to BindRetryMax, and starts again from BindRetryBackoff once a
 	// bind of the job is applied. Zero: no growth.
 	BindRetryMax time.Duration
+	// MaxBindTries, when positive, holds a job whose binds failed (were
+	// refused, or reported failed by EventBindFailed) this many times in a
+	// row: it stays pending with ReasonHeld and its last error until
+	// EventReleased. Zero: it is retried for ever (backends.Runner sets 5).
+	MaxBindTries int
 	// MIG configures MIG reconfiguration planning.
 	MIG MIGConfig
 	// Scorer selects how placement chooses nodes inside the chosen
@@ -234,6 +239,8 @@ func (c *Config) Validate() error {
 		return bad("BindRetryBackoff must not be negative, got %v", c.BindRetryBackoff)
 	case c.BindRetryMax < 0:
 		return bad("BindRetryMax must not be negative, got %v", c.BindRetryMax)
+	case c.MaxBindTries < 0:
+		return bad("MaxBindTries must not be negative, got %d", c.MaxBindTries)
 	case c.MIG.WaitFactor < 0 || math.IsNaN(c.MIG.WaitFactor) || math.IsInf(c.MIG.WaitFactor, 0):
 		return bad("MIG.WaitFactor must be a finite non-negative number, got %v", c.MIG.WaitFactor)
 	case c.MIG.MaxGPUs < 0:

@@ -611,7 +611,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	js.quotaWait = false
 	e.activate(js)
 	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill,
-		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.boundPartition(js, p)})
+		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.boundPartition(js, p), Run: js.run})
 	e.out.binds[js.j.ID] = true
 	e.out.runs[js.j.ID] = js.run
 	cs.dropHeld()
@@ -636,10 +636,7 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	}
 	st = PendingStatus{Job: j.ID, Queue: j.Queue, js: js}
 	waits = true
-	if js.notBefore > cs.nowNs {
-		cs.backoff = true
-		e.noteRetry(js.notBefore)
-		st.Reason = ReasonBindRefused
+	if (js.held || js.notBefore > cs.nowNs) && e.waitsForBind(js, &st) {
 		return st, true
 	}
 	if len(e.claims) > 0 {

@@ -133,6 +133,14 @@ type Engine struct {
 	svcNext  map[string]int // next replica index of deleted services
 	svcTopUp bool
 	stops    []Stop
+
+	// binding: the running jobs whose binds are assumed or unknown
+	// (bindstate.go); held counts the held jobs.
+	binding map[string]*job
+	held    int
+	// putBack: jobs whose binds failed since the last cycle's View, which
+	// republish lists (their cycle listed them as bound).
+	putBack []string
 }
 
 // New validates cfg and returns an engine with the cluster and queues of
@@ -156,7 +164,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, tree: tree, pending: pending, intake: in, policy: cfg.Policy,
-		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{}, resMemos: map[string]*resMemo{},
+		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{}, resMemos: map[string]*resMemo{}, binding: map[string]*job{},
 		now: cfg.Start, dirty: true,
 		activeIDs: btree.NewG(32, func(a, b string) bool { return a < b }), tl: btree.NewG(32, tlLess),
 	}
@@ -245,6 +253,10 @@ func (e *Engine) Step(ev Event) error {
 		err = e.scaleService(ev.ServiceName, ev.Desired, ev.Time)
 	case EventServiceDeleted:
 		err = e.deleteService(ev.ServiceName, ev.Time)
+	case EventBindApplied, EventBindFailed, EventBindUnknown:
+		err = e.bindOutcome(ev)
+	case EventReleased:
+		err = e.release(ev.JobID)
 	default:
 		err = fmt.Errorf("%w: kind %v", ErrInvalidEvent, ev.Kind)
 	}
@@ -252,7 +264,11 @@ func (e *Engine) Step(ev Event) error {
 		return err
 	}
 	e.now = ev.Time
-	e.dirty = true
+	// A bind applied or unknown changes nothing a cycle decides on (the
+	// job was booked already): Publish shows it.
+	if ev.Kind != EventBindApplied && ev.Kind != EventBindUnknown {
+		e.dirty = true
+	}
 	e.topUp(ev.Time)
 	if e.jn != nil {
 		e.recordEvent(ev)
@@ -335,7 +351,7 @@ func (e *Engine) accept() {
 	}
 	for id := range e.out.binds {
 		if js := e.jobs[id]; js != nil && js.st == stateRunning && e.out.current(js, id) {
-			js.confirmed, js.refusals = true, 0
+			e.confirm(js)
 		}
 	}
 	e.applyMIG(e.out.mig, nil)
@@ -394,15 +410,7 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		e.freezeTail()
 	}
 	for _, id := range refBinds {
-		js := e.jobs[id]
-		created := js.place.created()
-		e.stopRunning(js, e.now)
-		e.destroyCreated(created)
-		js.refusals++
-		js.notBefore = e.now.Add(e.bindBackoff(js.refusals)).UnixNano()
-		e.maxNotBefore = max(e.maxNotBefore, js.notBefore)
-		e.noteRetry(js.notBefore)
-		e.toPending(js)
+		e.failBind(e.jobs[id], "")
 	}
 	for _, id := range refPreempts {
 		js := e.jobs[id]
@@ -421,9 +429,13 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	for _, id := range refResizes {
 		e.undoGrow(e.jobs[id], o.grows[id])
 	}
-	for id := range o.binds {
+	for id := range o.binds { // each job on its own: the order does not matter
 		if js := e.jobs[id]; js != nil && js.st == stateRunning && o.current(js, id) {
-			js.confirmed, js.refusals = true, 0
+			if out.AssumeBinds {
+				e.assume(js)
+			} else {
+				e.confirm(js)
+			}
 		}
 	}
 	if e.applyMIG(o.mig, out.RefusedMIG) {
@@ -433,8 +445,8 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	if e.jn != nil {
 		e.recordAdvance(out)
 	}
-	if len(refBinds)+len(refPreempts)+len(refResizes) > 0 {
-		e.dirty = true
+	if len(refBinds)+len(refPreempts)+len(refResizes) > 0 || out.AssumeBinds && len(o.binds) > 0 {
+		e.dirty = e.dirty || len(refBinds)+len(refPreempts)+len(refResizes) > 0
 		e.republish()
 	}
 	return nil

@@ -193,7 +193,8 @@ func (v *View) estimate(i int, run *[]RunningJob) Estimate {
 		}
 	case ReasonInvalid, ReasonUnsupported:
 		x.Why = NoEstimateNeverFits
-	case ReasonBindRefused:
+	case ReasonBindRefused, ReasonHeld, ReasonBinding, ReasonBindingUnknown:
+		// Its start depends on the backend's answer (or a release).
 		x.Why = NoEstimateBindRetry
 	case ReasonReconfiguring:
 		x.Why = NoEstimateFractional

@@ -63,6 +63,28 @@ const (
 	// EventServiceDeleted deletes the service named ServiceName and its
 	// replicas.
 	EventServiceDeleted
+	// EventBindApplied: the backend applied the assumed bind of run Run of
+	// JobID (see Outcome.AssumeBinds): the job is confirmed running. An
+	// event about another run, or a job the engine no longer has, is
+	// ignored (a late answer).
+	EventBindApplied
+	// EventBindFailed: the backend did not apply the assumed (or unknown)
+	// bind of run Run of JobID; Reason says why. The job's GPUs are freed
+	// and it waits for the bind backoff, like a refused bind; after
+	// Config.MaxBindTries failures in a row it is held (ReasonHeld). An
+	// empty Reason withdraws the bind instead (it was never made: its
+	// caller stopped first): the job is pending again at once, no try
+	// counted. Late answers are ignored as for EventBindApplied.
+	EventBindFailed
+	// EventBindUnknown: the bind call of run Run of JobID timed out: the
+	// backend may apply it yet. The job stays booked
+	// (ReasonBindingUnknown) until EventBindApplied or EventBindFailed.
+	EventBindUnknown
+	// EventReleased: the held job JobID (ReasonHeld) may be placed again,
+	// its failure count reset: a person released it, or the backend
+	// reports its own hold released. A job that is not held is left as
+	// it is.
+	EventReleased
 )
 
 func (k EventKind) String() string {
@@ -99,6 +121,14 @@ func (k EventKind) String() string {
 		return "service-scaled"
 	case EventServiceDeleted:
 		return "service-deleted"
+	case EventBindApplied:
+		return "bind-applied"
+	case EventBindFailed:
+		return "bind-failed"
+	case EventBindUnknown:
+		return "bind-unknown"
+	case EventReleased:
+		return "released"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -113,8 +143,14 @@ type Event struct {
 	// engine: the caller must not modify it afterwards.
 	Job *queue.Job
 	// JobID: EventJobFinished, EventJobCancelled, EventJobCheckpointed,
-	// EventDevicesReported.
+	// EventDevicesReported, the bind outcomes, EventReleased.
 	JobID string
+	// Run: the bind outcomes (EventBindApplied, EventBindFailed,
+	// EventBindUnknown): the run the bind was about (Bind.Run).
+	Run uint64
+	// Reason: EventBindFailed: the backend's error, shown while the job
+	// waits or is held.
+	Reason string
 	// Members: EventJobAdopted, EventDevicesReported: where the job runs.
 	Members []Member
 	// Started: EventJobAdopted: when the job really started (may be before
@@ -188,4 +224,27 @@ func NodeChanged(at time.Time, name string, st topo.NodeState, labels map[string
 // NodeFailed returns a node-failed event.
 func NodeFailed(at time.Time, name string) Event {
 	return Event{Kind: EventNodeFailed, Time: at, NodeName: name}
+}
+
+// BindApplied returns the event that the assumed bind of run of job id
+// was applied (see Outcome.AssumeBinds).
+func BindApplied(at time.Time, id string, run uint64) Event {
+	return Event{Kind: EventBindApplied, Time: at, JobID: id, Run: run}
+}
+
+// BindFailed returns the event that the bind of run of job id failed, for
+// reason (empty: withdrawn, see EventBindFailed).
+func BindFailed(at time.Time, id string, run uint64, reason string) Event {
+	return Event{Kind: EventBindFailed, Time: at, JobID: id, Run: run, Reason: reason}
+}
+
+// BindUnknown returns the event that the bind call of run of job id timed
+// out, its outcome unknown.
+func BindUnknown(at time.Time, id string, run uint64) Event {
+	return Event{Kind: EventBindUnknown, Time: at, JobID: id, Run: run}
+}
+
+// Released returns the event that releases the held job id.
+func Released(at time.Time, id string) Event {
+	return Event{Kind: EventReleased, Time: at, JobID: id}
 }

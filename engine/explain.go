@@ -114,6 +114,15 @@ func (v *View) explain(i int, c *explainCache) Explanation {
 	case ReasonBindRefused:
 		x.Limit = "the backend refused its last bind"
 		x.Unblock = "it is placed again after the retry backoff (Engine.BindRetryAt)"
+	case ReasonHeld:
+		x.Limit = "its binds failed Config.MaxBindTries times in a row: " + v.Holds[p.Job]
+		x.Unblock = "it is placed again once released (engine.Released)"
+	case ReasonBinding:
+		x.Limit = "it is bound and its GPUs are booked; the backend has not answered yet"
+		x.Unblock = "it runs once the backend applies the bind"
+	case ReasonBindingUnknown:
+		x.Limit = "its bind call timed out: the backend may or may not run it; its GPUs stay booked"
+		x.Unblock = "the backend's own state decides: running, it is adopted; not running, it is placed again"
 	case ReasonUnsupported, ReasonInvalid:
 		x.Limit = "its request cannot be placed on this cluster (" + p.Reason.String() + ")"
 		x.Unblock = "only a changed request can start"

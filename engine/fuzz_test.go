@@ -81,6 +81,7 @@ func fuzzConfig(rng *rand.Rand, shared bool) Config {
 // may hold more reservations than the cut reads one by one (maxCutRes).
 func fuzzSeedConfig(rng *rand.Rand, seed uint64, shared bool) Config {
 	cfg := fuzzConfig(rng, shared)
+	cfg.MaxBindTries = int(seed>>40) % 4 // 0: retried for ever
 	cfg.Policy = fuzzPolicy(seed)
 	if seed>>32&1 == 1 {
 		cfg.Preemption.Priority, cfg.Preemption.Reclaim = false, false
@@ -269,6 +270,11 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 				if ev, ok := fuzzDevices(rng, e, now); ok {
 					st.ev = &ev
 				}
+			} else if op >= 220 && op < 232 { // an asynchronous bind's outcome, or a release
+				kind = -1
+				if ev, ok := fuzzBindOutcome(rng, e, now); ok {
+					st.ev = &ev
+				}
 			} else if op >= 232 { // a service is set, scaled or deleted
 				kind = -1
 				ev := fuzzService(rng, e, now, shared)
@@ -411,6 +417,8 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		}
 		if err == nil {
 			switch ev.Kind {
+			case EventBindApplied, EventBindUnknown:
+				e.Publish() // they run no cycle (their owner publishes)
 			case EventJobSubmitted:
 				m.known[ev.Job.ID] = true
 			case EventJobFinished, EventJobCancelled:
@@ -448,6 +456,7 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 	if lazy && lazyAfter && !skip {
 		pendingAll(t, e, &rd, m)
 	}
+	checkView(t, e)
 	if skip {
 		rd.Pending, rd.Unwalked = nil, 0 // neither engine's statuses are compared
 	}
@@ -480,7 +489,9 @@ func pendingAll(t *testing.T, e *Engine, rd *Ready, m *fuzzModel) {
 
 // outcome refuses the decisions of rd that st's refusals pick.
 func (st fuzzStep) outcome(rd Ready) Outcome {
-	var out Outcome
+	// Half the cycles bind asynchronously: the binds not refused are
+	// assumed, and later steps report their outcomes (fuzzBindOutcome).
+	out := Outcome{AssumeBinds: st.refuse[len(st.refuse)-1] >= 4}
 	k := 0
 	next := func() bool { r := st.refuse[k%len(st.refuse)]; k++; return r == 1 }
 	for _, b := range rd.Binds {
@@ -1016,6 +1027,122 @@ func checkServices(t *testing.T, e *Engine) {
 	for _, s := range e.stops {
 		if js := e.jobs[s.Job]; js != nil && js.svc == nil {
 			t.Fatalf("stopped replica %q still tracked", s.Job)
+		}
+	}
+}
+
+// fuzzBindOutcome reports the outcome of an assumed or unknown bind
+// (applied, failed, unknown; now and then about an earlier run, which must
+// change nothing), or releases a held job.
+func fuzzBindOutcome(rng *rand.Rand, e *Engine, now time.Time) (Event, bool) {
+	if e.held > 0 && rng.IntN(3) == 0 {
+		var held []string
+		for _, id := range sortedKeys(e.jobs) {
+			if e.jobs[id].held {
+				held = append(held, id)
+			}
+		}
+		return Released(now, held[rng.IntN(len(held))]), true
+	}
+	id := pick(rng, e.binding)
+	if id == "" {
+		return Event{}, false
+	}
+	run := e.binding[id].run
+	if rng.IntN(5) == 0 {
+		run-- // a late answer about an earlier run
+	}
+	switch rng.IntN(3) {
+	case 0:
+		return BindApplied(now, id, run), true
+	case 1:
+		return BindFailed(now, id, run, "fuzz: bind failed"), true
+	}
+	return BindUnknown(now, id, run), true
+}
+
+// fuzzBindSeen counts the pending statuses of each asynchronous bind
+// state that checkView saw.
+var fuzzBindSeen = map[ReasonCode]*atomic.Uint64{ReasonBinding: {}, ReasonBindingUnknown: {}, ReasonHeld: {}}
+
+// TestFuzzReachesBindStates runs random FuzzEngine inputs and requires
+// checkView to have seen jobs binding, binding-unknown and held, so that
+// FuzzEngine covers them.
+func TestFuzzReachesBindStates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 53))
+	before := map[ReasonCode]uint64{}
+	for r, c := range fuzzBindSeen {
+		before[r] = c.Load()
+	}
+	for range 100 {
+		ops := make([]byte, 40+rng.IntN(120))
+		for i := range ops {
+			ops[i] = byte(rng.UintN(256))
+		}
+		runFuzzBody(t, rng.Uint64(), ops)
+	}
+	for r, c := range fuzzBindSeen {
+		n := c.Load() - before[r]
+		t.Logf("%v seen %d times", r, n)
+		if n == 0 {
+			t.Errorf("no job seen %v: FuzzEngine does not reach it", r)
+		}
+	}
+}
+
+// checkView checks, after a cycle and its Advance, that every job the
+// engine knows is in exactly one place of its View: Pending (or, after a
+// LazyPending cut, only in EachPending), or Running; that jobs whose binds
+// are assumed or unknown are pending with ReasonBinding or
+// ReasonBindingUnknown; held ones with ReasonHeld and a Holds entry; and
+// that the View lists no job the engine does not know.
+func checkView(t *testing.T, e *Engine) {
+	t.Helper()
+	v := e.View()
+	where := map[string]string{}
+	put := func(id, place string) {
+		if w, ok := where[id]; ok {
+			t.Fatalf("job %q is in the View twice: %s and %s", id, w, place)
+		}
+		where[id] = place
+	}
+	for _, p := range v.Pending {
+		put(p.Job, "pending")
+		js := e.jobs[p.Job]
+		if js == nil {
+			t.Fatalf("View lists %q pending, which the engine does not know", p.Job)
+		}
+		switch {
+		case js.bindSt == bindAssumed && p.Reason != ReasonBinding,
+			js.bindSt == bindUnknown && p.Reason != ReasonBindingUnknown,
+			js.held && p.Reason != ReasonHeld:
+			t.Fatalf("%q listed pending with %v, bind state %d, held %v", p.Job, p.Reason, js.bindSt, js.held)
+		}
+		if js.held && v.Holds[p.Job] == "" {
+			t.Fatalf("held %q has no Holds entry", p.Job)
+		}
+		switch p.Reason {
+		case ReasonBinding, ReasonBindingUnknown, ReasonHeld:
+			fuzzBindSeen[p.Reason].Add(1)
+		}
+	}
+	for _, r := range v.Running() {
+		put(r.Job, "running")
+		if js := e.jobs[r.Job]; js == nil || js.st == statePending || js.bindSt != bindNone {
+			t.Fatalf("View lists %q running, which the engine does not run (or binds still)", r.Job)
+		}
+	}
+	if v.Unwalked > 0 {
+		v.EachPending(func(j *queue.Job) bool {
+			if _, ok := where[j.ID]; !ok {
+				put(j.ID, "unwalked")
+			}
+			return true
+		})
+	}
+	for id := range e.jobs {
+		if _, ok := where[id]; !ok {
+			t.Fatalf("job %q (%v, bind state %d, held %v) is invisible: in neither View.Pending nor Running", id, e.jobs[id].st, e.jobs[id].bindSt, e.jobs[id].held)
 		}
 	}
 }

@@ -53,6 +53,9 @@ type job struct {
 	start      time.Time
 	run        uint64 // which run this is (Engine.runs when it started)
 	confirmed  bool   // Advance accepted the bind
+	bindSt     bindState
+	held       bool   // pending, held after Config.MaxBindTries failed binds
+	lastErr    string // the last bind failure's reason (EventBindFailed)
 	backfilled bool
 	members    int // members of group 0 now (elastic)
 	checkpoint time.Time
@@ -286,6 +289,9 @@ func (e *Engine) cancel(id string, at time.Time) error {
 
 // forget drops a job that ended.
 func (e *Engine) forget(js *job) {
+	if js.held {
+		e.held--
+	}
 	delete(e.jobs, js.j.ID)
 	delete(e.byPtr, js.j)
 	if e.site != nil {
@@ -461,6 +467,10 @@ func (e *Engine) stopRunning(js *job, at time.Time) {
 	}
 	js.place = nil
 	js.confirmed, js.backfilled = false, false
+	if js.bindSt != bindNone {
+		js.bindSt = bindNone
+		delete(e.binding, js.j.ID)
+	}
 	js.deadline, js.victimFor = time.Time{}, ""
 }
 

@@ -42,7 +42,7 @@ type tailState struct {
 func (e *Engine) cutAllowed() bool {
 	return e.cfg.LazyPending && !e.cfg.DisableCaches && !e.fracSeen && e.site == nil && len(e.svcs) == 0 &&
 		!e.cfg.Preemption.Priority && !e.cfg.Preemption.Reclaim && len(e.claims) == 0 &&
-		e.cyc.nowNs >= e.maxNotBefore
+		e.cyc.nowNs >= e.maxNotBefore && e.held == 0
 }
 
 // cutHere reports whether the walk may stop before the next job: under
@@ -184,7 +184,7 @@ func (e *Engine) freezeTail() {
 // it returns the latest Ready.Pending and true. Like Step, it is for the
 // engine's owner only (observers read the View).
 func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
-	head := e.View().Pending
+	head := e.View().cyc // the cycle's own, without what Advance put back since
 	t := e.tail
 	if t == nil {
 		return head, true

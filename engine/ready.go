@@ -45,6 +45,11 @@ type Bind struct {
 	Submit time.Time
 	// Partition the job runs in (SiteConfig.Partitions); empty: none.
 	Partition string
+	// Run identifies this run of the job (a job requeued and bound again
+	// gets a new one): the events that report the bind's outcome
+	// asynchronously (BindApplied, BindFailed, BindUnknown) carry it, so
+	// that a late answer about an earlier run changes nothing.
+	Run uint64
 }
 
 // PreemptCause says why a job is preempted.
@@ -174,6 +179,18 @@ const (
 	// ReasonArrayThrottled: its array runs as many tasks as its throttle
 	// allows.
 	ReasonArrayThrottled
+	// ReasonBinding: it is bound and its GPUs are booked (assumed, see
+	// Outcome.AssumeBinds), and the backend has not answered yet. It is
+	// listed in View.Pending, not View.Running, until BindApplied.
+	ReasonBinding
+	// ReasonBindingUnknown: its bind call timed out (BindUnknown): the
+	// backend may or may not run it. Its GPUs stay booked until the
+	// backend's own state says (BindApplied or BindFailed).
+	ReasonBindingUnknown
+	// ReasonHeld: its binds failed Config.MaxBindTries times in a row; it
+	// is not placed again until released (Released). Ready.Holds gives
+	// the last error.
+	ReasonHeld
 )
 
 func (c ReasonCode) String() string {
@@ -208,6 +225,12 @@ func (c ReasonCode) String() string {
 		return "dependency-never-met"
 	case ReasonArrayThrottled:
 		return "array-throttled"
+	case ReasonBinding:
+		return "binding"
+	case ReasonBindingUnknown:
+		return "binding-unknown"
+	case ReasonHeld:
+		return "held"
 	}
 	return fmt.Sprintf("ReasonCode(%d)", uint8(c))
 }
@@ -308,7 +331,9 @@ type Ready struct {
 	Failed []JobFailure
 	// Holds says, for each pending job a site rule holds (ReasonLimit,
 	// ReasonDependency, ReasonDependencyNeverMet, ReasonArrayThrottled),
-	// what it waits on ("MaxJobsPerUser: user alice runs 2 of 2 jobs");
+	// what it waits on ("MaxJobsPerUser: user alice runs 2 of 2 jobs"),
+	// and for each job whose binds failed (ReasonBindRefused with the
+	// error an event gave, ReasonHeld) the tries and the last error;
 	// nil when none is (kept out of PendingStatus so that engines without
 	// site rules pay nothing for it).
 	Holds map[string]string
@@ -334,7 +359,14 @@ func (rd *Ready) Empty() bool {
 // refused MIG reconfiguration (matched by Node and GPU) is dropped and the
 // engine plans none for Config.MIG.RetryBackoff; the others are applied to
 // the engine's books.
+//
+// AssumeBinds is for a caller that applies binds asynchronously: the binds
+// not refused are assumed, not confirmed (their GPUs stay booked and the
+// jobs are listed pending with ReasonBinding) until an event reports each
+// one's outcome: BindApplied, BindFailed or BindUnknown. The rest of the
+// Outcome means what it means without it.
 type Outcome struct {
+	AssumeBinds        bool
 	RefusedBinds       []string
 	RefusedPreemptions []string
 	RefusedResizes     []string

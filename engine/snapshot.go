@@ -97,6 +97,14 @@ type SavedJob struct {
 	// VictimFor), it stops by Deadline.
 	Deadline  time.Time `json:",omitzero"`
 	VictimFor string    `json:",omitempty"`
+	// Binding: its bind is assumed ("assumed": booked, the backend has not
+	// answered) or unknown ("unknown": the call timed out) under
+	// Outcome.AssumeBinds; empty: neither. Held: held after
+	// Config.MaxBindTries failed binds (pending). LastErr: the last bind
+	// failure's reason.
+	Binding string `json:",omitempty"`
+	Held    bool   `json:",omitempty"`
+	LastErr string `json:",omitempty"`
 }
 
 // SavedArray is a job array: its ID and throttle (most tasks running).
@@ -174,7 +182,13 @@ func (e *Engine) Compact() error {
 	}
 	for _, id := range sortedKeys(e.jobs) {
 		js := e.jobs[id]
-		sj := SavedJob{Job: js.j, Refusals: js.refusals, LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes}
+		sj := SavedJob{Job: js.j, Refusals: js.refusals, LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes, Held: js.held, LastErr: js.lastErr}
+		switch js.bindSt {
+		case bindAssumed:
+			sj.Binding = "assumed"
+		case bindUnknown:
+			sj.Binding = "unknown"
+		}
 		if sjs := js.site; sjs != nil {
 			if len(sjs.parts) > 1 {
 				sj.Partition, _ = e.PartitionOf(id)
@@ -315,6 +329,16 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		js := e.jobs[sj.Job.ID]
 		js.start, js.run, js.confirmed, js.backfilled = sj.Started, sj.Run, sj.Confirmed, sj.Backfilled
 		e.patch(js, &sj)
+		switch sj.Binding {
+		case "":
+		case "assumed", "unknown":
+			e.assume(js)
+			if sj.Binding == "unknown" {
+				js.bindSt = bindUnknown
+			}
+		default:
+			return bad("job %q: binding %q (want assumed or unknown)", sj.Job.ID, sj.Binding)
+		}
 		if !sj.Deadline.IsZero() {
 			js.st, js.deadline, js.victimFor = stateStopping, sj.Deadline, sj.VictimFor
 			e.stopping++
@@ -382,6 +406,7 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 	e.maxNotBefore, e.retryAt = unixNano(sn.MaxNotBefore), unixNano(sn.RetryAt)
 	e.requeued, e.failed = slices.Clone(sn.Requeued), slices.Clone(sn.Failed)
 	e.publish(&Ready{Seq: e.seq}, nil)
+	e.publishRestored()
 	return e, nil
 }
 
@@ -445,7 +470,11 @@ func (e *Engine) admitSaved(sj *SavedJob, admit func() error) error {
 
 // patch sets a restored job's facts that submit and adopt do not.
 func (e *Engine) patch(js *job, sj *SavedJob) {
-	js.notBefore, js.refusals = unixNano(sj.NotBefore), sj.Refusals
+	js.notBefore, js.refusals, js.lastErr = unixNano(sj.NotBefore), sj.Refusals, sj.LastErr
+	if sj.Held && !js.held {
+		js.held = true
+		e.held++
+	}
 	js.lastPreempted, js.checkpoint, js.quotaWait, js.hasRes = sj.LastPreempted, sj.Checkpoint, sj.QuotaWait, sj.HasRes
 	if sj.Partition != "" && js.site != nil {
 		for k, pi := range js.site.parts {
@@ -471,4 +500,34 @@ func unixNano(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
+}
+
+// publishRestored publishes a View of an engine restored from a snapshot,
+// before its first cycle: every pending job is listed (held ones as
+// ReasonHeld, those waiting for a bind backoff as ReasonBindRefused, the
+// rest as ReasonNone, not evaluated yet), by ID, so that no job the engine
+// knows is missing from the View until the first cycle lists them in
+// order.
+func (e *Engine) publishRestored() {
+	var since []PendingStatus
+	var holds map[string]string
+	for _, id := range sortedKeys(e.jobs) {
+		js := e.jobs[id]
+		if js.st != statePending {
+			continue
+		}
+		st := PendingStatus{Job: id, Queue: js.j.Queue, Reason: ReasonNone, js: js}
+		switch {
+		case js.held:
+			st.Reason = ReasonHeld
+			if holds == nil {
+				holds = map[string]string{}
+			}
+			holds[id] = heldText(js)
+		case js.notBefore > e.now.UnixNano():
+			st.Reason = ReasonBindRefused
+		}
+		since = append(since, st)
+	}
+	e.publishWith(&Ready{Seq: e.seq, At: e.now, Holds: holds}, nil, since)
 }

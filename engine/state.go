@@ -80,6 +80,9 @@ type SavedEvent struct {
 	Service     *Service `json:",omitempty"`
 	ServiceName string   `json:",omitempty"`
 	Desired     int      `json:",omitempty"`
+	// Run, Reason: see Event (the bind outcomes).
+	Run    uint64 `json:",omitempty"`
+	Reason string `json:",omitempty"`
 }
 
 // SavedMember is a Member as data.
@@ -100,6 +103,7 @@ type SavedMember struct {
 // SavedOutcome is an Outcome as data: MIG refusals by node and GPU (how
 // Advance matches them).
 type SavedOutcome struct {
+	AssumeBinds        bool       `json:",omitempty"`
 	RefusedBinds       []string   `json:",omitempty"`
 	RefusedPreemptions []string   `json:",omitempty"`
 	RefusedResizes     []string   `json:",omitempty"`
@@ -202,6 +206,7 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 			rd = e.Ready()
 		case r.Advance != nil:
 			out := Outcome{
+				AssumeBinds:        r.Advance.AssumeBinds,
 				RefusedBinds:       r.Advance.RefusedBinds,
 				RefusedPreemptions: r.Advance.RefusedPreemptions,
 				RefusedResizes:     r.Advance.RefusedResizes,
@@ -226,7 +231,7 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 func (e *Engine) recordEvent(ev Event) {
 	se := &SavedEvent{Kind: ev.Kind, Time: ev.Time, Job: ev.Job, JobID: ev.JobID, Started: ev.Started, NodeName: ev.NodeName,
 		Failed: ev.Failed, Tasks: ev.Tasks, Throttle: ev.Throttle, Reservation: cloneAdv(ev.Reservation),
-		Service: cloneService(ev.Service), ServiceName: ev.ServiceName, Desired: ev.Desired}
+		Service: cloneService(ev.Service), ServiceName: ev.ServiceName, Desired: ev.Desired, Run: ev.Run, Reason: ev.Reason}
 	if ev.Kind == EventNodeAdded || ev.Kind == EventNodeChanged {
 		n := ev.Node
 		n.Labels = cloneLabels(n.Labels)
@@ -239,7 +244,7 @@ func (e *Engine) recordEvent(ev Event) {
 func (se *SavedEvent) event() (Event, error) {
 	ev := Event{Kind: se.Kind, Time: se.Time, Job: se.Job, JobID: se.JobID, Started: se.Started, NodeName: se.NodeName,
 		Failed: se.Failed, Tasks: se.Tasks, Throttle: se.Throttle, Reservation: cloneAdv(se.Reservation),
-		Service: cloneService(se.Service), ServiceName: se.ServiceName, Desired: se.Desired}
+		Service: cloneService(se.Service), ServiceName: se.ServiceName, Desired: se.Desired, Run: se.Run, Reason: se.Reason}
 	if se.Node != nil {
 		ev.Node = *se.Node
 	}
@@ -289,6 +294,7 @@ func members(sms []SavedMember) ([]Member, error) {
 
 func (e *Engine) recordAdvance(out Outcome) {
 	so := &SavedOutcome{
+		AssumeBinds:        out.AssumeBinds,
 		RefusedBinds:       slices.Clone(out.RefusedBinds),
 		RefusedPreemptions: slices.Clone(out.RefusedPreemptions),
 		RefusedResizes:     slices.Clone(out.RefusedResizes),

@@ -15,7 +15,12 @@ type View struct {
 	// Seq and At are those of the cycle that published it.
 	Seq uint64
 	At  time.Time
-	// Pending explains every pending job, in the policy's order.
+	// Pending explains every pending job: the cycle's, in the policy's
+	// order, then the jobs whose binds failed since the cycle
+	// (ReasonBindRefused, ReasonHeld), then the jobs whose binds are
+	// assumed or unknown (ReasonBinding, ReasonBindingUnknown), by ID.
+	// Every job the engine knows is in exactly one of Pending (or, after a
+	// LazyPending cut, EachPending), Running, or gone.
 	Pending []PendingStatus
 	// Unwalked counts the pending jobs that Pending leaves out: see
 	// Ready.Unwalked.
@@ -32,6 +37,9 @@ type View struct {
 	queues   *queue.Snapshot
 	running  runView   // records never change
 	x        viewExtra // what Estimates and Explain read (explain.go)
+	// cyc is the cycle's own Pending (Ready.Pending), which republish
+	// extends.
+	cyc []PendingStatus
 }
 
 // runRec is a running job as the View keeps it; ExpectedEnd is computed
@@ -40,6 +48,7 @@ type runRec struct {
 	RunningJob
 	estimate, limit time.Duration
 	gpus            []uint32 // the whole GPUs it holds (a copy: placements rewrite theirs)
+	binding         bool     // its bind is assumed or unknown: View.Pending lists it
 }
 
 // Running lists running and stopping jobs, by ID. It allocates; the
@@ -51,6 +60,9 @@ func (v *View) Running() []RunningJob {
 	recs := v.running.all()
 	out := make([]RunningJob, 0, len(recs))
 	for _, r := range recs {
+		if r.binding {
+			continue
+		}
 		rj := r.RunningJob
 		rj.ExpectedEnd = expectedEndAt(r, v.At)
 		out = append(out, rj)
@@ -117,21 +129,59 @@ func (v *View) Queues() []queue.QueueStatus {
 
 // publish stores the View of the cycle that made rd.
 func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
+	e.putBack = e.putBack[:0] // the cycle lists them
+	e.publishWith(rd, qs, nil)
+}
+
+// publishWith is publish with the statuses of jobs put back to pending
+// since rd's cycle (republish), listed after rd's.
+func (e *Engine) publishWith(rd *Ready, qs *queue.Snapshot, since []PendingStatus) {
 	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs, x: e.viewExtra()}
 	if rd != nil {
-		v.Seq, v.Pending, v.Unwalked, v.Reservations, v.Holds = rd.Seq, rd.Pending, rd.Unwalked, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
+		v.Seq, v.cyc, v.Unwalked, v.Reservations, v.Holds = rd.Seq, rd.Pending, rd.Unwalked, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
+	}
+	v.Pending = v.cyc
+	if b := e.bindingStatuses(); len(b)+len(since) > 0 {
+		v.Pending = slices.Concat(v.cyc, since, b)
 	}
 	v.Services = e.serviceStatuses(v.Pending)
 	v.running = e.running.view()
 	e.view.Store(v)
 }
 
+// Publish publishes the latest cycle's View again with the running jobs,
+// binds and free GPUs as they are now: for an owner that stepped bind
+// outcomes (EventBindApplied, EventBindUnknown), which run no cycle. Like
+// Step, it is for the engine's owner only.
+func (e *Engine) Publish() { e.republish() }
+
 // republish publishes the latest cycle's View again with the running jobs
-// and free GPUs as they are now (after Advance undid refused decisions).
+// and free GPUs as they are now, and the jobs whose binds failed since
+// the cycle (e.putBack), which its Pending does not list.
 func (e *Engine) republish() {
 	old := e.view.Load()
-	rd := &Ready{Seq: old.Seq, Pending: old.Pending, Unwalked: old.Unwalked, Reservations: old.Reservations, Holds: old.Holds}
-	e.publish(rd, old.queues)
+	var since []PendingStatus
+	holds, cloned := old.Holds, false
+	for _, id := range sortedUnique(e.putBack) {
+		js := e.jobs[id]
+		if js == nil || js.st != statePending {
+			continue
+		}
+		st := PendingStatus{Job: id, Queue: js.j.Queue, Reason: ReasonBindRefused, js: js}
+		if js.held {
+			st.Reason = ReasonHeld
+			if !cloned {
+				holds, cloned = maps.Clone(holds), true
+				if holds == nil {
+					holds = map[string]string{}
+				}
+			}
+			holds[id] = heldText(js)
+		}
+		since = append(since, st)
+	}
+	rd := &Ready{Seq: old.Seq, Pending: old.cyc, Unwalked: old.Unwalked, Reservations: old.Reservations, Holds: holds}
+	e.publishWith(rd, old.queues, since)
 }
 
 // runUpsert records a job's current facts for observers.
@@ -140,6 +190,7 @@ func (e *Engine) runUpsert(js *job) {
 		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Shared: js.shared(), Members: js.members,
 			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
 		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit, gpus: slices.Clone(js.place.gpus),
+		binding: js.bindSt != bindNone,
 	})
 }
 

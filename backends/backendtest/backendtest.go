@@ -2,10 +2,15 @@
 // same table of scenarios (binds refused and failing transiently, a
 // backend call that hangs, nodes lost mid-gang, the Runner stopped and
 // restarted at random points, a restore from an empty or mismatched
-// state refused) runs a Runner against the backend, and
-// afterwards checks that every job ended exactly once, that the backend
-// saw no GPU booked twice (its own Violations), and that no job was bound
-// again after it ended.
+// state refused, a bind that commits after its timeout, a bind that
+// hangs for ever, a backend that restarts between a call and its answer)
+// runs a Runner against the backend, and checks that every job ended
+// exactly once (nothing lost, nothing run twice), that the backend saw no
+// GPU booked twice (its own Violations), that no job was bound again after
+// it ended, that every job a Runner saw is in its View after every cycle
+// and when it stops (none invisible), and that when a Runner stops the
+// backend runs no job its engine does not account as running or binding
+// (no ghost).
 //
 // A backend joins with a test that calls Run with a constructor:
 //
@@ -36,6 +41,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,6 +171,11 @@ type scenario struct {
 	refuse, transient, hang, lose int // jobs with refused / failing / hanging binds; nodes lost
 	restarts                      int
 	mismatch                      bool // restores refused first (mismatch.go)
+	// jobs whose bind commits after its call timed out; whose bind hangs
+	// for ever (ignoring its context); whose backend restarts between the
+	// call and the answer (the bind commits, or is lost, and the answer
+	// is an error)
+	late, forever, restartMid int
 }
 
 var scenarios = []scenario{
@@ -175,6 +186,10 @@ var scenarios = []scenario{
 	{name: "restarts", restarts: 3},
 	{name: "everything", refuse: 10, transient: 10, hang: 2, lose: 2, restarts: 2},
 	{name: "restore-mismatched", mismatch: true},
+	{name: "bind-commits-after-timeout", late: 6},
+	{name: "bind-hangs-forever", forever: 4},
+	{name: "backend-restarts-mid-call", restartMid: 10},
+	{name: "late-binds-and-restarts", late: 3, forever: 2, restartMid: 4, restarts: 2},
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -224,7 +239,10 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	n := sh.Jobs
 	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
-		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}}
+		late: map[string]int{}, forever: map[string]int{}, restartMid: map[string]int{},
+		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{},
+		release: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0x1a7e))}
+	t.Cleanup(func() { close(w.release) }) // calls hung for ever return
 	pickJobs := func(k int, m map[string]int, max int) {
 		for range k {
 			m[ids[rng.IntN(len(ids))]] = 1 + rng.IntN(max)
@@ -234,6 +252,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	pickJobs(sc.refuse, w.refuse, 2)
 	pickJobs(sc.transient, w.transient, 4)
 	pickJobs(sc.hang, w.hang, 2)
+	pickJobs(sc.late, w.late, 2)
+	pickJobs(sc.forever, w.forever, 2)
+	pickJobs(sc.restartMid, w.restartMid, 2)
 	for range sc.lose {
 		node := spec.Nodes[rng.IntN(len(spec.Nodes))].Name
 		at := base.Add(time.Duration(30+rng.IntN(300)) * unit)
@@ -297,6 +318,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 		}
 		cfg.Observe = func(c backends.Cycle) {
 			countReconciled()
+			if err := w.invisible(c.View); err != nil {
+				t.Errorf("cycle %d: %v", c.Ready.Seq, err)
+			}
 			if logErrs {
 				for _, err := range c.Errors {
 					t.Logf("cycle %d: %v", c.Ready.Seq, err)
@@ -356,6 +380,15 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 		case err := <-done:
 			if r.View() != nil {
 				countReconciled() // built, and no cycle ran
+				// At quiescence: every job the backend runs is one the
+				// engine runs or binds (no ghost), every job it saw is
+				// in its View (none invisible).
+				if gerr := w.ghosts(r.View()); gerr != nil {
+					t.Errorf("Runner stopped: %v", gerr)
+				}
+				if ierr := w.invisible(r.View()); ierr != nil {
+					t.Errorf("Runner stopped: %v", ierr)
+				}
 			}
 			if errors.Is(err, context.Canceled) && (!stop.IsZero() || allDone.Load()) {
 				return nil
@@ -398,7 +431,8 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	for _, e := range w.rebound {
 		t.Errorf("job bound again after it ended: %s", e)
 	}
-	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d", n, faults, restarts, w.nRefused, w.nTransient, w.nHung)
+	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d, late commits %d, hung for ever %d, restarts mid-call %d",
+		n, faults, restarts, w.nRefused, w.nTransient, w.nHung, w.nLate, w.nForever, w.nRestartMid)
 	return faults, restarts, n
 }
 
@@ -514,14 +548,19 @@ func slicesSort(ts []time.Time) {
 type faulty struct {
 	inner Backend
 
-	mu                          sync.Mutex
-	refuse, transient, hang     map[string]int // job -> faults left
-	finished                    map[string]int
-	reconciled                  map[string]bool // finished by a Runner's reconciliation
-	ended                       map[string]bool
-	rebound                     []string
-	nRefused, nTransient, nHung int
-	beforeNext                  func() // called once, by the next Next
+	mu                           sync.Mutex
+	refuse, transient, hang      map[string]int // job -> faults left
+	late, forever, restartMid    map[string]int
+	finished                     map[string]int
+	reconciled                   map[string]bool // finished by a Runner's reconciliation
+	ended                        map[string]bool
+	seen                         map[string]bool // submitted to a Runner (Next)
+	rebound                      []string
+	nRefused, nTransient, nHung  int
+	nLate, nForever, nRestartMid int
+	beforeNext                   func()        // called once, by the next Next
+	release                      chan struct{} // closed when the scenario ends
+	rng                          *rand.Rand
 }
 
 func (f *faulty) take(m map[string]int, job string) bool {
@@ -537,11 +576,17 @@ func (f *faulty) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	return f.inner.Running(ctx)
 }
 
-func (f *faulty) BindMember(ctx context.Context, job string, m engine.Member) error {
-	if err := f.inject(ctx, job); err != nil {
-		return err
+// RunningNow is the backend's, or errors.ErrUnsupported when it is no
+// backends.RunningReporter.
+func (f *faulty) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
+	if rr, ok := f.inner.(backends.RunningReporter); ok {
+		return rr.RunningNow(ctx)
 	}
-	return f.inner.BindMember(ctx, job, m)
+	return nil, errors.ErrUnsupported
+}
+
+func (f *faulty) BindMember(ctx context.Context, job string, m engine.Member) error {
+	return f.bind(ctx, job, func(ctx context.Context) error { return f.inner.BindMember(ctx, job, m) })
 }
 
 func (f *faulty) UnbindMember(ctx context.Context, job string, m engine.Member) error {
@@ -568,9 +613,12 @@ func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, erro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, ev := range evs {
-		if ev.Kind == engine.EventJobFinished {
+		switch ev.Kind {
+		case engine.EventJobFinished:
 			f.finished[ev.JobID]++
 			f.ended[ev.JobID] = true
+		case engine.EventJobSubmitted:
+			f.seen[ev.Job.ID] = true
 		}
 	}
 	return evs, err
@@ -640,14 +688,125 @@ func (f faultyPending) Pending(ctx context.Context) ([]*queue.Job, error) {
 type faultyGang struct{ *faulty }
 
 func (f faultyGang) BindGang(ctx context.Context, job string, ms []engine.Member) error {
-	if err := f.inject(ctx, job); err != nil {
-		return err
-	}
-	return f.inner.(backends.GangBinder).BindGang(ctx, job, ms)
+	return f.bind(ctx, job, func(ctx context.Context) error { return f.inner.(backends.GangBinder).BindGang(ctx, job, ms) })
 }
 
 type faultyGangPending struct{ faultyGang }
 
 func (f faultyGangPending) Pending(ctx context.Context) ([]*queue.Job, error) {
 	return f.inner.(backends.PendingReporter).Pending(ctx)
+}
+
+// bind is one bind call of job (a member, or a whole gang for a
+// GangBinder) through the scenario's faults; do is the real call.
+//
+//   - late: the call hangs until the Runner's timeout, then commits (the
+//     backend finished after its client gave up) and returns the timeout;
+//   - forever: the call hangs, ignoring its context, until the scenario
+//     ends, and never commits;
+//   - restartMid: the backend restarts between the call and its answer:
+//     the bind commits (or, half the time, is lost with the restart) and
+//     the answer is a transient error.
+func (f *faulty) bind(ctx context.Context, job string, do func(ctx context.Context) error) error {
+	f.mu.Lock()
+	late, forever, mid := false, false, false
+	if f.late[job] > 0 {
+		late = f.take(f.late, job)
+		f.nLate++
+	} else if f.forever[job] > 0 {
+		forever = f.take(f.forever, job)
+		f.nForever++
+	} else if f.restartMid[job] > 0 {
+		mid = f.take(f.restartMid, job)
+		f.nRestartMid++
+	}
+	lose := mid && f.rng.IntN(2) == 0
+	if (late || forever || mid) && f.ended[job] {
+		f.rebound = append(f.rebound, job)
+	}
+	f.mu.Unlock()
+	switch {
+	case late:
+		<-ctx.Done()
+		if err := do(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		return ctx.Err()
+	case forever:
+		<-f.release
+		return errors.New("backendtest: a call hung for ever returned at the end")
+	case mid:
+		if !lose {
+			if err := do(ctx); err != nil {
+				return err
+			}
+		}
+		return errors.New("backendtest: connection reset: the backend restarted before answering")
+	}
+	if err := f.inject(ctx, job); err != nil {
+		return err
+	}
+	return do(ctx)
+}
+
+// invisible returns an error naming the jobs a Runner has seen submitted,
+// not finished, that v lists in neither Pending (nor EachPending after a
+// cut) nor Running.
+func (f *faulty) invisible(v *engine.View) error {
+	if v == nil {
+		return nil
+	}
+	in := map[string]bool{}
+	for _, p := range v.Pending {
+		in[p.Job] = true
+	}
+	for _, rj := range v.Running() {
+		in[rj.Job] = true
+	}
+	if v.Unwalked > 0 {
+		v.EachPending(func(j *queue.Job) bool { in[j.ID] = true; return true })
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var lost []string
+	for id := range f.seen {
+		if !in[id] && !f.ended[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		return fmt.Errorf("jobs invisible (in neither View.Pending nor Running): %v", lost)
+	}
+	return nil
+}
+
+// ghosts returns an error naming the jobs the backend runs that v neither
+// runs nor binds (ReasonBinding, ReasonBindingUnknown). Backends that are
+// no backends.RunningReporter are not checked.
+func (f *faulty) ghosts(v *engine.View) error {
+	// Only through RunningNow: Inventory.Running may act on what it finds.
+	running, err := f.RunningNow(context.Background())
+	if err != nil {
+		return nil // no RunningReporter, or a backend gone: nothing to compare
+	}
+	ok := map[string]bool{}
+	for _, rj := range v.Running() {
+		ok[rj.Job] = true
+	}
+	for _, p := range v.Pending {
+		if p.Reason == engine.ReasonBinding || p.Reason == engine.ReasonBindingUnknown {
+			ok[p.Job] = true
+		}
+	}
+	var ghosts []string
+	for _, rj := range running {
+		if !ok[rj.Job.ID] {
+			ghosts = append(ghosts, rj.Job.ID)
+		}
+	}
+	if len(ghosts) > 0 {
+		return fmt.Errorf("ghosts: the backend runs %v, which the engine does not account as running", ghosts)
+	}
+	return nil
 }

@@ -58,4 +58,12 @@
 // Observe and OnStepError are for the Runner: they hand cycles and refused
 // events to members that have their own (backends/kube's pending pod
 // conditions). See docs/backends/federation.md.
+//
+// # After a timeout
+//
+// A bind is routed to its pool's backend, so a timed-out one means what it
+// means there (see each backend's doc); the federation is not a
+// backends.RunningReporter: the Runner learns the truth from the abandoned
+// call's answer, or, with none within ReconcileInterval, stops the bind
+// through the pool's UnbindMember. See docs/reliability.md.
 package federation

@@ -70,4 +70,14 @@
 // Start runs the informers, a sync goroutine that turns their changes into
 // engine events, and the status writers. The Actuator methods are safe for
 // concurrent use; Cluster, Running and Next are for the Runner's goroutine.
+//
+// # After a timeout
+//
+// A bind is a pods/binding request per member; one that timed out may
+// have bound the pod anyway (the API server finished after its client gave
+// up), which the pod informer shows as spec.nodeName. The backend is not a
+// backends.RunningReporter yet: the Runner learns the truth from the
+// abandoned request's answer; with none within ReconcileInterval it calls
+// UnbindMember, which deletes the pod if it was bound, and fails the bind.
+// See docs/reliability.md.
 package kube

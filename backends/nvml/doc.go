@@ -66,4 +66,13 @@
 // mode (NeedsReset plans are refused: the backend never changes MIG mode).
 // Adopting processes it did not start (Running reports only the runs this
 // Backend started). See docs/backends/nvml.md.
+//
+// # After a timeout
+//
+// A bind starts a local process: it is fast, and a timed-out one returns
+// soon after. The backend is not a backends.RunningReporter yet (Running
+// reports the runs to adopt at start): the Runner learns the truth from the
+// late answer; with none within ReconcileInterval it calls UnbindMember,
+// which kills the member's process, and fails the bind. See
+// docs/reliability.md.
 package nvml

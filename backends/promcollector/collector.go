@@ -19,12 +19,20 @@
 //	berth_queue_gpus_borrowed{queue}          gauge   GPUs the queue uses beyond its nominal quota
 //	berth_pending_jobs{estimate}              gauge   pending jobs by whether they have an estimated start
 //	                                                  ("estimated") or why not (engine.NoEstimate: "quota", ...)
+//	berth_jobs{state}                         gauge   every job the engine knows, in exactly one state:
+//	                                                  running, binding (assumed, no answer yet),
+//	                                                  binding-unknown (its bind timed out), retrying
+//	                                                  (bind backoff), held (MaxBindTries failed binds),
+//	                                                  pending (any other reason)
 //	berth_cluster_gpus                        gauge   GPUs of the cluster
 //	berth_cluster_free_gpus                   gauge   allocatable free GPUs
 //	berth_cycles_total                        counter scheduling cycles applied
 //	berth_cycle_duration_seconds              histogram one cycle: Ready, Actuator calls, Advance
 //	berth_decisions_total{kind}               counter decisions made: bind, backfill, preemption, resize, mig
-//	berth_refusals_total{kind}                counter decisions the backend refused: bind, preemption, resize, mig
+//	berth_refusals_total{kind}                counter decisions the backend refused: bind (binds that failed,
+//	                                                  reported later by Cycle.Binds), preemption, resize, mig
+//	berth_bind_outcomes_total{outcome}        counter asynchronous bind outcomes: applied, failed, unknown
+//	                                                  (timed out), withdrawn (Run stopped first)
 //	berth_preemptions_total{cause}            counter preemptions applied, by cause (priority, reclaim)
 //	berth_job_wait_seconds{queue}             histogram submission to bind, for each bind applied
 //	                                                  (a requeued job bound again counts again, from its submission)
@@ -75,6 +83,8 @@ type Collector struct {
 	applyErrors prometheus.Counter
 
 	pendingDesc, runningDesc, inUseDesc, borrowedDesc, gpusDesc, freeDesc *prometheus.Desc
+	jobsDesc                                                              *prometheus.Desc
+	bindOutcomes                                                          *prometheus.CounterVec
 	estimateDesc                                                          *prometheus.Desc
 }
 
@@ -117,6 +127,9 @@ func New(o Options) *Collector {
 		borrowedDesc: desc("queue_gpus_borrowed", "GPUs the queue uses beyond its nominal quota (borrowed from its cohort).", "queue"),
 		gpusDesc:     desc("cluster_gpus", "GPUs of the cluster."),
 		freeDesc:     desc("cluster_free_gpus", "Allocatable free GPUs."),
+		jobsDesc:     desc("jobs", "Jobs the engine knows, by state: running, binding, binding-unknown, retrying, held, pending.", "state"),
+		bindOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "bind_outcomes_total",
+			Help: "Asynchronous bind outcomes: applied, failed, unknown (timed out), withdrawn.", ConstLabels: o.ConstLabels}, []string{"outcome"}),
 		estimateDesc: desc("pending_jobs", "Pending jobs by whether they have an estimated start (estimated) or why not.", "estimate"),
 	}
 	for _, k := range []string{"bind", "backfill", "preemption", "resize", "mig"} {
@@ -158,7 +171,21 @@ func (c *Collector) Observe(cy backends.Cycle) {
 	}
 	c.decisions.WithLabelValues("resize").Add(float64(len(rd.Resizes)))
 	c.decisions.WithLabelValues("mig").Add(float64(len(rd.MIG)))
-	c.refusals.WithLabelValues("bind").Add(float64(len(out.RefusedBinds)))
+	failed := 0
+	for _, b := range cy.Binds {
+		outcome := "applied"
+		switch {
+		case b.Withdrawn:
+			outcome = "withdrawn"
+		case b.Unknown:
+			outcome = "unknown"
+		case b.Err != nil:
+			outcome = "failed"
+			failed++
+		}
+		c.bindOutcomes.WithLabelValues(outcome).Inc()
+	}
+	c.refusals.WithLabelValues("bind").Add(float64(len(out.RefusedBinds) + failed))
 	c.refusals.WithLabelValues("preemption").Add(float64(len(out.RefusedPreemptions)))
 	c.refusals.WithLabelValues("resize").Add(float64(len(out.RefusedResizes)))
 	c.refusals.WithLabelValues("mig").Add(float64(len(out.RefusedMIG)))
@@ -176,13 +203,13 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.static() {
 		m.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{c.pendingDesc, c.runningDesc, c.inUseDesc, c.borrowedDesc, c.gpusDesc, c.freeDesc, c.estimateDesc} {
+	for _, d := range []*prometheus.Desc{c.pendingDesc, c.runningDesc, c.inUseDesc, c.borrowedDesc, c.gpusDesc, c.freeDesc, c.estimateDesc, c.jobsDesc} {
 		ch <- d
 	}
 }
 
 func (c *Collector) static() []prometheus.Collector {
-	return []prometheus.Collector{c.cycles, c.cycleDur, c.decisions, c.refusals, c.preemptions, c.wait, c.rejected, c.applyErrors}
+	return []prometheus.Collector{c.cycles, c.cycleDur, c.decisions, c.refusals, c.preemptions, c.wait, c.rejected, c.applyErrors, c.bindOutcomes}
 }
 
 // Collect implements prometheus.Collector.
@@ -203,9 +230,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.freeDesc, float64(v.FreeGPUs))
 	running := map[string]int{}
 	inUse := map[string]int{}
-	for _, rj := range v.Running() {
+	rjs := v.Running()
+	for _, rj := range rjs {
 		running[rj.Queue]++
 		inUse[rj.Queue] += rj.GPUs
+	}
+	states := map[string]int{"running": len(rjs), "binding": 0, "binding-unknown": 0, "retrying": 0, "held": 0, "pending": v.Unwalked}
+	for _, p := range v.Pending {
+		states[jobState(p.Reason)]++
+	}
+	for _, st := range []string{"running", "binding", "binding-unknown", "retrying", "held", "pending"} {
+		gauge(c.jobsDesc, float64(states[st]), st)
 	}
 	for _, q := range v.Queues() {
 		var borrowed int64
@@ -228,4 +263,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for w := engine.EstimateGiven; w <= engine.NoEstimateHeld; w++ {
 		gauge(c.estimateDesc, float64(byWhy[w]), w.String())
 	}
+}
+
+// jobState is the berth_jobs state of a pending job.
+func jobState(r engine.ReasonCode) string {
+	switch r {
+	case engine.ReasonBinding:
+		return "binding"
+	case engine.ReasonBindingUnknown:
+		return "binding-unknown"
+	case engine.ReasonBindRefused:
+		return "retrying"
+	case engine.ReasonHeld:
+		return "held"
+	}
+	return "pending"
 }

@@ -51,4 +51,12 @@
 // virtual time and Sleep returns at once. Events of one instant are
 // delivered in a fixed order, so the same workload and engine config give
 // the same outcomes whatever the order of the Runner's parallel binds.
+//
+// # After a timeout
+//
+// A call to the simulator never outlasts the Runner's CallTimeout by
+// itself (only a wrapper that hangs does, as the fault suite's). The
+// simulator is a backends.RunningReporter: RunningNow lists the bound
+// members, so after a bind timed out the Runner learns at once whether it
+// came through (adopted) or not (fenced, failed), and finds ghosts.
 package sim

@@ -465,6 +465,10 @@ func (s *Sim) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	return out, nil
 }
 
+// RunningNow is Running (it acts on nothing): the simulator is a
+// backends.RunningReporter.
+func (s *Sim) RunningNow(ctx context.Context) ([]backends.RunningJob, error) { return s.Running(ctx) }
+
 // ---------------------------------------------------------------- events
 
 // Next moves the virtual clock to the earliest pending event (or to wake,
@@ -1078,8 +1082,9 @@ func (s *Sim) MIGChanges() []engine.MIGReconfiguration {
 }
 
 var (
-	_ backends.Backend = (*Sim)(nil)
-	_ backends.Clock   = (*Sim)(nil)
+	_ backends.Backend         = (*Sim)(nil)
+	_ backends.Clock           = (*Sim)(nil)
+	_ backends.RunningReporter = (*Sim)(nil)
 )
 
 // stretch (re)schedules the end of js's run, which began now, from the

@@ -88,7 +88,11 @@ func TestRefusedBindIsRetriedElsewhereOrLater(t *testing.T) {
 	s.RefuseBinds("a", "", 2) // the first two tries fail whole
 	var refusals int
 	run(t, s, engine.Config{Policy: queue.StrictPriority(), BindRetryBackoff: time.Minute}, func(c backends.Cycle) {
-		refusals += len(c.Outcome.RefusedBinds)
+		for _, b := range c.Binds {
+			if b.Err != nil {
+				refusals++
+			}
+		}
 	})
 	out := s.Outcomes()
 	assert.Equal(t, 2, refusals)

@@ -1,0 +1,599 @@
+package backends
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/berthsched/berth/engine"
+)
+
+// BindResult is the outcome of one asynchronous bind as the Runner
+// stepped it into the engine (engine.BindApplied, BindFailed,
+// BindUnknown).
+type BindResult struct {
+	Job string
+	Run uint64
+	// Err is nil when the bind was applied. Unknown: the call timed out
+	// (Err wraps ErrCallTimeout) and the backend's own state decides
+	// later; Withdrawn: Run stopped before the bind was made.
+	Err       error
+	Unknown   bool
+	Withdrawn bool
+}
+
+// The asynchronous side of the Runner (see docs/reliability.md): binds are
+// issued on goroutines and their outcomes come back as results, which the
+// loop steps into the engine as events. The loop itself never waits on a
+// bind: it runs the next cycle while binds are in flight. A call past
+// CallTimeout is abandoned (its goroutine is left to return) and its bind
+// is unknown, not failed: the job stays booked until the abandoned call
+// returns or the backend's Running list (polled every ReconcileInterval
+// while anything is unknown) says whether it runs.
+//
+// On a virtual clock (any Clock but RealClock: the simulator's) results
+// arriving at wall-clock moments would make runs nondeterministic, so the
+// loop waits for the calls in flight (each bounded by CallTimeout, and
+// then up to one more CallTimeout for abandoned ones to come back) before
+// it lets the backend's clock move (Events.Next), and steps each batch of
+// results in job order. The virtual clock does not move meanwhile, so a
+// hung call delays no other job's virtual time.
+
+type resultKind uint8
+
+const (
+	resBind    resultKind = iota // a bind op ended
+	resLate                      // an abandoned call returned
+	resPoll                      // a Running poll returned
+	resStopped                   // a stop (fence or ghost) ended
+)
+
+// result is what an op sends back to the loop.
+type result struct {
+	kind      resultKind
+	job       string
+	run       uint64
+	members   []engine.Member
+	err       error
+	unknown   bool
+	withdrawn bool
+	abandoned int             // resBind: calls abandoned, whose late returns will come
+	running   []RunningJob    // resPoll
+	reason    string          // resStopped: the bind failure to step; empty: a ghost stopped
+	ghost     bool            // resStopped
+	at        time.Time       // resPoll: when the poll began
+	polled    map[string]bool // resPoll: jobs unknown when the poll began
+}
+
+// unknownBind is a job whose bind call timed out.
+type unknownBind struct {
+	run     uint64
+	members []engine.Member
+	waiting int   // abandoned calls that have not returned
+	err     error // a late return's error
+	since   time.Time
+}
+
+// async is the Runner's state for asynchronous binds. mu guards the
+// fields ops write; the others are the loop's own.
+type async struct {
+	mu        sync.Mutex
+	res       []result
+	ops       int // ops in flight
+	abandoned int // calls abandoned past CallTimeout, not returned yet
+	// abandonedTotal counts the calls ever abandoned; graceSeen is its
+	// value when waitIdle last gave them their grace.
+	abandonedTotal, graceSeen int
+	chain                     map[string]chan struct{}
+	note                      chan struct{} // a result came (capacity 1)
+	slots                     chan struct{} // backend calls in flight (Parallelism)
+
+	inflight map[string]uint64 // job -> run of its bind in flight
+	unknown  map[string]*unknownBind
+	issued   map[string]bool // jobs this Runner bound, for the ghost sweep
+	lastPoll time.Time
+	polling  bool
+	pollSoon bool
+	stepped  []BindResult // since the last cycle
+	ghosts   int          // ghosts stopped
+	virtual  bool         // the Clock is not RealClock
+	noPoll   bool         // the backend is no RunningReporter
+}
+
+func newAsync(parallelism int, virtual bool) *async {
+	return &async{chain: map[string]chan struct{}{}, note: make(chan struct{}, 1), slots: make(chan struct{}, parallelism),
+		inflight: map[string]uint64{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual}
+}
+
+func (a *async) post(res result) {
+	a.mu.Lock()
+	a.res = append(a.res, res)
+	a.mu.Unlock()
+	select {
+	case a.note <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the results so far, in a deterministic order: by kind,
+// then job, then run.
+func (a *async) take() []result {
+	a.mu.Lock()
+	res := a.res
+	a.res = nil
+	a.mu.Unlock()
+	slices.SortStableFunc(res, func(x, y result) int {
+		if c := cmp.Compare(x.kind, y.kind); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(x.job, y.job); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.run, y.run)
+	})
+	return res
+}
+
+// busy reports whether ops are in flight (or, with abandoned, calls
+// abandoned and not returned).
+func (a *async) busy(abandoned bool) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ops > 0 || abandoned && a.abandoned > 0
+}
+
+// goOp runs f on a goroutine and posts its result. The ops of one job run
+// in order (a bind after the stop of the job's ghost, ...).
+func (r *Runner) goOp(ctx context.Context, job string, f func(ctx context.Context) result) {
+	a := r.as
+	a.mu.Lock()
+	a.ops++
+	prev := a.chain[job]
+	done := make(chan struct{})
+	a.chain[job] = done
+	a.mu.Unlock()
+	go func() {
+		if prev != nil {
+			<-prev
+		}
+		res := f(ctx)
+		a.mu.Lock()
+		a.ops--
+		if a.chain[job] == done {
+			delete(a.chain, job)
+		}
+		a.res = append(a.res, res)
+		a.mu.Unlock()
+		close(done)
+		select {
+		case a.note <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// waitIdle waits until no op is in flight and then, when calls were
+// abandoned since the last such wait, up to grace for them to come back
+// (see async), or until ctx is done. A call abandoned for ever is waited
+// for once.
+func (r *Runner) waitIdle(ctx context.Context, grace time.Duration) {
+	a := r.as
+	var deadline time.Time
+	for {
+		a.mu.Lock()
+		ops, left, fresh := a.ops, a.abandoned, a.abandonedTotal > a.graceSeen
+		if ops == 0 && (left == 0 || !fresh || grace <= 0) {
+			a.mu.Unlock()
+			return
+		}
+		if ops == 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(grace)
+			}
+			if !time.Now().Before(deadline) {
+				a.graceSeen = a.abandonedTotal
+				a.mu.Unlock()
+				return
+			}
+		}
+		a.mu.Unlock()
+		var tc <-chan time.Time
+		if !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
+			tc = t.C
+			defer t.Stop()
+		}
+		select {
+		case <-a.note: // the loop settles what came after waitIdle
+		case <-tc:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// has reports whether results wait to be settled.
+func (a *async) has() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.res) > 0
+}
+
+// issueBinds starts the binds of rd on goroutines.
+func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
+	for _, b := range rd.Binds {
+		g := gangBind{job: b.Job, members: b.Members}
+		run := b.Run
+		r.as.inflight[b.Job] = run
+		r.as.issued[b.Job] = true
+		r.goOp(ctx, b.Job, func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
+	}
+}
+
+// bindOp binds one gang: with BindGang, or member by member (a gang with
+// a member that failed is rolled back). A gang with members that timed
+// out and none that failed is unknown: it is not rolled back, and the
+// abandoned calls report their late returns.
+func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
+	res := result{kind: resBind, job: g.job, run: run, members: g.members}
+	late := func(err error) {
+		r.as.mu.Lock()
+		r.as.abandoned--
+		r.as.mu.Unlock()
+		r.as.post(result{kind: resLate, job: g.job, run: run, err: err})
+	}
+	act := r.cfg.Backend
+	var errs []error
+	gb, whole := act.(GangBinder)
+	if whole {
+		errs = []error{r.retryLate(ctx, func(ctx context.Context) error { return gb.BindGang(ctx, g.job, g.members) }, late)}
+	} else {
+		errs = make([]error, len(g.members))
+		r.each(ctx, len(g.members), func(ctx context.Context, i int) {
+			errs[i] = r.retryLate(ctx, func(ctx context.Context) error { return act.BindMember(ctx, g.job, g.members[i]) }, late)
+		})
+	}
+	var failed, timedOut error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrCallTimeout):
+			res.abandoned++
+			timedOut = cmp.Or(timedOut, err)
+		default:
+			failed = cmp.Or(failed, err)
+		}
+	}
+	switch {
+	case failed != nil && res.abandoned > 0:
+		// Some calls may still come through: rolling back now could come
+		// before them. The bind is unknown; once the abandoned calls have
+		// returned, the whole gang is stopped and the bind failed.
+		res.err, res.unknown = fmt.Errorf("%w (and %d calls timed out)", failed, res.abandoned), true
+	case failed != nil:
+		// Roll back, even when ctx is done, every member that may be
+		// bound: all but those refused (ErrRefused: not applied). A
+		// transient error or a timeout does not say the call did nothing
+		// (a backend that restarted between the call and its answer).
+		// Unbinding a member that is not bound is a no-op.
+		var undo []engine.Member
+		for i, err := range errs {
+			if errors.Is(err, ErrRefused) {
+				continue
+			}
+			if whole {
+				undo = g.members
+				break
+			}
+			undo = append(undo, g.members[i])
+		}
+		res.err = failed
+		if len(undo) > 0 {
+			if err := r.unbindAll(context.WithoutCancel(ctx), g.job, undo); err != nil {
+				// What runs is not known: the job stays booked, unknown,
+				// until the backend's state says (never two jobs on a GPU).
+				r.log.Error("rollback of a failed gang failed: its bind is unknown", "job", g.job, "err", err)
+				res.err, res.unknown = fmt.Errorf("%w; rollback failed: %w", failed, err), true
+				return res
+			}
+		}
+		res.withdrawn = ctx.Err() != nil && errors.Is(failed, ctx.Err())
+	case timedOut != nil:
+		res.err, res.unknown = timedOut, true
+	}
+	return res
+}
+
+// unbindAll unbinds members of job; it returns the first error.
+func (r *Runner) unbindAll(ctx context.Context, job string, members []engine.Member) error {
+	errs := make([]error, len(members))
+	r.each(ctx, len(members), func(ctx context.Context, i int) {
+		errs[i] = r.retry(ctx, func(ctx context.Context) error { return r.cfg.Backend.UnbindMember(ctx, job, members[i]) })
+	})
+	return errors.Join(errs...)
+}
+
+// stopOp stops members of job in the backend; reason non-empty: then the
+// bind of run is stepped failed with it (a fence: the job is unbooked only
+// once the backend stopped it); ghost: a job the engine does not run there.
+func (r *Runner) stopOp(ctx context.Context, job string, run uint64, members []engine.Member, reason string, ghost bool) {
+	r.goOp(ctx, job, func(ctx context.Context) result {
+		err := r.unbindAll(context.WithoutCancel(ctx), job, members)
+		return result{kind: resStopped, job: job, run: run, members: members, reason: reason, ghost: ghost, err: err}
+	})
+}
+
+// pollOp reads the backend's Running list.
+func (r *Runner) pollOp(ctx context.Context, now time.Time) {
+	a := r.as
+	a.polling, a.pollSoon, a.lastPoll = true, false, now
+	polled := make(map[string]bool, len(a.unknown))
+	for id := range a.unknown {
+		polled[id] = true
+	}
+	rr, _ := r.cfg.Backend.(RunningReporter)
+	r.goOp(ctx, "\x00poll", func(ctx context.Context) result {
+		var rs []RunningJob
+		err := errors.ErrUnsupported
+		if rr != nil {
+			err = r.call(ctx, func(ctx context.Context) (err error) { rs, err = rr.RunningNow(ctx); return err })
+		}
+		return result{kind: resPoll, running: rs, err: err, at: now, polled: polled}
+	})
+}
+
+// settle steps the results that came back; it reports whether any did.
+func (r *Runner) settle(ctx context.Context, eng *engine.Engine) (bool, error) {
+	res := r.as.take()
+	for _, x := range res {
+		if err := r.settleOne(ctx, eng, x); err != nil {
+			return true, err
+		}
+	}
+	if len(res) > 0 && !eng.HasReady() {
+		eng.Publish() // binds applied: no cycle shows them
+	}
+	return len(res) > 0, nil
+}
+
+func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) error {
+	a := r.as
+	now := r.stepTime(eng)
+	switch x.kind {
+	case resBind:
+		if a.inflight[x.job] == x.run {
+			delete(a.inflight, x.job)
+		}
+		br := BindResult{Job: x.job, Run: x.run, Err: x.err, Unknown: x.unknown, Withdrawn: x.withdrawn}
+		a.stepped = append(a.stepped, br)
+		switch {
+		case x.withdrawn:
+			return r.step(eng, engine.BindFailed(now, x.job, x.run, ""))
+		case x.unknown:
+			a.unknown[x.job] = &unknownBind{run: x.run, members: x.members, waiting: x.abandoned, since: now}
+			r.log.Warn("bind timed out: unknown until the backend says", "job", x.job, "err", x.err)
+			return r.step(eng, engine.BindUnknown(now, x.job, x.run))
+		case x.err == nil:
+			return r.step(eng, engine.BindApplied(now, x.job, x.run))
+		default:
+			r.log.Warn("bind failed", "job", x.job, "err", x.err)
+			return r.step(eng, engine.BindFailed(now, x.job, x.run, x.err.Error()))
+		}
+	case resLate:
+		u := a.unknown[x.job]
+		if u == nil || u.run != x.run {
+			// About a bind already settled: it may have started a job
+			// the engine no longer runs there; the sweep looks.
+			if x.err == nil {
+				a.pollSoon = true
+			}
+			return nil
+		}
+		u.waiting--
+		if x.err != nil {
+			u.err = cmp.Or(u.err, x.err)
+		}
+		if u.waiting > 0 {
+			return nil
+		}
+		delete(a.unknown, x.job)
+		if u.err == nil {
+			a.stepped = append(a.stepped, BindResult{Job: x.job, Run: x.run})
+			return r.step(eng, engine.BindApplied(now, x.job, x.run))
+		}
+		r.stopOp(ctx, x.job, x.run, u.members, fmt.Sprintf("bind failed after its timeout: %v", u.err), false)
+	case resStopped:
+		if x.err != nil {
+			// The backend may run it still: a ghost is looked at again; an
+			// unknown bind stays unknown (booked) and is tried again.
+			r.log.Error("stopping a job the engine does not run there failed", "job", x.job, "err", x.err)
+			if !x.ghost {
+				a.unknown[x.job] = &unknownBind{run: x.run, members: x.members, since: now}
+				return nil
+			}
+			a.pollSoon = true
+		}
+		if x.ghost {
+			return nil
+		}
+		a.stepped = append(a.stepped, BindResult{Job: x.job, Run: x.run, Err: errors.New(x.reason)})
+		return r.step(eng, engine.BindFailed(now, x.job, x.run, x.reason))
+	case resPoll:
+		a.polling = false
+		switch {
+		case errors.Is(x.err, errors.ErrUnsupported):
+			a.noPoll = true
+			r.giveUpUnknown(ctx, eng, x.at)
+		case x.err != nil:
+			r.log.Warn("reading the backend's running jobs failed", "err", x.err)
+		default:
+			r.reconcileBinds(ctx, eng, x)
+		}
+	}
+	return nil
+}
+
+// reconcileBinds compares the backend's running jobs with the engine:
+// an unknown bind the backend runs on its members is applied (adopted);
+// one it does not run is fenced (its members unbound, a no-op if the call
+// never came through) and then failed. A job the backend runs that this
+// Runner bound and the engine does not run there (a ghost: a bind that
+// came through after it was given up) is stopped. Jobs with an op in
+// flight are left for the next poll.
+func (r *Runner) reconcileBinds(ctx context.Context, eng *engine.Engine, x result) {
+	a := r.as
+	runs := make(map[string][]engine.Member, len(x.running))
+	for _, rj := range x.running {
+		runs[rj.Job.ID] = rj.Members
+	}
+	now := r.stepTime(eng)
+	for _, id := range sortedIDs(a.unknown) {
+		u := a.unknown[id]
+		if run, _, ok := eng.Binding(id); !ok || run != u.run {
+			delete(a.unknown, id) // settled otherwise (ended, cancelled)
+			continue
+		}
+		if !x.polled[id] {
+			continue // timed out after the poll began
+		}
+		ms, running := runs[id]
+		switch {
+		case running && sameMembers(ms, u.members):
+			delete(a.unknown, id)
+			a.stepped = append(a.stepped, BindResult{Job: id, Run: u.run})
+			r.log.Info("bind that timed out runs: adopted", "job", id)
+			if err := r.step(eng, engine.BindApplied(now, id, u.run)); err != nil {
+				r.log.Error("stepping an adopted bind", "job", id, "err", err)
+			}
+		default:
+			delete(a.unknown, id)
+			reason := "bind timed out and the backend does not run it"
+			if running {
+				reason = "bind timed out and the backend runs it elsewhere"
+			}
+			r.stopOp(ctx, id, u.run, append(slices.Clone(u.members), ms...), reason, false)
+		}
+	}
+	for _, rj := range x.running {
+		id := rj.Job.ID
+		if !a.issued[id] || a.unknown[id] != nil {
+			continue
+		}
+		if _, ok := a.inflight[id]; ok {
+			continue
+		}
+		a.mu.Lock()
+		_, busy := a.chain[id]
+		a.mu.Unlock()
+		if busy {
+			continue
+		}
+		if _, _, ok := eng.Binding(id); ok {
+			continue
+		}
+		want, _ := eng.Members(id)
+		var extra []engine.Member
+		for _, m := range rj.Members {
+			if !slices.ContainsFunc(want, func(w engine.Member) bool { return sameMembers([]engine.Member{w}, []engine.Member{m}) }) {
+				extra = append(extra, m)
+			}
+		}
+		if len(extra) == 0 {
+			continue
+		}
+		a.ghosts++
+		r.log.Warn("a job runs where the engine does not run it: stopped", "job", id, "members", len(extra))
+		r.stopOp(ctx, id, 0, extra, "", true)
+	}
+	// Forget jobs the engine no longer has and the backend no longer runs.
+	for id := range a.issued {
+		if _, running := runs[id]; running {
+			continue
+		}
+		if _, ok := a.inflight[id]; ok {
+			continue
+		}
+		if _, ok := eng.Members(id); ok {
+			continue
+		}
+		if _, held := eng.Held(id); held {
+			continue
+		}
+		if !eng.Known(id) {
+			delete(a.issued, id)
+		}
+	}
+}
+
+// giveUpUnknown is reconcileBinds for a backend that cannot say what it
+// runs (no RunningReporter): an unknown bind whose abandoned calls have not
+// returned within ReconcileInterval is stopped (a no-op for members not
+// bound) and failed.
+func (r *Runner) giveUpUnknown(ctx context.Context, eng *engine.Engine, now time.Time) {
+	a := r.as
+	for _, id := range sortedIDs(a.unknown) {
+		u := a.unknown[id]
+		if run, _, ok := eng.Binding(id); !ok || run != u.run {
+			delete(a.unknown, id)
+			continue
+		}
+		if now.Before(u.since.Add(r.cfg.ReconcileInterval)) {
+			continue
+		}
+		delete(a.unknown, id)
+		r.stopOp(ctx, id, u.run, u.members, "bind timed out and the backend did not answer", false)
+	}
+}
+
+// settleRestored settles the binds a restored engine holds as assumed or
+// unknown (the process that made them stopped before their outcome), once
+// reconciliation ran: it finished or requeued those the backend does not
+// run, and moved those it runs elsewhere, so the backend runs the others
+// on their members: they are applied. One it does not run (a backend that
+// changed since its inventory) is withdrawn, no try counted.
+func (r *Runner) settleRestored(eng *engine.Engine, running []RunningJob) error {
+	ids := eng.BindingJobs()
+	if len(ids) == 0 {
+		return nil
+	}
+	runs := make(map[string][]engine.Member, len(running))
+	for _, rj := range running {
+		runs[rj.Job.ID] = rj.Members
+	}
+	now := r.stepTime(eng)
+	for _, id := range ids {
+		run, _, _ := eng.Binding(id)
+		ms, _ := eng.Members(id)
+		ev := engine.BindFailed(now, id, run, "")
+		if bm, ok := runs[id]; ok && sameMembers(bm, ms) {
+			ev = engine.BindApplied(now, id, run)
+		}
+		if err := r.step(eng, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepTime is the time of events the Runner makes: its clock, never
+// before the engine's.
+func (r *Runner) stepTime(eng *engine.Engine) time.Time {
+	now := r.clock.Now()
+	if now.Before(eng.Now()) {
+		now = eng.Now()
+	}
+	return now
+}
+
+func sortedIDs[V any](m map[string]V) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
