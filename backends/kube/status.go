@@ -1,8 +1,12 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/topo"
 )
 
 // EventReason is the reason of the Events berth records on pods it cannot
@@ -210,12 +215,21 @@ func (b *Backend) Observe(c backends.Cycle) {
 			nominated[r.Job] = b.nominate(j, r)
 		}
 	}
+	var excluded []*toldNode // nodes not counted, for capacity reasons
+	for _, name := range slices.Sorted(maps.Keys(b.nodes)) {
+		if t := b.nodes[name]; !t.gone && t.state != topo.Ready {
+			excluded = append(excluded, t)
+		}
+	}
 	for _, ps := range c.Ready.Pending {
 		j := b.jobs[ps.Job]
 		if j == nil || ps.Reason == engine.ReasonNone {
 			continue
 		}
 		msg := "berth: " + ps.String()
+		if ps.Reason == engine.ReasonCapacity {
+			msg += notCounted(excluded, j.selectors)
+		}
 		if !ps.Start.IsZero() {
 			msg += "; estimated start " + ps.Start.UTC().Format(time.RFC3339)
 		}
@@ -232,6 +246,51 @@ func (b *Backend) Observe(c backends.Cycle) {
 			b.status.set(pr.key(), st)
 		}
 	}
+}
+
+// notCounted says which of the nodes that are not Ready a job could have
+// used (their labels match one of its groups' selectors) and why they do
+// not count: "; not counted: 3 nodes tainted
+// node.kubernetes.io/not-ready:NoSchedule, 1 node unschedulable". Empty
+// when there are none. berth does not match tolerations: a tainted node
+// is never used.
+func notCounted(excluded []*toldNode, selectors []map[string]string) string {
+	count := map[string]int{}
+	var causes []string
+	for _, t := range excluded {
+		match := len(selectors) == 0
+		for _, sel := range selectors {
+			ok := true
+			for k, v := range sel {
+				ok = ok && t.labels[k] == v
+			}
+			match = match || ok
+		}
+		if !match {
+			continue
+		}
+		cause := t.cause
+		if cause == "" {
+			cause = t.state.String()
+		}
+		if count[cause] == 0 {
+			causes = append(causes, cause)
+		}
+		count[cause]++
+	}
+	if len(causes) == 0 {
+		return ""
+	}
+	slices.SortFunc(causes, func(a, b string) int { return cmp.Or(count[b]-count[a], strings.Compare(a, b)) })
+	parts := make([]string, len(causes))
+	for i, c := range causes {
+		noun := "nodes"
+		if count[c] == 1 {
+			noun = "node"
+		}
+		parts[i] = fmt.Sprintf("%d %s %s", count[c], noun, c)
+	}
+	return "; not counted: " + strings.Join(parts, ", ")
 }
 
 // nominate spreads a job's pods over the nodes of its reservation, in
