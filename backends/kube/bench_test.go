@@ -2,7 +2,6 @@ package kube_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -13,9 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/kube"
-	"github.com/berthsched/berth/engine"
 )
 
 // Pods bound per second: 1,000 single-GPU pods are pending on 125 nodes
@@ -105,26 +102,6 @@ func schedulerClient(tb testing.TB) kubernetes.Interface {
 	return c
 }
 
-// startScheduler runs a backend on client and a Runner, until the
-// benchmark ends.
-func (w *world) startScheduler(tb testing.TB, client kubernetes.Interface) {
-	b, err := kube.New(client, dyn, w.config())
-	require.NoError(tb, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(tb, b.Start(ctx))
-	runner, err := backends.NewRunner(b.RunnerConfig(engine.Config{}))
-	require.NoError(tb, err)
-	done := make(chan error, 1)
-	go func() { done <- runner.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			tb.Errorf("runner: %v", err)
-		}
-		b.Close()
-	})
-}
-
 // watchBound watches the world's pods and returns a channel that gets
 // the time at which n of them were bound. A watch, not a poll: listing
 // every 50 ms would load the API server the benchmark measures.
@@ -184,7 +161,7 @@ func BenchmarkBindGangs(b *testing.B) {
 			client := schedulerClient(b)
 			b.StartTimer()
 			t0 := time.Now()
-			w.startScheduler(b, client)
+			w.startScheduler(b, client, nil)
 			took = waitTime(b, done, 3*time.Minute, "1000 pods bound").Sub(t0)
 		}
 		b.ReportMetric(1000/took.Seconds(), "pods/s")
@@ -208,7 +185,7 @@ func BenchmarkGangSubmitToBound(b *testing.B) {
 			for i := range 32 {
 				w.node(fmt.Sprintf("n%02d", i), 8)
 			}
-			w.startScheduler(b, schedulerClient(b))
+			w.startScheduler(b, schedulerClient(b), nil)
 			done := w.watchBound(b, 256)
 			time.Sleep(200 * time.Millisecond) // the scheduler idle
 			b.StartTimer()

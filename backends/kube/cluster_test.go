@@ -308,13 +308,25 @@ func (c *countingBackend) BindMember(ctx context.Context, job string, m engine.M
 
 // startCounting runs a Runner over a counting wrapper of a new backend.
 func (w *world) startCounting(tb testing.TB) *countingBackend {
-	b, err := kube.New(cs, dyn, w.config())
+	var cb *countingBackend
+	w.startScheduler(tb, cs, func(b *kube.Backend) backends.Backend {
+		cb = &countingBackend{Backend: b, binds: map[string]int{}}
+		return cb
+	})
+	return cb
+}
+
+// startScheduler runs a backend on client and a Runner (over wrap's
+// wrapper of the backend, when wrap is not nil) until tb ends.
+func (w *world) startScheduler(tb testing.TB, client kubernetes.Interface, wrap func(*kube.Backend) backends.Backend) {
+	b, err := kube.New(client, dyn, w.config())
 	require.NoError(tb, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(tb, b.Start(ctx))
-	cb := &countingBackend{Backend: b, binds: map[string]int{}}
 	rc := b.RunnerConfig(engine.Config{})
-	rc.Backend = cb
+	if wrap != nil {
+		rc.Backend = wrap(b)
+	}
 	runner, err := backends.NewRunner(rc)
 	require.NoError(tb, err)
 	done := make(chan error, 1)
@@ -326,7 +338,6 @@ func (w *world) startCounting(tb testing.TB) *countingBackend {
 		}
 		b.Close()
 	})
-	return cb
 }
 
 func (w *world) boundCount(tb testing.TB) int {
