@@ -1128,9 +1128,8 @@ func (b *Backend) OnStepError(ev engine.Event, err error) error {
 // backend's queue tree (when ecfg has none), MIG planning off (the MIG
 // manager, not the scheduler, lays out MIG on Kubernetes), EASY backfill
 // (reservations and estimated starts) unless ecfg sets a mode, a bind
-// retry backoff of 2 s unless set, 64 Actuator calls in flight (a gang's
-// Bindings go out together; the Runner's default is 16), and the backend's
-// Observe and OnStepError.
+// retry backoff of 2 s unless set, and the backend's Observe and
+// OnStepError.
 func (b *Backend) RunnerConfig(ecfg engine.Config) backends.RunnerConfig {
 	if len(ecfg.Queues.Queues) == 0 {
 		ecfg.Queues = b.cfg.Queues
@@ -1147,7 +1146,7 @@ func (b *Backend) RunnerConfig(ecfg engine.Config) backends.RunnerConfig {
 	}
 	return backends.RunnerConfig{
 		Engine: ecfg, Backend: b, Observe: b.Observe, OnStepError: b.OnStepError,
-		TickInterval: 30 * time.Second, Parallelism: 64,
+		TickInterval: 30 * time.Second,
 	}
 }
 
