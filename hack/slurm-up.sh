@@ -16,6 +16,12 @@
 # state dir is recreated. Installs the packages it needs with apt-get. Must
 # run as root. Writes $BERTH_SLURM_DIR/env (source it: SLURM_CONF).
 #
+# Test marker: a random token in $BERTH_SLURM_DIR/berth-test-cluster, also
+# the cluster's name (ClusterName=berth-<token>, which `scontrol show
+# config` reads back from the running slurmctld). Tests that cancel jobs or
+# drain nodes check both and refuse any other cluster (a user's, or one on
+# the same ports that this script did not start).
+#
 # Settings: BERTH_SLURM_DIR (/tmp/berth-slurm), BERTH_SLURM_NODES (16),
 # BERTH_SLURM_GPUS (8 per node), BERTH_SLURM_GPU_TYPE (h100),
 # BERTH_SLURM_PER_RACK (4), BERTH_SLURM_CTLD_PORT (6817),
@@ -72,6 +78,11 @@ rm -rf "$dir"
 mkdir -p "$dir"/{etc,spool/ctld,log,run,dev,munge}
 chmod 755 "$dir" "$dir/munge" "$dir/run" "$dir/log" "$dir/etc"
 
+# 2b. The test marker (see the header).
+token="$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+[[ "$token" =~ ^[0-9a-f]{12}$ ]] || fail "could not make a marker token"
+printf '%s\n' "$token" > "$dir/berth-test-cluster"
+
 name() { printf 'node%02d' "$1"; }
 all="node[01-$(printf '%02d' "$nodes")]"; [ "$nodes" = 1 ] && all=node01
 host="$(hostname -s)"
@@ -90,7 +101,7 @@ for ((g = 0; g < gpus; g++)); do mknod "$dir/dev/nvidia$g" c 1 3 2>/dev/null || 
 {
   cat <<CONF
 # written by berth's hack/slurm-up.sh: $nodes fake nodes on $host
-ClusterName=berth
+ClusterName=berth-$token
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctldport
 SlurmdPort=$dport

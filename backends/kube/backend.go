@@ -83,6 +83,7 @@ type Backend struct {
 type toldNode struct {
 	model  nodeModel
 	state  topo.NodeState
+	cause  string // why it is not Ready (nodeStatus), for pending pods' reasons
 	labels map[string]string
 	gone   bool
 }
@@ -101,6 +102,9 @@ type job struct {
 	// nominated is the node Observe last nominated for each pod: a bind
 	// on that node takes that pod.
 	nominated []string
+	// selectors are the nodeSelectors of its groups (nil: any node), to
+	// say which nodes that are not Ready it could have used.
+	selectors []map[string]string
 }
 
 type podRef struct {
@@ -119,6 +123,7 @@ type assumedBind struct {
 
 type groupSize struct {
 	n       int
+	created time.Time // the PodGroup's creationTimestamp
 	checked time.Time
 }
 
@@ -400,7 +405,7 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 				// the node's real state follows once Running was read.
 				sp.State = topo.Ready
 			}
-			b.nodes[n.Name] = &toldNode{model: nm, state: sp.State, labels: nm.spec.Labels}
+			b.nodes[n.Name] = &toldNode{model: nm, state: sp.State, cause: nm.cause, labels: nm.spec.Labels}
 			b.spec.Nodes = append(b.spec.Nodes, sp)
 			b.devs[n.Name] = newNodeDevs(nm.spec)
 			added = true
@@ -412,6 +417,7 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 			!slices.Equal(t.model.spec.Domains, nm.spec.Domains):
 			b.cfg.Logf("kube: node %s changed its GPUs or topology; berth keeps the old model until it restarts", n.Name)
 		}
+		t.cause = nm.cause
 		if t.gone || t.state != nm.spec.State || !maps.Equal(t.labels, nm.spec.Labels) {
 			t.gone, t.state, t.labels = false, nm.spec.State, nm.spec.Labels
 			if b.started {
@@ -422,7 +428,7 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 	for _, name := range slices.Sorted(maps.Keys(b.nodes)) {
 		t := b.nodes[name]
 		if _, ok := models[name]; !ok && !t.gone {
-			t.gone, t.state = true, topo.Down
+			t.gone, t.state, t.cause = true, topo.Down, "deleted"
 			if b.started {
 				evs = append(evs, engine.NodeFailed(now, name))
 			}
@@ -612,10 +618,11 @@ func (d *nodeDevs) free(jobID string, m *engine.Member) {
 
 // pendingGang is a gang of berth's pods waiting to be submitted.
 type pendingGang struct {
-	group string
-	size  int
-	err   error
-	pods  []*corev1.Pod
+	group   string
+	size    int
+	created time.Time // the PodGroup's creation (coscheduling gangs)
+	err     error
+	pods    []*corev1.Pod
 }
 
 // syncPods compares the pod informer with the jobs the engine knows and
@@ -682,7 +689,7 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	for _, id := range pendingOrder {
 		pg := pending[id]
 		if pg.err == nil && pg.size == 0 {
-			pg.size, pg.err = b.podGroupSize(ctx, pg.pods[0].Namespace, pg.group, now)
+			pg.size, pg.created, pg.err = b.podGroupSize(ctx, pg.pods[0].Namespace, pg.group, now)
 		}
 	}
 
@@ -800,12 +807,15 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 				fmt.Sprintf("berth: gang %s has %d of its %d pods", pg.group, len(pg.pods), size))
 			continue
 		}
-		qj, groups, err := b.buildJob(jobID, pg.pods, true, now)
+		qj, groups, err := b.buildJob(jobID, pg.pods, true, submitTime(pg.pods, pg.created, now))
 		if err != nil {
 			b.status.waiting(pg.pods, "Invalid", "berth: "+err.Error())
 			continue
 		}
 		j := &job{id: jobID, assigned: map[string]int{}, bound: map[int]engine.Member{}}
+		for _, g := range qj.Request.Groups {
+			j.selectors = append(j.selectors, g.Selector)
+		}
 		for i, p := range pg.pods {
 			d, _ := podDemand(p)
 			j.pods = append(j.pods, podRef{ns: p.Namespace, name: p.Name, uid: p.UID, group: groups[i], d: d})
@@ -873,7 +883,11 @@ func boundKey(p *corev1.Pod, scheduler string) string {
 // adopt books bound pods as one running job. Caller holds mu.
 func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.RunningJob, bool) {
 	ours := pods[0].Spec.SchedulerName == b.cfg.SchedulerName
-	qj, groups, err := b.buildJob(id, pods, ours, now)
+	start := now
+	if st := pods[0].Status.StartTime; st != nil && st.Time.Before(now) {
+		start = st.Time
+	}
+	qj, groups, err := b.buildJob(id, pods, ours, submitTime(pods, time.Time{}, start))
 	if err != nil {
 		b.cfg.Logf("kube: cannot adopt %s: %v", id, err)
 		return backends.RunningJob{}, false
@@ -912,10 +926,6 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 			delete(b.byUID, pr.uid)
 		}
 		return backends.RunningJob{}, false
-	}
-	start := now
-	if st := pods[0].Status.StartTime; st != nil && st.Time.Before(now) {
-		start = st.Time
 	}
 	b.jobs[id] = j
 	return backends.RunningJob{Job: qj, Members: members, Start: start}, true
@@ -959,27 +969,30 @@ func (b *Backend) forget(j *job) {
 	}
 }
 
-// podGroupSize reads spec.minMember of a coscheduling PodGroup, caching
-// it (a missing PodGroup is asked again after 10 s).
-func (b *Backend) podGroupSize(ctx context.Context, ns, name string, now time.Time) (int, error) {
+// podGroupSize reads spec.minMember and the creation time of a
+// coscheduling PodGroup, caching them (a missing PodGroup is asked again
+// after 10 s).
+func (b *Backend) podGroupSize(ctx context.Context, ns, name string, now time.Time) (int, time.Time, error) {
 	key := ns + "/" + name
 	b.mu.Lock()
 	gs, ok := b.groupSize[key]
 	b.mu.Unlock()
 	if ok && (gs.n > 0 || now.Sub(gs.checked) < 10*time.Second) {
 		if gs.n == 0 {
-			return 0, fmt.Errorf("PodGroup %s not found", key)
+			return 0, time.Time{}, fmt.Errorf("PodGroup %s not found", key)
 		}
-		return gs.n, nil
+		return gs.n, gs.created, nil
 	}
 	if b.dyn == nil {
-		return 0, fmt.Errorf("PodGroup %s: no dynamic client to read it", key)
+		return 0, time.Time{}, fmt.Errorf("PodGroup %s: no dynamic client to read it", key)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	u, err := b.dyn.Resource(PodGroupResource).Namespace(ns).Get(rctx, name, metav1.GetOptions{})
 	n := int64(0)
+	var created time.Time
 	if err == nil {
+		created = u.GetCreationTimestamp().Time
 		v, found, ferr := unstructuredInt(u.Object, "spec", "minMember")
 		switch {
 		case ferr != nil || !found || v < 1:
@@ -988,18 +1001,41 @@ func (b *Backend) podGroupSize(ctx context.Context, ns, name string, now time.Ti
 			n = v
 		}
 	} else if !apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("PodGroup %s: %w", key, err)
+		return 0, time.Time{}, fmt.Errorf("PodGroup %s: %w", key, err)
 	}
 	b.mu.Lock()
-	b.groupSize[key] = groupSize{n: int(n), checked: now}
+	b.groupSize[key] = groupSize{n: int(n), created: created, checked: now}
 	b.mu.Unlock()
 	if n == 0 {
 		if err == nil {
 			err = fmt.Errorf("PodGroup %s not found", key)
 		}
-		return 0, err
+		return 0, time.Time{}, err
 	}
-	return int(n), nil
+	return int(n), created, nil
+}
+
+// submitTime is when a job was submitted, as the API server recorded it:
+// the creation of its coscheduling PodGroup (created, when not zero),
+// else that of its earliest pod; never after now (an API server clock
+// ahead of berth's). Taking it from the objects, not from when berth
+// first saw them, keeps FIFO order, aging and fair share across a
+// restart or a failover: a new leader submits every pending job again.
+// creationTimestamp has whole seconds: jobs of the same second are
+// ordered by ID, the same on every leader.
+func submitTime(pods []*corev1.Pod, created, now time.Time) time.Time {
+	t := created
+	if t.IsZero() {
+		for _, p := range pods {
+			if c := p.CreationTimestamp.Time; !c.IsZero() && (t.IsZero() || c.Before(t)) {
+				t = c
+			}
+		}
+	}
+	if t.IsZero() || t.After(now) {
+		return now
+	}
+	return t
 }
 
 func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {

@@ -1,10 +1,18 @@
 package kube_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/berthsched/berth/backends/kube"
 )
 
 // Pods bound per second: 1,000 single-GPU pods are pending on 125 nodes
@@ -83,4 +91,122 @@ func BenchmarkMemory1000Pods64Nodes(b *testing.B) {
 		heap = float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / (1 << 20)
 	}
 	b.ReportMetric(heap, "heap-MiB")
+}
+
+// schedulerClient is a clientset with a scheduler's client-side rate
+// limit (kube.ClientConfig's defaults, as kube.Run uses), not the tests'
+// generous one: what binds cost in production.
+func schedulerClient(tb testing.TB) kubernetes.Interface {
+	c, err := kubernetes.NewForConfig(kube.ClientConfig(restCfg, 0, 0))
+	require.NoError(tb, err)
+	return c
+}
+
+// watchBound watches the world's pods and returns a channel that gets
+// the time at which n of them were bound. A watch, not a poll: listing
+// every 50 ms would load the API server the benchmark measures.
+func (w *world) watchBound(tb testing.TB, n int) <-chan time.Time {
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	wi, err := cs.CoreV1().Pods(w.ns).Watch(ctx, metav1.ListOptions{})
+	require.NoError(tb, err)
+	out := make(chan time.Time, 1)
+	go func() {
+		defer wi.Stop()
+		bound := map[string]bool{}
+		for ev := range wi.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" && !bound[p.Name] {
+				bound[p.Name] = true
+				if len(bound) == n {
+					out <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func waitTime(tb testing.TB, ch <-chan time.Time, d time.Duration, what string) time.Time {
+	tb.Helper()
+	select {
+	case t := <-ch:
+		return t
+	case <-time.After(d):
+		tb.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+	return time.Time{}
+}
+
+// Pods bound per second for 100 gangs of 10 single-GPU pods (Kueue's
+// pod-group annotations), pending when the scheduler starts, on 125
+// nodes x 8 GPUs: from the scheduler's start (informer sync included)
+// to the last pod bound, through a client with the scheduler's default
+// rate limit.
+func BenchmarkBindGangs(b *testing.B) {
+	b.Run("gangs=100x10", func(b *testing.B) {
+		needAPI(b)
+		var took time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			w := newWorld(b)
+			w.dropPods(b)
+			for i := range 125 {
+				w.node(fmt.Sprintf("n%03d", i), 8)
+			}
+			for g := range 100 {
+				w.createPods(b, fmt.Sprintf("g%03d-", g), 10, inKueueGroup(fmt.Sprintf("g%03d", g), 10))
+			}
+			done := w.watchBound(b, 1000)
+			client := schedulerClient(b)
+			b.StartTimer()
+			t0 := time.Now()
+			w.startScheduler(b, client, nil)
+			took = waitTime(b, done, 3*time.Minute, "1000 pods bound").Sub(t0)
+		}
+		b.ReportMetric(1000/took.Seconds(), "pods/s")
+	})
+}
+
+// Submit to all bound for one gang of 256 single-GPU pods on 32 nodes x 8
+// GPUs, the scheduler running: s/gang from the first pod's create to the
+// last pod bound (the pods are created from 16 goroutines, as a
+// controller would), and last-created-to-bound-s from the gang's last
+// pod created (berth's own share).
+func BenchmarkGangSubmitToBound(b *testing.B) {
+	b.Run("gang=256x1", func(b *testing.B) {
+		needAPI(b)
+		var total, tail time.Duration
+		n := 0
+		for b.Loop() {
+			b.StopTimer()
+			w := newWorld(b)
+			w.dropPods(b)
+			for i := range 32 {
+				w.node(fmt.Sprintf("n%02d", i), 8)
+			}
+			w.startScheduler(b, schedulerClient(b), nil)
+			done := w.watchBound(b, 256)
+			time.Sleep(200 * time.Millisecond) // the scheduler idle
+			b.StartTimer()
+			t0 := time.Now()
+			w.createPods(b, "g-", 256, inKueueGroup("g", 256))
+			t1 := time.Now()
+			end := waitTime(b, done, 3*time.Minute, "256 pods bound")
+			total += end.Sub(t0)
+			tail += end.Sub(t1)
+			n++
+		}
+		b.ReportMetric(total.Seconds()/float64(n), "s/gang")
+		b.ReportMetric(tail.Seconds()/float64(n), "last-created-to-bound-s")
+	})
+}
+
+// dropPods deletes the world's pods when tb ends, so that later runs
+// (-count) do not hold them in their informers' caches.
+func (w *world) dropPods(tb testing.TB) {
+	tb.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	})
 }

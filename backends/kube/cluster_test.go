@@ -308,13 +308,25 @@ func (c *countingBackend) BindMember(ctx context.Context, job string, m engine.M
 
 // startCounting runs a Runner over a counting wrapper of a new backend.
 func (w *world) startCounting(tb testing.TB) *countingBackend {
-	b, err := kube.New(cs, dyn, w.config())
+	var cb *countingBackend
+	w.startScheduler(tb, cs, func(b *kube.Backend) backends.Backend {
+		cb = &countingBackend{Backend: b, binds: map[string]int{}}
+		return cb
+	})
+	return cb
+}
+
+// startScheduler runs a backend on client and a Runner (over wrap's
+// wrapper of the backend, when wrap is not nil) until tb ends.
+func (w *world) startScheduler(tb testing.TB, client kubernetes.Interface, wrap func(*kube.Backend) backends.Backend) {
+	b, err := kube.New(client, dyn, w.config())
 	require.NoError(tb, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(tb, b.Start(ctx))
-	cb := &countingBackend{Backend: b, binds: map[string]int{}}
 	rc := b.RunnerConfig(engine.Config{})
-	rc.Backend = cb
+	if wrap != nil {
+		rc.Backend = wrap(b)
+	}
 	runner, err := backends.NewRunner(rc)
 	require.NoError(tb, err)
 	done := make(chan error, 1)
@@ -326,7 +338,6 @@ func (w *world) startCounting(tb testing.TB) *countingBackend {
 		}
 		b.Close()
 	})
-	return cb
 }
 
 func (w *world) boundCount(tb testing.TB) int {
@@ -362,4 +373,51 @@ func Test1000Pods(t *testing.T) {
 	for job, n := range cb.binds {
 		require.Equal(t, 1, n, "job %s bound %d times", job, n)
 	}
+}
+
+// A new leader keeps the order of the pending work: submit times come from
+// the pods' creation, not from when the leader first saw them. "z-old" is
+// created a second before "a-new" (creationTimestamp has whole seconds);
+// both wait behind a running pod; the leader fails over and the running
+// pod ends: z-old binds first, though a-new sorts first by name (before,
+// a new leader gave every pending pod Submit = now, and ties go by ID).
+func TestFailoverKeepsSubmitOrder(t *testing.T) {
+	w := newWorld(t)
+	w.node("n0", 8)
+	a := w.campaign(restCfg, "a", "berth", w.config())
+	b := w.campaign(restCfg, "b", "berth", w.config())
+	var first, second *candidate
+	select {
+	case <-a.led:
+		first, second = a, b
+	case <-b.led:
+		first, second = b, a
+	case <-time.After(30 * time.Second):
+		t.Fatal("no leader")
+	}
+	w.pod("blocker", 8)
+	w.waitBound(30*time.Second, "blocker")
+	w.setPhase("blocker", corev1.PodRunning)
+	old := w.pod("z-old", 8)
+	eventually(t, 5*time.Second, "a creation in a later second", func() bool {
+		return time.Now().Truncate(time.Second).After(old.CreationTimestamp.Time)
+	})
+	young := w.pod("a-new", 8)
+	require.True(t, young.CreationTimestamp.After(old.CreationTimestamp.Time))
+	for _, n := range []string{"z-old", "a-new"} {
+		eventually(t, 30*time.Second, n+" waiting with a reason", func() bool {
+			c, ok := condition(w.get(n))
+			return ok && c.Status == corev1.ConditionFalse && c.Reason != ""
+		})
+	}
+	first.stop()
+	select {
+	case <-second.led:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failover")
+	}
+	w.setPhase("blocker", corev1.PodSucceeded)
+	w.waitBound(30*time.Second, "z-old")
+	time.Sleep(time.Second)
+	require.Empty(t, w.nodeOf("a-new"), "the younger pod was bound")
 }

@@ -21,7 +21,9 @@
 // kueue.x-k8s.io/pod-group-name and pod-group-total-count; a gang is
 // submitted once that many pods are pending, and pods of one shape (GPUs
 // or MIG profile, nodeSelector) form one gang.Group. Priority is
-// spec.priority (the PriorityClass); the queue the berth.dev/queue label,
+// spec.priority (the PriorityClass); the submit time the creation of the
+// PodGroup, else of the earliest pod (so a new leader keeps the queue's
+// order); the queue the berth.dev/queue label,
 // else the namespace when it is a leaf queue, else Config.DefaultQueue;
 // Kueue's podset-required-topology and podset-preferred-topology
 // annotations name levels (both are honoured together).
@@ -34,7 +36,8 @@
 // cannot be unset). Preemption evicts through the Eviction API, so
 // PodDisruptionBudgets apply: every eviction of the victim is first tried
 // as a dry run, and one refusal refuses the preemption. Observe writes
-// PodScheduled=False with berth's reason and estimated start, and
+// PodScheduled=False with berth's reason and estimated start (a capacity
+// reason names the tainted, cordoned or not-ready nodes it left out), and
 // status.nominatedNodeName for the pods of a job holding a reservation,
 // plus a FailedScheduling Event. Run adds leader election on a Lease; a
 // new leader rebuilds everything from the API server.

@@ -654,6 +654,47 @@ func TestMIGPods(t *testing.T) {
 	})
 }
 
+// Nodes that are tainted or cordoned are not counted, and the pods that
+// could have used them are told so: the condition and the Event name the
+// taint and how many nodes it excludes, not only "at most 0 of 4 members
+// fit".
+func TestTaintedNodesNamedInReason(t *testing.T) {
+	w := newWorld(t)
+	taint := corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}
+	for _, n := range []string{w.node("n0", 8), w.node("n1", 8), w.node("n2", 8)} {
+		nd, err := cs.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		require.NoError(t, err)
+		if n == w.pool+"-n2" {
+			nd.Spec.Unschedulable = true
+		} else {
+			nd.Spec.Taints = []corev1.Taint{taint}
+		}
+		_, err = cs.CoreV1().Nodes().Update(context.Background(), nd, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	w.node("n3", 8)
+	w.start(w.config(), engine.Config{})
+	for i := range 4 {
+		w.pod(fmt.Sprintf("g-%d", i), 8, inKueueGroup("g", 4))
+	}
+	want := "not counted: 2 nodes tainted node.kubernetes.io/not-ready:NoSchedule, 1 node unschedulable"
+	eventually(t, 30*time.Second, "the taint in the reason", func() bool {
+		c, ok := condition(w.get("g-0"))
+		return ok && c.Reason == "Capacity" && contains(c.Message, want)
+	})
+	eventually(t, 30*time.Second, "the taint in a FailedScheduling event", func() bool {
+		l, err := cs.CoreV1().Events(w.ns).List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, e := range l.Items {
+			if e.Reason == kube.EventReason && e.InvolvedObject.Name == "g-1" && contains(e.Message, want) {
+				return true
+			}
+		}
+		return false
+	})
+	require.Empty(t, w.nodeOf("g-0"))
+}
+
 func TestGangWaitsForItsMembers(t *testing.T) {
 	w := newWorld(t)
 	w.node("n0", 8)

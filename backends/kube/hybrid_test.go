@@ -1,7 +1,8 @@
 package kube_test
 
 // The federation against both real systems at once: the project's SLURM
-// (hack/slurm-up.sh; BERTH_SLURM_DIR or SLURM_CONF) and envtest's
+// test cluster (hack/slurm-up.sh in BERTH_SLURM_DIR, checked by its
+// marker; never $SLURM_CONF) and envtest's
 // kube-apiserver, with Kubernetes Nodes named as the SLURM nodes. Skips
 // without either; fails under BERTH_REQUIRE_INTEGRATION=1.
 
@@ -35,30 +36,69 @@ import (
 	"github.com/berthsched/berth/queue"
 )
 
-// hybridSlurm returns the test SLURM's slurm.conf, or skips (fails under
-// BERTH_REQUIRE_INTEGRATION=1).
+// errNotOurCluster: the SLURM cluster is not one hack/slurm-up.sh started
+// in the state dir the test was given.
+var errNotOurCluster = errors.New("not a test cluster of hack/slurm-up.sh")
+
+// slurmMarker is the file in which hack/slurm-up.sh keeps its cluster's
+// token; the running slurmctld's ClusterName is berth-<token>.
+const slurmMarker = "berth-test-cluster"
+
+// testSlurm returns the slurm.conf of the SLURM test cluster in dir (the
+// state dir of hack/slurm-up.sh), after checking that it is one the
+// script started and that the slurmctld answering is that cluster's: the
+// marker file's token and the ClusterName `scontrol show config` reports
+// must agree. The test cancels every job of the cluster and drains its
+// nodes, so any other cluster (a user's, or another on the same ports)
+// is refused (errNotOurCluster); $SLURM_CONF is never used.
+func testSlurm(dir string) (string, error) {
+	conf := filepath.Join(dir, "etc", "slurm.conf")
+	if _, err := os.Stat(conf); err != nil {
+		return "", fmt.Errorf("no slurm.conf at %s (start one: BERTH_SLURM_DIR=%s bash hack/slurm-up.sh): %w", conf, dir, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, slurmMarker))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s has no %s marker: %w", errNotOurCluster, dir, slurmMarker, err)
+	}
+	token := strings.TrimSpace(string(raw))
+	if token == "" {
+		return "", fmt.Errorf("%w: %s's %s marker is empty", errNotOurCluster, dir, slurmMarker)
+	}
+	out, err := slurmCmd(conf, "scontrol", "show", "config")
+	if err != nil {
+		return "", fmt.Errorf("slurmctld of %s does not answer (%v): %s", conf, err, out)
+	}
+	name := ""
+	for line := range strings.SplitSeq(out, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "ClusterName" {
+			name = strings.TrimSpace(v)
+		}
+	}
+	if name != "berth-"+token {
+		return "", fmt.Errorf("%w: the slurmctld of %s is cluster %q, the marker says berth-%s", errNotOurCluster, conf, name, token)
+	}
+	return conf, nil
+}
+
+// hybridSlurm returns the slurm.conf of the test's own SLURM cluster
+// ($BERTH_SLURM_DIR, default /tmp/berth-slurm, checked by testSlurm), or
+// skips (fails under BERTH_REQUIRE_INTEGRATION=1).
 func hybridSlurm(t *testing.T) string {
 	t.Helper()
-	conf := os.Getenv("SLURM_CONF")
-	if conf == "" {
-		dir := os.Getenv("BERTH_SLURM_DIR")
-		if dir == "" {
-			dir = "/tmp/berth-slurm"
-		}
-		conf = filepath.Join(dir, "etc", "slurm.conf")
+	dir := os.Getenv("BERTH_SLURM_DIR")
+	if dir == "" {
+		dir = "/tmp/berth-slurm"
 	}
-	why := ""
-	if _, err := os.Stat(conf); err != nil {
-		why = "no slurm.conf at " + conf
-	} else if out, err := slurmCmd(conf, "scontrol", "ping"); err != nil || !strings.Contains(out, "UP") {
-		why = fmt.Sprintf("slurmctld does not answer (%v): %s", err, out)
-	}
-	if why != "" {
-		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
+	conf, err := testSlurm(dir)
+	if err != nil {
+		msg := "no SLURM test cluster of this suite (it cancels every job and drains every node of the cluster it uses, so it only uses one that hack/slurm-up.sh started in $BERTH_SLURM_DIR): " + err.Error()
 		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
+	}
+	if env := os.Getenv("SLURM_CONF"); env != "" && env != conf {
+		t.Logf("SLURM_CONF=%s is ignored: the test uses %s", env, conf)
 	}
 	return conf
 }
@@ -459,4 +499,33 @@ func TestHybridFederation(t *testing.T) {
 	t.Logf("%d samples of the invariant", samples)
 	assert.GreaterOrEqual(t, samples, 3)
 	assert.Empty(t, violations)
+}
+
+// The SLURM tests touch only a cluster that hack/slurm-up.sh started in
+// the given state dir: a cluster without the script's marker (a user's
+// own, found through any path) is refused, and so is one whose running
+// slurmctld is not the cluster the marker names (another cluster on the
+// same ports). TestHybridFederation cancels every job and drains every
+// node of the cluster it is given: run beside a user's cluster it once
+// cancelled that user's jobs.
+func TestSlurmTestClusterRefusesOthers(t *testing.T) {
+	// A cluster this suite did not start: a slurm.conf, no marker.
+	users := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(users, "etc"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(users, "etc", "slurm.conf"), []byte("ClusterName=users\nSlurmctldHost=localhost\n"), 0o644))
+	_, err := testSlurm(users)
+	require.ErrorIs(t, err, errNotOurCluster)
+	require.NoError(t, os.WriteFile(filepath.Join(users, slurmMarker), []byte("\n"), 0o644))
+	_, err = testSlurm(users)
+	require.ErrorIs(t, err, errNotOurCluster, "an empty marker")
+
+	// The suite's own cluster passes; the same slurm.conf (the same
+	// slurmctld) under a marker with another token does not.
+	conf := hybridSlurm(t)
+	other := t.TempDir()
+	require.NoError(t, os.CopyFS(filepath.Join(other, "etc"), os.DirFS(filepath.Dir(conf))))
+	require.NoError(t, os.WriteFile(filepath.Join(other, slurmMarker), []byte("000000000000\n"), 0o644))
+	_, err = testSlurm(other)
+	require.ErrorIs(t, err, errNotOurCluster)
+	t.Logf("refused: %v", err)
 }

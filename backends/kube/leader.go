@@ -26,8 +26,44 @@ type Election struct {
 	// Identity of this candidate. Empty: the host name.
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod as in client-go's
-	// leaderelection. Zero: 15 s, 10 s, 2 s.
+	// leaderelection. Zero: 15 s, 10 s, 2 s (kube-scheduler's).
+	// A leader that stops cleanly releases the Lease and a candidate takes
+	// it within RetryPeriod; one that dies (kill -9, node lost, network
+	// cut) holds it until LeaseDuration has passed since its last renewal,
+	// so scheduling pauses for up to LeaseDuration + RetryPeriod (16-19 s
+	// seen with the defaults). Shorter values fail over faster but renew
+	// more often (one Lease update per RetryPeriod) and make a leader that
+	// cannot reach the API server for RenewDeadline step down, which a
+	// loaded API server can cause by itself. Required: LeaseDuration >
+	// RenewDeadline > RetryPeriod (times 1.2, client-go's jitter).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Default client-side rate limit of a scheduler's API client (Run,
+// ClientConfig). client-go's own default (5 requests/s, bursts of 10)
+// delays binds by seconds: a 256-pod gang is 256 Bindings. kube-scheduler
+// defaults to 50/100; berth binds whole gangs at once, so it allows more.
+// The API server's priority and fairness still protects it.
+const (
+	DefaultQPS   = 200
+	DefaultBurst = 400
+)
+
+// ClientConfig returns a copy of rc with a scheduler's client-side rate
+// limit: qps requests per second with bursts of burst; zero: DefaultQPS,
+// DefaultBurst; a negative qps: no client-side limit. The limit is shared
+// by everything the backend sends (binds, evictions, status writes,
+// events). Run applies it; build the clientset given to New from it.
+func ClientConfig(rc *rest.Config, qps float32, burst int) *rest.Config {
+	out := rest.CopyConfig(rc)
+	if qps == 0 {
+		qps = DefaultQPS
+	}
+	if burst <= 0 {
+		burst = DefaultBurst
+	}
+	out.QPS, out.Burst, out.RateLimiter = qps, burst, nil
+	return out
 }
 
 // RunConfig configures Run.
@@ -35,6 +71,11 @@ type RunConfig struct {
 	Backend  Config
 	Engine   engine.Config
 	Election Election
+	// QPS and Burst are the API client's rate limit (see ClientConfig).
+	// Zero: DefaultQPS and DefaultBurst; a negative QPS: no client-side
+	// limit.
+	QPS   float32
+	Burst int
 	// Started, if set, is called with the backend and runner once this
 	// candidate leads and the backend has started.
 	Started func(*Backend, *backends.Runner)
@@ -73,6 +114,7 @@ func Run(ctx context.Context, rc *rest.Config, cfg RunConfig) error {
 	if err := cfg.Backend.Validate(); err != nil {
 		return err
 	}
+	rc = ClientConfig(rc, cfg.QPS, cfg.Burst)
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -144,4 +145,51 @@ func TestNodeDevs(t *testing.T) {
 	m, ok = d.take("b", demand{gpus: 4})
 	require.True(t, ok)
 	require.Len(t, m.GPUs, 4)
+}
+
+// A job's submit time is the API server's record, not the moment berth
+// saw it: the PodGroup's creation for a coscheduling gang, else the
+// earliest pod's; never after now. A new leader then orders pending work
+// as the old one did.
+func TestSubmitTime(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pod := func(ago time.Duration) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-ago))}}
+	}
+	pods := []*corev1.Pod{pod(10 * time.Second), pod(42 * time.Second), pod(time.Second)}
+	require.Equal(t, now.Add(-42*time.Second), submitTime(pods, time.Time{}, now), "the earliest pod")
+	require.Equal(t, now.Add(-time.Minute), submitTime(pods, now.Add(-time.Minute), now), "the PodGroup")
+	require.Equal(t, now, submitTime([]*corev1.Pod{pod(-time.Minute)}, time.Time{}, now), "a creation in berth's future")
+	require.Equal(t, now, submitTime([]*corev1.Pod{{}}, time.Time{}, now), "no creation time")
+}
+
+// A node that is not Ready says why, in the words the pending pods'
+// reasons use; notCounted tallies them for a job's selectors.
+func TestNotCountedNamesTaints(t *testing.T) {
+	taint := func(key string, e corev1.TaintEffect) corev1.Taint { return corev1.Taint{Key: key, Effect: e} }
+	st, why := nodeStatus(&corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+		taint("node.kubernetes.io/not-ready", corev1.TaintEffectNoSchedule), taint("soft", corev1.TaintEffectPreferNoSchedule)}}})
+	require.Equal(t, topo.Cordoned, st)
+	require.Equal(t, "tainted node.kubernetes.io/not-ready:NoSchedule", why)
+	st, why = nodeStatus(&corev1.Node{Spec: corev1.NodeSpec{Unschedulable: true}})
+	require.Equal(t, topo.Cordoned, st)
+	require.Equal(t, "unschedulable", why)
+	st, why = nodeStatus(&corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}})
+	require.Equal(t, topo.Down, st)
+	require.Equal(t, "not ready", why)
+	st, why = nodeStatus(&corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{taint("soft", corev1.TaintEffectPreferNoSchedule)}}})
+	require.Equal(t, topo.Ready, st)
+	require.Empty(t, why)
+
+	tainted := "tainted node.kubernetes.io/not-ready:NoSchedule"
+	ex := []*toldNode{
+		{state: topo.Cordoned, cause: tainted, labels: map[string]string{"pool": "a"}},
+		{state: topo.Cordoned, cause: tainted, labels: map[string]string{"pool": "a"}},
+		{state: topo.Cordoned, cause: "unschedulable", labels: map[string]string{"pool": "b"}},
+	}
+	require.Equal(t, "; not counted: 2 nodes "+tainted+", 1 node unschedulable", notCounted(ex, nil))
+	require.Equal(t, "; not counted: 1 node unschedulable", notCounted(ex, []map[string]string{{"pool": "b"}}))
+	require.Equal(t, "; not counted: 2 nodes "+tainted+", 1 node unschedulable", notCounted(ex, []map[string]string{nil, {"pool": "a"}}), "a group without a selector may use any node")
+	require.Empty(t, notCounted(ex, []map[string]string{{"pool": "c"}}))
+	require.Empty(t, notCounted(nil, nil))
 }

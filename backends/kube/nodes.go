@@ -18,6 +18,8 @@ type nodeModel struct {
 	spec topo.NodeSpec
 	// capacity per resource berth books: ResourceGPU, or a MIG resource.
 	capacity map[string]int64
+	// cause says why the node is not Ready (nodeStatus).
+	cause string
 }
 
 // modelNode turns a Node into berth's model. ok is false for nodes without
@@ -49,8 +51,8 @@ func (b *Backend) modelNode(n *corev1.Node) (nm nodeModel, ok bool, err error) {
 		Name:     n.Name,
 		GPUModel: strings.TrimPrefix(n.Labels[LabelGPUProduct], "NVIDIA-"),
 		Labels:   maps.Clone(n.Labels),
-		State:    nodeState(n),
 	}
+	sp.State, nm.cause = nodeStatus(n)
 	if v, err := strconv.ParseInt(n.Labels[LabelGPUMemory], 10, 64); err == nil {
 		sp.GPUMemoryMiB = v
 	}
@@ -129,20 +131,33 @@ func lookupModel(product string) (mig.Model, error) {
 // or tainted NoSchedule / NoExecute (berth does not match tolerations),
 // else Ready.
 func nodeState(n *corev1.Node) topo.NodeState {
+	st, _ := nodeStatus(n)
+	return st
+}
+
+// nodeStatus is nodeState and, for a node that is not Ready, why, in the
+// words a user sees in a pending pod's reason: "not ready",
+// "unschedulable", or the taints ("tainted
+// node.kubernetes.io/not-ready:NoSchedule").
+func nodeStatus(n *corev1.Node) (topo.NodeState, string) {
 	// A node without a Ready condition (no kubelet has reported yet, or
 	// a node object written by hand) is taken as ready.
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			return topo.Down
+			return topo.Down, "not ready"
 		}
 	}
 	if n.Spec.Unschedulable {
-		return topo.Cordoned
+		return topo.Cordoned, "unschedulable"
 	}
+	var taints []string
 	for _, t := range n.Spec.Taints {
 		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return topo.Cordoned
+			taints = append(taints, t.ToString())
 		}
 	}
-	return topo.Ready
+	if len(taints) > 0 {
+		return topo.Cordoned, "tainted " + strings.Join(taints, ",")
+	}
+	return topo.Ready, ""
 }

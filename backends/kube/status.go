@@ -1,8 +1,12 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/topo"
 )
 
 // EventReason is the reason of the Events berth records on pods it cannot
@@ -30,26 +35,41 @@ type podStatus struct {
 	nominated string
 }
 
+// statusDelay is how long a pod's new status waits before it is written.
+// A pod bound meanwhile (a gang whose last members are arriving, a pod
+// bound in the next cycle) is never written to, and a status that
+// changes meanwhile (a forming gang's "has 3 of its 4 pods") is written
+// once, as it is then: status writes share the API client's rate limit
+// with the binds, and a burst of them (a 256-pod gang forming) delayed
+// the binds that followed.
+const statusDelay = time.Second
+
 // statusWriter writes PodScheduled=False conditions, nominatedNodeName and
 // Events for pending pods, off the scheduling loop: the latest status of a
-// pod wins, and a status equal to the last one written is not written
-// again.
+// pod wins, a status equal to the last one written is not written again,
+// and a status is written statusDelay after it was first wanted.
 type statusWriter struct {
 	cs      kubernetes.Interface
 	rec     record.EventRecorder
 	logf    func(string, ...any)
 	isBound func(types.UID) bool
+	delay   time.Duration
 
 	mu      sync.Mutex
 	want    map[string]podStatus
 	written map[string]podStatus
-	queue   []string
+	queue   []queuedStatus // by due time
 	queued  map[string]bool
 	wake    chan struct{}
 }
 
+type queuedStatus struct {
+	key string
+	due time.Time
+}
+
 func newStatusWriter(cs kubernetes.Interface, rec record.EventRecorder, logf func(string, ...any), isBound func(types.UID) bool) *statusWriter {
-	return &statusWriter{cs: cs, rec: rec, logf: logf, isBound: isBound,
+	return &statusWriter{cs: cs, rec: rec, logf: logf, isBound: isBound, delay: statusDelay,
 		want: map[string]podStatus{}, written: map[string]podStatus{}, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
@@ -66,7 +86,7 @@ func (w *statusWriter) set(key string, st podStatus) {
 	w.want[key] = st
 	if !w.queued[key] {
 		w.queued[key] = true
-		w.queue = append(w.queue, key)
+		w.queue = append(w.queue, queuedStatus{key: key, due: time.Now().Add(w.delay)})
 	}
 	select {
 	case w.wake <- struct{}{}:
@@ -106,18 +126,35 @@ func (w *statusWriter) work(ctx context.Context) {
 		var key string
 		var st podStatus
 		found := false
+		var wait time.Duration // until the head of the queue is due
 		for len(w.queue) > 0 && !found {
-			key, w.queue = w.queue[0], w.queue[1:]
+			if d := time.Until(w.queue[0].due); d > 0 {
+				wait = d
+				break
+			}
+			key, w.queue = w.queue[0].key, w.queue[1:]
 			delete(w.queued, key)
 			st, found = w.want[key]
 			delete(w.want, key)
 		}
 		if !found {
 			w.mu.Unlock()
+			var due <-chan time.Time
+			var t *time.Timer
+			if wait > 0 {
+				t = time.NewTimer(wait)
+				due = t.C
+			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-w.wake:
+			case <-due:
+			}
+			if t != nil {
+				t.Stop()
+			}
+			if ctx.Err() != nil {
+				return
 			}
 			continue
 		}
@@ -210,12 +247,21 @@ func (b *Backend) Observe(c backends.Cycle) {
 			nominated[r.Job] = b.nominate(j, r)
 		}
 	}
+	var excluded []*toldNode // nodes not counted, for capacity reasons
+	for _, name := range slices.Sorted(maps.Keys(b.nodes)) {
+		if t := b.nodes[name]; !t.gone && t.state != topo.Ready {
+			excluded = append(excluded, t)
+		}
+	}
 	for _, ps := range c.Ready.Pending {
 		j := b.jobs[ps.Job]
 		if j == nil || ps.Reason == engine.ReasonNone {
 			continue
 		}
 		msg := "berth: " + ps.String()
+		if ps.Reason == engine.ReasonCapacity {
+			msg += notCounted(excluded, j.selectors)
+		}
 		if !ps.Start.IsZero() {
 			msg += "; estimated start " + ps.Start.UTC().Format(time.RFC3339)
 		}
@@ -232,6 +278,51 @@ func (b *Backend) Observe(c backends.Cycle) {
 			b.status.set(pr.key(), st)
 		}
 	}
+}
+
+// notCounted says which of the nodes that are not Ready a job could have
+// used (their labels match one of its groups' selectors) and why they do
+// not count: "; not counted: 3 nodes tainted
+// node.kubernetes.io/not-ready:NoSchedule, 1 node unschedulable". Empty
+// when there are none. berth does not match tolerations: a tainted node
+// is never used.
+func notCounted(excluded []*toldNode, selectors []map[string]string) string {
+	count := map[string]int{}
+	var causes []string
+	for _, t := range excluded {
+		match := len(selectors) == 0
+		for _, sel := range selectors {
+			ok := true
+			for k, v := range sel {
+				ok = ok && t.labels[k] == v
+			}
+			match = match || ok
+		}
+		if !match {
+			continue
+		}
+		cause := t.cause
+		if cause == "" {
+			cause = t.state.String()
+		}
+		if count[cause] == 0 {
+			causes = append(causes, cause)
+		}
+		count[cause]++
+	}
+	if len(causes) == 0 {
+		return ""
+	}
+	slices.SortFunc(causes, func(a, b string) int { return cmp.Or(count[b]-count[a], strings.Compare(a, b)) })
+	parts := make([]string, len(causes))
+	for i, c := range causes {
+		noun := "nodes"
+		if count[c] == 1 {
+			noun = "node"
+		}
+		parts[i] = fmt.Sprintf("%d %s %s", count[c], noun, c)
+	}
+	return "; not counted: " + strings.Join(parts, ", ")
 }
 
 // nominate spreads a job's pods over the nodes of its reservation, in
