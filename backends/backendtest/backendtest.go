@@ -94,6 +94,16 @@ type Shape struct {
 	// CallTimeout is the Runner's (default 20ms, the virtual clock's
 	// decisions take no time).
 	CallTimeout time.Duration
+	// ReconcileInterval is the Runner's (RunnerConfig.ReconcileInterval):
+	// how long an unknown bind waits for the backend's running list. Zero:
+	// the Runner's default (a minute of the backend's clock, a real minute
+	// on a real clock: set it there, or an unknown bind holds its GPUs
+	// for a real minute).
+	ReconcileInterval time.Duration
+	// NotApplicable names scenarios (by name, such as
+	// "bind-hangs-forever") that do not apply to the backend, with why:
+	// each is skipped with its reason.
+	NotApplicable map[string]string
 	// Queues are leaf queues the engine needs besides the suite's "q"
 	// (the NVML backend's hold queue).
 	Queues []string
@@ -219,6 +229,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0})
 	sh := shapeOf(be)
 	*seeds = uint64(sh.Seeds)
+	if why, ok := sh.NotApplicable[sc.name]; ok {
+		t.Skip("not for this backend: " + why)
+	}
 	if sc.lose > 0 && sh.NoNodeLoss != "" {
 		if sc.name == "node-loss-mid-gang" {
 			t.Skip("not for this backend: " + sh.NoNodeLoss)
@@ -291,10 +304,11 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				Preemption: engine.PreemptionConfig{Priority: true},
 			},
 			Backend: backend, Clock: be, Store: store, SaveInterval: time.Hour,
-			CompactAfter: 50, // restarts restore from snapshots (a few hundred records a run)
-			CallTimeout:  sh.CallTimeout,
-			TickInterval: sh.TickInterval,
-			Retry:        backends.Retry{Attempts: 2},
+			CompactAfter:      50, // restarts restore from snapshots (a few hundred records a run)
+			CallTimeout:       sh.CallTimeout,
+			ReconcileInterval: sh.ReconcileInterval,
+			TickInterval:      sh.TickInterval,
+			Retry:             backends.Retry{Attempts: 2},
 		}
 		if os.Getenv("BERTH_BACKENDTEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
