@@ -100,10 +100,6 @@ type Shape struct {
 	// on a real clock: set it there, or an unknown bind holds its GPUs
 	// for a real minute).
 	ReconcileInterval time.Duration
-	// NotApplicable names scenarios (by name, such as
-	// "bind-hangs-forever") that do not apply to the backend, with why:
-	// each is skipped with its reason.
-	NotApplicable map[string]string
 	// Queues are leaf queues the engine needs besides the suite's "q"
 	// (the NVML backend's hold queue).
 	Queues []string
@@ -229,9 +225,6 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0})
 	sh := shapeOf(be)
 	*seeds = uint64(sh.Seeds)
-	if why, ok := sh.NotApplicable[sc.name]; ok {
-		t.Skip("not for this backend: " + why)
-	}
 	if sc.lose > 0 && sh.NoNodeLoss != "" {
 		if sc.name == "node-loss-mid-gang" {
 			t.Skip("not for this backend: " + sh.NoNodeLoss)
