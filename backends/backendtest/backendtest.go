@@ -94,6 +94,12 @@ type Shape struct {
 	// CallTimeout is the Runner's (default 20ms, the virtual clock's
 	// decisions take no time).
 	CallTimeout time.Duration
+	// ReconcileInterval is the Runner's (RunnerConfig.ReconcileInterval):
+	// how long an unknown bind waits for the backend's running list. Zero:
+	// the Runner's default (a minute of the backend's clock, a real minute
+	// on a real clock: set it there, or an unknown bind holds its GPUs
+	// for a real minute).
+	ReconcileInterval time.Duration
 	// Queues are leaf queues the engine needs besides the suite's "q"
 	// (the NVML backend's hold queue).
 	Queues []string
@@ -291,10 +297,11 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 				Preemption: engine.PreemptionConfig{Priority: true},
 			},
 			Backend: backend, Clock: be, Store: store, SaveInterval: time.Hour,
-			CompactAfter: 50, // restarts restore from snapshots (a few hundred records a run)
-			CallTimeout:  sh.CallTimeout,
-			TickInterval: sh.TickInterval,
-			Retry:        backends.Retry{Attempts: 2},
+			CompactAfter:      50, // restarts restore from snapshots (a few hundred records a run)
+			CallTimeout:       sh.CallTimeout,
+			ReconcileInterval: sh.ReconcileInterval,
+			TickInterval:      sh.TickInterval,
+			Retry:             backends.Retry{Attempts: 2},
 		}
 		if os.Getenv("BERTH_BACKENDTEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -282,6 +282,13 @@ func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
 // did not start are not adopted (it cannot know their gangs, limits or
 // commands).
 func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
+	return b.RunningNow(ctx)
+}
+
+// RunningNow is Running (which acts on nothing): what the Runner polls
+// after a bind timed out, to learn whether it came through, and to stop
+// jobs started by binds it gave up on (backends.RunningReporter).
+func (b *Backend) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -479,4 +486,7 @@ func refused(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{backends.ErrRefused}, args...)...)
 }
 
-var _ backends.Backend = (*Backend)(nil)
+var (
+	_ backends.Backend         = (*Backend)(nil)
+	_ backends.RunningReporter = (*Backend)(nil)
+)

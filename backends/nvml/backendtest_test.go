@@ -33,7 +33,10 @@ type suiteBox struct {
 func (s *suiteBox) Shape() backendtest.Shape {
 	return backendtest.Shape{
 		Unit: 4 * time.Millisecond, Jobs: 30, Seeds: 1, CallTimeout: 2 * time.Second,
-		Queues: []string{nvml.DefaultHoldQueue},
+		// An unknown bind is settled from RunningNow within a second,
+		// not the default minute (a real one here).
+		ReconcileInterval: time.Second,
+		Queues:            []string{nvml.DefaultHoldQueue},
 		NoNodeLoss: "the NVML backend is one box, one node: losing it is losing berth's own host; " +
 			"a failed GPU (critical XID) is covered by TestRunnerXIDRequeuesOffTheFailedGPU",
 	}

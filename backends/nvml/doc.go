@@ -70,9 +70,12 @@
 // # After a timeout
 //
 // A bind starts a local process: it is fast, and a timed-out one returns
-// soon after. The backend is not a backends.RunningReporter yet (Running
-// reports the runs to adopt at start): the Runner learns the truth from the
-// late answer; with none within ReconcileInterval it calls UnbindMember,
-// which kills the member's process, and fails the bind. See
+// soon after. The backend is a backends.RunningReporter (RunningNow is
+// Running, which acts on nothing): the Runner learns the truth from the
+// late answer or from RunningNow, every ReconcileInterval, adopts a bind
+// that came through, and stops one that did not (or that came through
+// after it was given up: a ghost) with UnbindMember, which kills the
+// member's process group (SIGKILL) and returns once it has exited, so
+// that its GPUs are free when the engine places the next job on them. See
 // docs/reliability.md.
 package nvml

@@ -79,8 +79,9 @@ type proc struct {
 	cmd     *exec.Cmd
 	start   time.Time
 	done    bool
-	exiting bool // the leader has exited (a zombie until reaped): no more signals from timers
-	unbound bool // stopped by UnbindMember
+	exiting bool          // the leader has exited (a zombie until reaped): no more signals from timers
+	unbound bool          // stopped by UnbindMember
+	gone    chan struct{} // closed when the member has exited (GPUs back)
 	kill    *time.Timer
 	killAt  time.Time
 	exit    Exit
@@ -106,13 +107,18 @@ func (r *run) usesGPU(g int) bool {
 	return false
 }
 
-// stoppingOn reports whether a run being stopped still has a process on
-// GPU g: the GPU is free in the engine's books, and will be here within
-// the kill grace.
+// stoppingOn reports whether a run being stopped, or a member unbound and
+// killed, still has a process on GPU g: the GPU is free in the engine's
+// books, and will be here within the kill grace.
 func (b *Backend) stoppingOn(g int) bool {
 	for _, r := range b.allRuns() {
 		if r.stopWhy != "" && r.usesGPU(g) {
 			return true
+		}
+		for _, p := range r.procs {
+			if p.unbound && !p.done && slices.Contains(p.m.GPUs, g) {
+				return true
+			}
 		}
 	}
 	return false
@@ -218,7 +224,7 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 		r.dir = filepath.Join(b.cfg.RunDir, jobID, "run-"+strconv.Itoa(r.n))
 		b.runs[jobID] = r
 	}
-	p := &proc{idx: len(r.procs), m: cloneMember(m), visible: visible}
+	p := &proc{idx: len(r.procs), m: cloneMember(m), visible: visible, gone: make(chan struct{})}
 	r.procs = append(r.procs, p)
 	b.hold(jobID, p.m)
 	if r.stopWhy != "" || r.reported {
@@ -428,6 +434,7 @@ func (b *Backend) exited(r *run, p *proc, e Exit) {
 		return
 	}
 	p.done = true
+	close(p.gone)
 	if p.kill != nil {
 		p.kill.Stop()
 	}
@@ -524,7 +531,9 @@ func (b *Backend) signalLocked(p *proc, sig syscall.Signal) {
 }
 
 // UnbindMember stops one member (rollback of a half-bound gang, shrink
-// of an elastic job) at once with SIGKILL; a MIG instance it created is
+// of an elastic job, a bind the Runner gave up on) with SIGKILL and
+// returns once its process has exited and its GPUs are free (or with
+// ctx's error, the member still stopping); a MIG instance it created is
 // destroyed again. No event is reported. A member not bound: nil.
 func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Member) error {
 	if err := ctx.Err(); err != nil {
@@ -547,8 +556,21 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 	p := r.procs[i]
 	p.unbound = true
 	if !p.done {
+		// The engine frees the member's GPUs when this returns: wait
+		// for the process (SIGKILL takes moments), so that a bind on
+		// them next is not refused as a double booking.
 		b.signalLocked(p, syscall.SIGKILL)
-	} else if r.reported && r.allUnbound() {
+		b.mu.Unlock()
+		select {
+		case <-p.gone:
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+		if !p.done {
+			return fmt.Errorf("job %q: member %d still stopping: %w", jobID, p.idx, ctx.Err())
+		}
+	}
+	if r.reported && r.allUnbound() && b.runs[jobID] == r {
 		// The gang is rolled back after its members had all exited: the
 		// engine puts the job back to pending, so the Finished event
 		// queued for it is taken back.

@@ -39,6 +39,9 @@ func startRunner(t *testing.T, b *nvml.Backend) *runner {
 			BindRetryBackoff: 100 * time.Millisecond,
 		},
 		Backend: b,
+		// Cycles keep coming while nothing happens, so that the
+		// outcomes of the last binds are observed (Cycle.Binds).
+		TickInterval: 50 * time.Millisecond,
 		Observe: func(c backends.Cycle) {
 			rn.mu.Lock()
 			rn.cyc = append(rn.cyc, c)
@@ -59,14 +62,26 @@ func startRunner(t *testing.T, b *nvml.Backend) *runner {
 	return rn
 }
 
-// binds returns the GPUs of every bind of job, in order.
+// binds returns the GPUs of every bind of job the backend applied, in
+// order. Binds are asynchronous: a cycle issues a bind (Ready.Binds) and a
+// later cycle reports its outcome (Cycle.Binds, by run), so a bind counts
+// once an outcome says it was applied; one refused, failed or unknown
+// does not.
 func (rn *runner) binds(job string) [][]int {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
+	applied := map[uint64]bool{}
+	for _, c := range rn.cyc {
+		for _, br := range c.Binds {
+			if br.Job == job && br.Err == nil && !br.Unknown && !br.Withdrawn {
+				applied[br.Run] = true
+			}
+		}
+	}
 	var out [][]int
 	for _, c := range rn.cyc {
 		for _, b := range c.Ready.Binds {
-			if b.Job == job && !slices.Contains(c.Outcome.RefusedBinds, job) {
+			if b.Job == job && applied[b.Run] {
 				var g []int
 				for _, m := range b.Members {
 					g = append(g, m.GPUs...)
