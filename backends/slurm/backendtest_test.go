@@ -131,7 +131,12 @@ func (s *suiteSlurm) RecoverNode(at time.Time, node string) error {
 			return
 		}
 		if out, err := cmdErr(s.conf, "scontrol", "update", "NodeName="+node, "State=RESUME"); err != nil {
-			s.fail(fmt.Errorf("resume %s: %v: %s", node, err, out))
+			// SLURM refuses to resume a node that is neither down nor
+			// drained ("Invalid node state specified"): one back already.
+			st, _ := cmdErr(s.conf, "sinfo", "-h", "-n", node, "-o", "%T")
+			if strings.Contains(st, "drain") || strings.Contains(st, "down") || st == "" {
+				s.fail(fmt.Errorf("resume %s: %v: %s (state %q)", node, err, out, st))
+			}
 		}
 	})
 	return nil
@@ -229,6 +234,19 @@ func (s *suiteSlurm) checkGPUs() {
 
 func (s *suiteSlurm) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	rs, err := s.Backend.Running(ctx)
+	for i := range rs {
+		rs[i].Job = s.renamed(rs[i].Job)
+	}
+	return rs, err
+}
+
+// RunningNow is the backend's (backends.RunningReporter), under the
+// suite's job names.
+func (s *suiteSlurm) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
+	s.mu.Lock()
+	b := s.Backend
+	s.mu.Unlock()
+	rs, err := b.RunningNow(ctx)
 	for i := range rs {
 		rs[i].Job = s.renamed(rs[i].Job)
 	}
