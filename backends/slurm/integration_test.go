@@ -310,11 +310,21 @@ func (rn *run) stop(tb testing.TB) {
 	}
 }
 
+// bound returns the members of job's bind once its outcome came back
+// applied. Outcomes reach Observe with the cycle after they came back
+// (Cycle.Binds), which may be after SLURM already runs the job: it waits
+// up to 10 s (ten ticks) for one.
 func (rn *run) bound(job string) ([]engine.Member, bool) {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	ms, ok := rn.binds[job]
-	return ms, ok
+	end := time.Now().Add(10 * time.Second)
+	for {
+		rn.mu.Lock()
+		ms, ok := rn.binds[job]
+		rn.mu.Unlock()
+		if ok || time.Now().After(end) {
+			return ms, ok
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func nodesOf(ms []engine.Member) []string {
