@@ -128,6 +128,9 @@ type Shape struct {
 	// its stop time that runs no cycle never stops). Real-clock backends
 	// only.
 	StopOnTime bool
+	// NotApplicable maps a scenario's name to why it does not apply to
+	// the backend: the scenario is skipped with that reason.
+	NotApplicable map[string]string
 }
 
 // Shaper is implemented by backends that run the suite in their own Shape.
@@ -225,6 +228,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0})
 	sh := shapeOf(be)
 	*seeds = uint64(sh.Seeds)
+	if why, ok := sh.NotApplicable[sc.name]; ok {
+		t.Skip("not applicable to this backend: " + why)
+	}
 	if sc.lose > 0 && sh.NoNodeLoss != "" {
 		if sc.name == "node-loss-mid-gang" {
 			t.Skip("not for this backend: " + sh.NoNodeLoss)

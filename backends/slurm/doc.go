@@ -62,13 +62,13 @@
 // # After a timeout
 //
 // A bind is one scontrol update (BindGang); a timed-out one may have
-// moved the job, and SLURM may start it. The backend is not a
-// backends.RunningReporter yet (Running moves back jobs bound but not
-// started, so it is for start-up only): the Runner learns the truth from
-// the abandoned command's answer; with none within ReconcileInterval it
-// calls UnbindMember, which SLURM refuses for a job that started, and the
-// bind then stays unknown and booked until the job's own events (running
-// on, finished, requeued) settle it. A job the engine holds after
+// moved the job, and SLURM may start it. The backend is a
+// backends.RunningReporter: RunningNow lists the jobs running in
+// RunPartition from one squeue, acting on nothing (Running, which moves
+// back jobs bound but not started, is for start-up only). The Runner
+// polls it while a bind is unknown, adopting a bind that came through and
+// stopping and failing one that did not, and finds ghosts (a bind that
+// came through after it was given up) to stop. A job the engine holds after
 // MaxBindTries failed binds is released with engine.Released (the backend
 // does not turn an scontrol release into one yet). See
 // docs/reliability.md.

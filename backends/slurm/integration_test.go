@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,49 +28,6 @@ import (
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
-
-// slurmConf finds the test cluster's slurm.conf, or skips (fails under
-// BERTH_REQUIRE_INTEGRATION=1).
-func slurmConf(tb testing.TB) string {
-	tb.Helper()
-	conf, why := findCluster()
-	if why != "" {
-		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
-		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
-	return conf
-}
-
-// findCluster returns the test cluster's slurm.conf, or why there is none.
-func findCluster() (string, string) {
-	conf := os.Getenv("SLURM_CONF")
-	if conf == "" {
-		dir := os.Getenv("BERTH_SLURM_DIR")
-		if dir == "" {
-			dir = "/tmp/berth-slurm"
-		}
-		conf = filepath.Join(dir, "etc", "slurm.conf")
-	}
-	why := ""
-	if _, err := os.Stat(conf); err != nil {
-		why = "no slurm.conf at " + conf
-	} else if _, err := exec.LookPath("scontrol"); err != nil {
-		why = "scontrol not installed"
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "scontrol", "ping")
-		cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "UP") {
-			why = fmt.Sprintf("slurmctld does not answer (%v): %s", err, out)
-		}
-	}
-	return conf, why
-}
 
 // cmd runs a SLURM command on the test cluster.
 func cmd(tb testing.TB, conf, name string, args ...string) string {
@@ -222,8 +178,9 @@ type run struct {
 	done   chan error
 
 	mu      sync.Mutex
-	binds   map[string][]engine.Member // the engine's decision, per job
-	boundAt map[string]time.Time
+	decided map[string]decision        // binds decided, their outcome not back yet
+	binds   map[string][]engine.Member // the engine's decision, per job, once its bind was applied
+	boundAt map[string]time.Time       // when that decision was made
 	stepErr []error
 	cycles  []time.Duration // Next's return to Observe
 	durs    []time.Duration // Cycle.Duration
@@ -231,6 +188,12 @@ type run struct {
 	resv    map[string]engine.Reservation // the latest reservation of each job
 
 	rejectSubmits bool // submissions the engine refuses go to Backend.StepError
+}
+
+// decision is a bind the engine decided: its members and when.
+type decision struct {
+	members []engine.Member
+	at      time.Time
 }
 
 // timedBackend notes when Next returned (the start of a cycle).
@@ -257,7 +220,7 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...fu
 	}
 	b, err := slurm.New(bc)
 	require.NoError(tb, err)
-	rn := &run{b: b, done: make(chan error, 1), binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}}
+	rn := &run{b: b, done: make(chan error, 1), decided: map[string]decision{}, binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}}
 	for _, o := range opts {
 		o(rn)
 	}
@@ -288,8 +251,8 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...fu
 			for _, p := range c.Ready.Preemptions {
 				tb.Logf("cycle %d: preempt %s for %s (deadline in %v)", c.Ready.Seq, p.Victim, p.For, time.Until(p.Deadline).Round(time.Millisecond))
 			}
-			if len(c.Outcome.RefusedBinds)+len(c.Outcome.RefusedPreemptions)+len(c.Errors) > 0 {
-				tb.Logf("cycle %d: refused binds %v, refused preemptions %v, errors %v", c.Ready.Seq, c.Outcome.RefusedBinds, c.Outcome.RefusedPreemptions, c.Errors)
+			if len(c.Outcome.RefusedPreemptions)+len(c.Errors) > 0 {
+				tb.Logf("cycle %d: refused preemptions %v, errors %v", c.Ready.Seq, c.Outcome.RefusedPreemptions, c.Errors)
 			}
 			if _, bench := tb.(*testing.B); !bench { // (a benchmark's log is cut)
 				for _, bd := range c.Ready.Binds {
@@ -301,10 +264,23 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...fu
 					tb.Logf("cycle %d at %v: pending %s: %v %+v", c.Ready.Seq, c.Ready.At.Format("15:04:05.000"), p.Job, p.Reason, p.Place)
 				}
 			}
+			// Binds are asynchronous: a decision counts as bound only once
+			// its outcome comes back applied (Cycle.Binds), maybe cycles later.
 			for _, bd := range c.Ready.Binds {
-				if !slices.Contains(c.Outcome.RefusedBinds, bd.Job) {
-					rn.binds[bd.Job] = bd.Members
-					rn.boundAt[bd.Job] = now
+				rn.decided[bd.Job] = decision{bd.Members, now}
+			}
+			for _, br := range c.Binds {
+				d, ok := rn.decided[br.Job]
+				switch {
+				case br.Err == nil && !br.Unknown && !br.Withdrawn && ok:
+					rn.binds[br.Job] = d.members
+					rn.boundAt[br.Job] = d.at
+					delete(rn.decided, br.Job)
+				case br.Unknown:
+					tb.Logf("cycle %d: bind %s unknown: %v", c.Ready.Seq, br.Job, br.Err)
+				case br.Err != nil || br.Withdrawn:
+					tb.Logf("cycle %d: bind %s not applied (withdrawn %v): %v", c.Ready.Seq, br.Job, br.Withdrawn, br.Err)
+					delete(rn.decided, br.Job)
 				}
 			}
 		},
@@ -334,11 +310,21 @@ func (rn *run) stop(tb testing.TB) {
 	}
 }
 
+// bound returns the members of job's bind once its outcome came back
+// applied. Outcomes reach Observe with the cycle after they came back
+// (Cycle.Binds), which may be after SLURM already runs the job: it waits
+// up to 10 s (ten ticks) for one.
 func (rn *run) bound(job string) ([]engine.Member, bool) {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	ms, ok := rn.binds[job]
-	return ms, ok
+	end := time.Now().Add(10 * time.Second)
+	for {
+		rn.mu.Lock()
+		ms, ok := rn.binds[job]
+		rn.mu.Unlock()
+		if ok || time.Now().After(end) {
+			return ms, ok
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func nodesOf(ms []engine.Member) []string {
@@ -878,17 +864,6 @@ func TestIntegration500ShortJobs(t *testing.T) {
 }
 
 // ---------------------------------------------------------------- benchmarks
-
-// benchConf is slurmConf for benchmarks: they skip without a cluster
-// (the tests are what fails under BERTH_REQUIRE_INTEGRATION=1).
-func benchConf(b *testing.B) string {
-	b.Helper()
-	conf, why := findCluster()
-	if why != "" {
-		b.Skip("SLURM test cluster not running: " + why)
-	}
-	return conf
-}
 
 // Latency of a 16-node x 8-GPU gang (the whole cluster) from its sbatch
 // (submit-to-running-s) and from the cycle that bound it (Observe;

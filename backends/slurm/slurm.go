@@ -496,6 +496,49 @@ func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
 	return out, nil
 }
 
+// RunningNow lists the jobs berth started that run now, as Running does,
+// acting on nothing (backends.RunningReporter): one squeue, no job moved
+// back, requeued or cancelled, the backend's record of its jobs left as
+// it is. The Runner calls it after a bind's call timed out to learn
+// whether the bind came through, and to find ghosts (binds that came
+// through after the Runner gave them up).
+func (b *Backend) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
+	recs, err := b.squeue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []backends.RunningJob
+	for i := range recs {
+		r := &recs[i]
+		if r.Partition != b.cfg.RunPartition || r.State != "RUNNING" {
+			continue
+		}
+		if rid, ok := b.replicaRec(r); ok {
+			rj, err := b.runningReplica(ctx, rid, r) // (acts only on replicas not running)
+			if err != nil {
+				return nil, err
+			}
+			if rj != nil {
+				out = append(out, *rj)
+			}
+			continue
+		}
+		b.mu.Lock()
+		id := b.berthIDLocked(recID(r))
+		b.mu.Unlock()
+		j, err := b.toJob(id, r, fromPartition(r.AdminComment, b.cfg), taskIndex(r))
+		if err != nil {
+			return nil, fmt.Errorf("running job %s: %w", id, err)
+		}
+		ms, err := members(r)
+		if err != nil {
+			return nil, fmt.Errorf("running job %s: %w", id, err)
+		}
+		out = append(out, backends.RunningJob{Job: j, Members: ms, Start: unix(r.StartTime)})
+	}
+	return out, nil
+}
+
 func nodeNames(ms []engine.Member) []string {
 	var out []string
 	for _, m := range ms {

@@ -13,47 +13,88 @@ import (
 	"time"
 )
 
-// testCluster returns the slurm.conf of a test cluster that
-// hack/slurm-up.sh started ($BERTH_SLURM_DIR, default /tmp/berth-slurm),
-// or skips (fails under BERTH_REQUIRE_INTEGRATION=1). The example binds
-// the jobs of the cluster's berth partition, so any other cluster (a
-// SLURM_CONF elsewhere, a cluster not named "berth", a directory without
-// slurm-up's env file) is refused.
+// errNotOurCluster: the SLURM cluster is not one hack/slurm-up.sh started
+// in the state dir the tests were given.
+var errNotOurCluster = errors.New("not a test cluster of hack/slurm-up.sh")
+
+// slurmMarker is the file in which hack/slurm-up.sh keeps its cluster's
+// token; the running slurmctld's ClusterName is berth-<token>.
+const slurmMarker = "berth-test-cluster"
+
+// ourCluster returns the slurm.conf of the cluster in dir (the state dir
+// of hack/slurm-up.sh) after checking that the script started it: the
+// marker file's token and the ClusterName `scontrol show config` reports
+// must agree (the rule of the SLURM and kube backends' tests). Any other
+// cluster is refused with errNotOurCluster; $SLURM_CONF is never used.
+func ourCluster(dir string) (string, error) {
+	conf := filepath.Join(dir, "etc", "slurm.conf")
+	if _, err := os.Stat(conf); err != nil {
+		return "", fmt.Errorf("no slurm.conf at %s (start one: BERTH_SLURM_DIR=%s bash hack/slurm-up.sh): %w", conf, dir, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, slurmMarker))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s has no %s marker: %w", errNotOurCluster, dir, slurmMarker, err)
+	}
+	token := strings.TrimSpace(string(raw))
+	if token == "" {
+		return "", fmt.Errorf("%w: %s's %s marker is empty", errNotOurCluster, dir, slurmMarker)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scontrol", "show", "config")
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("slurmctld of %s does not answer (%v): %s", conf, err, strings.TrimSpace(string(out)))
+	}
+	name := ""
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "ClusterName" {
+			name = strings.TrimSpace(v)
+		}
+	}
+	if name != "berth-"+token {
+		return "", fmt.Errorf("%w: the slurmctld of %s is cluster %q, the marker says berth-%s", errNotOurCluster, conf, name, token)
+	}
+	return conf, nil
+}
+
+// testCluster returns the slurm.conf of the tests' own cluster
+// ($BERTH_SLURM_DIR, default /tmp/berth-slurm, checked by ourCluster), or
+// skips (fails under BERTH_REQUIRE_INTEGRATION=1). The example binds the
+// jobs of the cluster's berth partition, so it refuses any other.
 func testCluster(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("BERTH_SLURM_DIR")
 	if dir == "" {
 		dir = "/tmp/berth-slurm"
 	}
-	conf := filepath.Join(dir, "etc", "slurm.conf")
-	why := ""
-	b, err := os.ReadFile(conf)
-	switch {
-	case err != nil:
-		why = "no slurm.conf at " + conf
-	case os.Getenv("SLURM_CONF") != "" && os.Getenv("SLURM_CONF") != conf:
-		why = "SLURM_CONF=" + os.Getenv("SLURM_CONF") + " is not the test cluster's " + conf + ": refusing a cluster hack/slurm-up.sh did not start"
-	case !strings.Contains(string(b), "\nClusterName=berth\n"):
-		why = conf + " is not hack/slurm-up.sh's (ClusterName is not berth): refusing it"
-	default:
-		if _, err := os.Stat(filepath.Join(dir, "env")); err != nil {
-			why = dir + " has no env file: not started by hack/slurm-up.sh, refusing it"
-			break
-		}
-		cmd := exec.Command("scontrol", "ping")
-		cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
-		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "UP") {
-			why = "slurmctld does not answer: " + strings.TrimSpace(string(out))
-		}
-	}
-	if why != "" {
-		msg := "SLURM test cluster not running (start it: bash hack/slurm-up.sh): " + why
+	conf, err := ourCluster(dir)
+	if err != nil {
+		msg := "no SLURM test cluster of this example's tests (they only use one that hack/slurm-up.sh started in $BERTH_SLURM_DIR): " + err.Error()
 		if os.Getenv("BERTH_REQUIRE_INTEGRATION") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
+	if env := os.Getenv("SLURM_CONF"); env != "" && env != conf {
+		t.Logf("SLURM_CONF=%s is ignored: the tests use %s", env, conf)
+	}
 	return conf
+}
+
+// A state dir without hack/slurm-up.sh's marker is refused.
+func TestClusterWithoutMarkerRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "slurm.conf"), []byte("ClusterName=berth\nSlurmctldHost=localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ourCluster(dir); !errors.Is(err, errNotOurCluster) {
+		t.Fatalf("got %v, want errNotOurCluster", err)
+	}
 }
 
 // The example, built once for the tests.
