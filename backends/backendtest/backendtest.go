@@ -116,6 +116,9 @@ type Shape struct {
 	// already reported by Pending, nothing running) places nothing until
 	// a tick, as a deployment's Runner does (examples/slurm-bridge ticks).
 	TickInterval time.Duration
+	// NotApplicable names scenarios the backend cannot pass, each with
+	// why: they are skipped with it.
+	NotApplicable map[string]string
 	// StopOnTime stops each Runner but the last at its stop time with a
 	// wall-clock timer, even in a cycle or with no cycle at all (a Runner
 	// is otherwise stopped by Observe, after a cycle: one started after
@@ -219,6 +222,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0})
 	sh := shapeOf(be)
 	*seeds = uint64(sh.Seeds)
+	if why := sh.NotApplicable[sc.name]; why != "" {
+		t.Skip("not for this backend: " + why)
+	}
 	if sc.lose > 0 && sh.NoNodeLoss != "" {
 		if sc.name == "node-loss-mid-gang" {
 			t.Skip("not for this backend: " + sh.NoNodeLoss)
@@ -619,6 +625,10 @@ func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, erro
 			f.ended[ev.JobID] = true
 		case engine.EventJobSubmitted:
 			f.seen[ev.Job.ID] = true
+		case engine.EventJobCancelled:
+			// Gone from the engine (a backend whose controller makes the
+			// job anew, Kubernetes, submits it again): not invisible.
+			delete(f.seen, ev.JobID)
 		}
 	}
 	return evs, err
