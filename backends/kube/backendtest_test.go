@@ -74,6 +74,11 @@ const kubeUnit = 40 * time.Millisecond
 func (s *suiteKube) Shape() backendtest.Shape {
 	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true,
 		NotApplicable: map[string]string{
+			// Intermittent (failed 1 run of 3 on main's merge, and the one
+			// with a RunningNow): "job bound again after it ended" (seed
+			// 1: j005, j015): a bind whose call timed out is issued for a
+			// job whose pods already ran to their end. Cause not found.
+			"bind-commits-after-timeout": "intermittent: a job is bound again after it ended (a late commit, then its pods ran to their end); cause not found yet",
 			// A known bug, not a limit of the suite: the last Runner keeps
 			// jobs running in its engine whose pods never run (seed 1:
 			// j004, j021), and waits for their end for ever. The backend
@@ -81,12 +86,7 @@ func (s *suiteKube) Shape() backendtest.Shape {
 			// applied that a restart mid-call lost; a RunningNow listing
 			// the informer's bound pods made restarts fail with ghosts at
 			// a Runner stop (binds cut by the stop), so it is not in yet.
-			// Intermittent (failed 1 run of 3 on main's merge, and the one
-			// with a RunningNow): "job bound again after it ended" (seed
-			// 1: j005, j015): a bind whose call timed out is issued for a
-			// job whose pods already ran to their end. Cause not found.
-			"bind-commits-after-timeout": "intermittent: a job is bound again after it ended (a late commit, then its pods ran to their end); cause not found yet",
-			"late-binds-and-restarts":    "late commits, binds lost mid-call and Runner restarts together leave jobs the engine runs and Kubernetes does not (no RunningNow yet): Run hangs",
+			"late-binds-and-restarts": "late commits, binds lost mid-call and Runner restarts together leave jobs the engine runs and Kubernetes does not (no RunningNow yet): Run hangs",
 		}}
 }
 
