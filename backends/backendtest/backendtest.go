@@ -124,15 +124,15 @@ type Shape struct {
 	// already reported by Pending, nothing running) places nothing until
 	// a tick, as a deployment's Runner does (examples/slurm-bridge ticks).
 	TickInterval time.Duration
+	// NotApplicable names scenarios the backend cannot pass, each with
+	// why: they are skipped with it.
+	NotApplicable map[string]string
 	// StopOnTime stops each Runner but the last at its stop time with a
 	// wall-clock timer, even in a cycle or with no cycle at all (a Runner
 	// is otherwise stopped by Observe, after a cycle: one started after
 	// its stop time that runs no cycle never stops). Real-clock backends
 	// only.
 	StopOnTime bool
-	// NotApplicable maps a scenario's name to why it does not apply to
-	// the backend: the scenario is skipped with that reason.
-	NotApplicable map[string]string
 }
 
 // Shaper is implemented by backends that run the suite in their own Shape.
@@ -634,6 +634,10 @@ func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, erro
 			f.ended[ev.JobID] = true
 		case engine.EventJobSubmitted:
 			f.seen[ev.Job.ID] = true
+		case engine.EventJobCancelled:
+			// Gone from the engine (a backend whose controller makes the
+			// job anew, Kubernetes, submits it again): not invisible.
+			delete(f.seen, ev.JobID)
 		}
 	}
 	return evs, err
