@@ -33,16 +33,15 @@ import (
 	"github.com/berthsched/berth/backends/slurm"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/internal/slurmtest"
 	"github.com/berthsched/berth/queue"
 )
 
-// errNotOurCluster: the SLURM cluster is not one hack/slurm-up.sh started
-// in the state dir the test was given.
-var errNotOurCluster = errors.New("not a test cluster of hack/slurm-up.sh")
+// errNotOurCluster: see slurmtest.ErrNotOurCluster.
+var errNotOurCluster = slurmtest.ErrNotOurCluster
 
-// slurmMarker is the file in which hack/slurm-up.sh keeps its cluster's
-// token; the running slurmctld's ClusterName is berth-<token>.
-const slurmMarker = "berth-test-cluster"
+// slurmMarker: see slurmtest.Marker.
+const slurmMarker = slurmtest.Marker
 
 // testSlurm returns the slurm.conf of the SLURM test cluster in dir (the
 // state dir of hack/slurm-up.sh), after checking that it is one the
@@ -51,34 +50,7 @@ const slurmMarker = "berth-test-cluster"
 // must agree. The test cancels every job of the cluster and drains its
 // nodes, so any other cluster (a user's, or another on the same ports)
 // is refused (errNotOurCluster); $SLURM_CONF is never used.
-func testSlurm(dir string) (string, error) {
-	conf := filepath.Join(dir, "etc", "slurm.conf")
-	if _, err := os.Stat(conf); err != nil {
-		return "", fmt.Errorf("no slurm.conf at %s (start one: BERTH_SLURM_DIR=%s bash hack/slurm-up.sh): %w", conf, dir, err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, slurmMarker))
-	if err != nil {
-		return "", fmt.Errorf("%w: %s has no %s marker: %w", errNotOurCluster, dir, slurmMarker, err)
-	}
-	token := strings.TrimSpace(string(raw))
-	if token == "" {
-		return "", fmt.Errorf("%w: %s's %s marker is empty", errNotOurCluster, dir, slurmMarker)
-	}
-	out, err := slurmCmd(conf, "scontrol", "show", "config")
-	if err != nil {
-		return "", fmt.Errorf("slurmctld of %s does not answer (%v): %s", conf, err, out)
-	}
-	name := ""
-	for line := range strings.SplitSeq(out, "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "ClusterName" {
-			name = strings.TrimSpace(v)
-		}
-	}
-	if name != "berth-"+token {
-		return "", fmt.Errorf("%w: the slurmctld of %s is cluster %q, the marker says berth-%s", errNotOurCluster, conf, name, token)
-	}
-	return conf, nil
-}
+func testSlurm(dir string) (string, error) { return slurmtest.Cluster(dir) }
 
 // hybridSlurm returns the slurm.conf of the test's own SLURM cluster
 // ($BERTH_SLURM_DIR, default /tmp/berth-slurm, checked by testSlurm), or

@@ -2,21 +2,18 @@ package slurm_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/berthsched/berth/internal/slurmtest"
 )
 
-// errNotOurCluster: the SLURM cluster is not one hack/slurm-up.sh started
-// in the state dir the tests were given.
-var errNotOurCluster = errors.New("not a test cluster of hack/slurm-up.sh")
+// errNotOurCluster: see slurmtest.ErrNotOurCluster.
+var errNotOurCluster = slurmtest.ErrNotOurCluster
 
-// slurmMarker is the file in which hack/slurm-up.sh keeps its cluster's
-// token; the running slurmctld's ClusterName is berth-<token>.
-const slurmMarker = "berth-test-cluster"
+// slurmMarker: see slurmtest.Marker.
+const slurmMarker = slurmtest.Marker
 
 // slurmDir is the tests' SLURM state dir: $BERTH_SLURM_DIR, else
 // hack/slurm-up.sh's default.
@@ -35,37 +32,7 @@ func slurmDir() string {
 // and drain or resume every node of the cluster they use, so any other
 // cluster (a user's, or another on the same ports) is refused with
 // errNotOurCluster; $SLURM_CONF is never used.
-func testCluster(dir string) (string, error) {
-	conf := filepath.Join(dir, "etc", "slurm.conf")
-	if _, err := os.Stat(conf); err != nil {
-		return "", fmt.Errorf("no slurm.conf at %s (start one: BERTH_SLURM_DIR=%s bash hack/slurm-up.sh): %w", conf, dir, err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, slurmMarker))
-	if err != nil {
-		return "", fmt.Errorf("%w: %s has no %s marker: %w", errNotOurCluster, dir, slurmMarker, err)
-	}
-	token := strings.TrimSpace(string(raw))
-	if token == "" {
-		return "", fmt.Errorf("%w: %s's %s marker is empty", errNotOurCluster, dir, slurmMarker)
-	}
-	if _, err := exec.LookPath("scontrol"); err != nil {
-		return "", fmt.Errorf("scontrol not installed: %w", err)
-	}
-	out, err := cmdErr(conf, "scontrol", "show", "config")
-	if err != nil {
-		return "", fmt.Errorf("slurmctld of %s does not answer (%v): %s", conf, err, out)
-	}
-	name := ""
-	for line := range strings.SplitSeq(out, "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "ClusterName" {
-			name = strings.TrimSpace(v)
-		}
-	}
-	if name != "berth-"+token {
-		return "", fmt.Errorf("%w: the slurmctld of %s is cluster %q, the marker says berth-%s", errNotOurCluster, conf, name, token)
-	}
-	return conf, nil
-}
+func testCluster(dir string) (string, error) { return slurmtest.Cluster(dir) }
 
 // refusal is the message of a test that has no cluster of its own.
 func refusal(err error) string {

@@ -11,53 +11,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berthsched/berth/internal/slurmtest"
 )
 
-// errNotOurCluster: the SLURM cluster is not one hack/slurm-up.sh started
-// in the state dir the tests were given.
-var errNotOurCluster = errors.New("not a test cluster of hack/slurm-up.sh")
+// errNotOurCluster: see slurmtest.ErrNotOurCluster.
+var errNotOurCluster = slurmtest.ErrNotOurCluster
 
-// slurmMarker is the file in which hack/slurm-up.sh keeps its cluster's
-// token; the running slurmctld's ClusterName is berth-<token>.
-const slurmMarker = "berth-test-cluster"
+// slurmMarker: see slurmtest.Marker.
+const slurmMarker = slurmtest.Marker
 
 // ourCluster returns the slurm.conf of the cluster in dir (the state dir
 // of hack/slurm-up.sh) after checking that the script started it: the
 // marker file's token and the ClusterName `scontrol show config` reports
 // must agree (the rule of the SLURM and kube backends' tests). Any other
 // cluster is refused with errNotOurCluster; $SLURM_CONF is never used.
-func ourCluster(dir string) (string, error) {
-	conf := filepath.Join(dir, "etc", "slurm.conf")
-	if _, err := os.Stat(conf); err != nil {
-		return "", fmt.Errorf("no slurm.conf at %s (start one: BERTH_SLURM_DIR=%s bash hack/slurm-up.sh): %w", conf, dir, err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, slurmMarker))
-	if err != nil {
-		return "", fmt.Errorf("%w: %s has no %s marker: %w", errNotOurCluster, dir, slurmMarker, err)
-	}
-	token := strings.TrimSpace(string(raw))
-	if token == "" {
-		return "", fmt.Errorf("%w: %s's %s marker is empty", errNotOurCluster, dir, slurmMarker)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "scontrol", "show", "config")
-	cmd.Env = append(os.Environ(), "SLURM_CONF="+conf)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("slurmctld of %s does not answer (%v): %s", conf, err, strings.TrimSpace(string(out)))
-	}
-	name := ""
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "ClusterName" {
-			name = strings.TrimSpace(v)
-		}
-	}
-	if name != "berth-"+token {
-		return "", fmt.Errorf("%w: the slurmctld of %s is cluster %q, the marker says berth-%s", errNotOurCluster, conf, name, token)
-	}
-	return conf, nil
-}
+func ourCluster(dir string) (string, error) { return slurmtest.Cluster(dir) }
 
 // testCluster returns the slurm.conf of the tests' own cluster
 // ($BERTH_SLURM_DIR, default /tmp/berth-slurm, checked by ourCluster), or
