@@ -146,8 +146,18 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-// RealClock is the wall clock.
+// RealClock is the wall clock. A Clock is the wall clock when it is
+// RealClock or a type that embeds it (a test backend that is also its
+// Runner's Clock); any other Clock is virtual: the Runner then waits for
+// its binds before the clock moves, so that a simulation is deterministic
+// (see docs/reliability.md).
 type RealClock struct{}
+
+// wall marks RealClock, and every type that embeds it, as the wall clock.
+func (RealClock) wall() {}
+
+// wallClock is a Clock that is the wall clock (see RealClock).
+type wallClock interface{ wall() }
 
 // Now returns time.Now().
 func (RealClock) Now() time.Time { return time.Now() }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -35,9 +36,9 @@ type BindResult struct {
 // returns or the backend's Running list (polled every ReconcileInterval
 // while anything is unknown) says whether it runs.
 //
-// On a virtual clock (any Clock but RealClock: the simulator's) results
-// arriving at wall-clock moments would make runs nondeterministic, so the
-// loop waits for the calls in flight (each bounded by CallTimeout, and
+// On a virtual clock (any Clock that is not RealClock or embeds it: the
+// simulator's) results arriving at wall-clock moments would make runs
+// nondeterministic, so the loop waits for the calls in flight (each bounded by CallTimeout, and
 // then up to one more CallTimeout for abandoned ones to come back) before
 // it lets the backend's clock move (Events.Next), and steps each batch of
 // results in job order. The virtual clock does not move meanwhile, so a
@@ -69,6 +70,15 @@ type result struct {
 	polled    map[string]bool // resPoll: jobs unknown when the poll began
 }
 
+// inflightBind is a bind in flight: its run, and the cancel of its
+// context (called when the engine no longer binds that run: the job
+// ended, was cancelled or requeued meanwhile, so that no retry of the bind
+// starts it again).
+type inflightBind struct {
+	run    uint64
+	cancel context.CancelFunc
+}
+
 // unknownBind is a job whose bind call timed out.
 type unknownBind struct {
 	run     uint64
@@ -92,7 +102,7 @@ type async struct {
 	note                      chan struct{} // a result came (capacity 1)
 	slots                     chan struct{} // backend calls in flight (Parallelism)
 
-	inflight map[string]uint64 // job -> run of its bind in flight
+	inflight map[string]inflightBind // job -> its bind in flight
 	unknown  map[string]*unknownBind
 	issued   map[string]bool // jobs this Runner bound, for the ghost sweep
 	lastPoll time.Time
@@ -100,13 +110,13 @@ type async struct {
 	pollSoon bool
 	stepped  []BindResult // since the last cycle
 	ghosts   int          // ghosts stopped
-	virtual  bool         // the Clock is not RealClock
+	virtual  bool         // the Clock is virtual (see RealClock)
 	noPoll   bool         // the backend is no RunningReporter
 }
 
 func newAsync(parallelism int, virtual bool) *async {
 	return &async{chain: map[string]chan struct{}{}, note: make(chan struct{}, 1), slots: make(chan struct{}, parallelism),
-		inflight: map[string]uint64{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual}
+		inflight: map[string]inflightBind{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual}
 }
 
 func (a *async) post(res result) {
@@ -228,9 +238,10 @@ func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
 	for _, b := range rd.Binds {
 		g := gangBind{job: b.Job, members: b.Members}
 		run := b.Run
-		r.as.inflight[b.Job] = run
+		bctx, cancel := context.WithCancel(ctx)
+		r.as.inflight[b.Job] = inflightBind{run: run, cancel: cancel}
 		r.as.issued[b.Job] = true
-		r.goOp(ctx, b.Job, func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
+		r.goOp(bctx, b.Job, func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
 	}
 }
 
@@ -257,23 +268,32 @@ func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 			errs[i] = r.retryLate(ctx, func(ctx context.Context) error { return act.BindMember(ctx, g.job, g.members[i]) }, late)
 		})
 	}
-	var failed, timedOut error
+	var failed, unknown error
+	nUnknown := 0
 	for _, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrCallTimeout):
 			res.abandoned++
-			timedOut = cmp.Or(timedOut, err)
+			fallthrough
+		case errors.Is(err, errOutcomeUnknown):
+			// Timed out, cut short by the Runner's stop, or refused after
+			// an attempt that may have been applied: not rolled back
+			// (that could come before the call it undoes, or undo a bind
+			// that was applied); the backend's state decides.
+			nUnknown++
+			unknown = cmp.Or(unknown, err)
 		default:
 			failed = cmp.Or(failed, err)
 		}
 	}
 	switch {
-	case failed != nil && res.abandoned > 0:
-		// Some calls may still come through: rolling back now could come
-		// before them. The bind is unknown; once the abandoned calls have
-		// returned, the whole gang is stopped and the bind failed.
-		res.err, res.unknown = fmt.Errorf("%w (and %d calls timed out)", failed, res.abandoned), true
+	case failed != nil && nUnknown > 0:
+		// Some calls may still come through, or have been applied:
+		// rolling back now could come before them. The bind is unknown;
+		// once the abandoned calls have returned (or the backend's state
+		// says), the whole gang is stopped and the bind failed.
+		res.err, res.unknown = fmt.Errorf("%w (and %d calls of unknown outcome: %w)", failed, nUnknown, unknown), true
 	case failed != nil:
 		// Roll back, even when ctx is done, every member that may be
 		// bound: all but those refused (ErrRefused: not applied). A
@@ -301,9 +321,9 @@ func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 				return res
 			}
 		}
-		res.withdrawn = ctx.Err() != nil && errors.Is(failed, ctx.Err())
-	case timedOut != nil:
-		res.err, res.unknown = timedOut, true
+		res.withdrawn = errors.Is(failed, errNotBegun)
+	case unknown != nil:
+		res.err, res.unknown = unknown, true
 	}
 	return res
 }
@@ -365,17 +385,28 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 	now := r.stepTime(eng)
 	switch x.kind {
 	case resBind:
-		if a.inflight[x.job] == x.run {
+		if fl, ok := a.inflight[x.job]; ok && fl.run == x.run {
+			fl.cancel()
 			delete(a.inflight, x.job)
 		}
 		br := BindResult{Job: x.job, Run: x.run, Err: x.err, Unknown: x.unknown, Withdrawn: x.withdrawn}
 		a.stepped = append(a.stepped, br)
+		if run, _, ok := eng.Binding(x.job); !ok || run != x.run {
+			// The engine no longer binds this run (the job ended, was
+			// cancelled or requeued while the call was made): nothing to
+			// step. A bind that may have been applied is looked at by the
+			// ghost sweep.
+			if x.err == nil || x.unknown {
+				a.pollSoon = true
+			}
+			return nil
+		}
 		switch {
 		case x.withdrawn:
 			return r.step(eng, engine.BindFailed(now, x.job, x.run, ""))
 		case x.unknown:
 			a.unknown[x.job] = &unknownBind{run: x.run, members: x.members, waiting: x.abandoned, since: now}
-			r.log.Warn("bind timed out: unknown until the backend says", "job", x.job, "err", x.err)
+			r.log.Warn("bind of unknown outcome (timed out or cut short): the backend's state decides", "job", x.job, "err", x.err)
 			return r.step(eng, engine.BindUnknown(now, x.job, x.run))
 		case x.err == nil:
 			return r.step(eng, engine.BindApplied(now, x.job, x.run))
@@ -462,11 +493,11 @@ func (r *Runner) reconcileBinds(ctx context.Context, eng *engine.Engine, x resul
 		}
 		ms, running := runs[id]
 		switch {
-		case running && sameMembers(ms, u.members):
+		case running && samePlace(ms, u.members):
 			delete(a.unknown, id)
 			a.stepped = append(a.stepped, BindResult{Job: id, Run: u.run})
-			r.log.Info("bind that timed out runs: adopted", "job", id)
-			if err := r.step(eng, engine.BindApplied(now, id, u.run)); err != nil {
+			r.log.Info("bind of unknown outcome runs: adopted", "job", id)
+			if err := r.adoptBind(eng, now, id, u.run, ms, u.members); err != nil {
 				r.log.Error("stepping an adopted bind", "job", id, "err", err)
 			}
 		default:
@@ -568,15 +599,70 @@ func (r *Runner) settleRestored(eng *engine.Engine, running []RunningJob) error 
 	for _, id := range ids {
 		run, _, _ := eng.Binding(id)
 		ms, _ := eng.Members(id)
-		ev := engine.BindFailed(now, id, run, "")
-		if bm, ok := runs[id]; ok && sameMembers(bm, ms) {
-			ev = engine.BindApplied(now, id, run)
+		if bm, ok := runs[id]; ok && samePlace(bm, ms) {
+			if err := r.adoptBind(eng, now, id, run, bm, ms); err != nil {
+				return err
+			}
+			continue
 		}
-		if err := r.step(eng, ev); err != nil {
+		if err := r.step(eng, engine.BindFailed(now, id, run, "")); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// adoptBind steps the bind of run of job applied: the backend runs it on
+// have, the same place as the engine's want (samePlace). When the GPU
+// indices differ (a backend that picks them inside a node, SLURM), the
+// backend's are reported (engine.DevicesReported), so the books match.
+func (r *Runner) adoptBind(eng *engine.Engine, now time.Time, job string, run uint64, have, want []engine.Member) error {
+	if err := r.step(eng, engine.BindApplied(now, job, run)); err != nil {
+		return err
+	}
+	if sameMembers(have, want) {
+		return nil
+	}
+	return r.step(eng, engine.DevicesReported(now, job, have))
+}
+
+// samePlace reports whether a and b hold the same number of whole GPUs on
+// each node, whatever their indices (a backend that picks the indices
+// itself reports its own); fractional members (MIG instances, shares)
+// must be the same members (sameMembers).
+func samePlace(a, b []engine.Member) bool {
+	whole := func(ms []engine.Member) bool {
+		for _, m := range ms {
+			if m.Fractional {
+				return false
+			}
+		}
+		return true
+	}
+	if !whole(a) || !whole(b) {
+		return sameMembers(a, b)
+	}
+	count := func(ms []engine.Member) map[string]int {
+		c := map[string]int{}
+		for _, m := range ms {
+			c[m.Node] += len(m.GPUs)
+		}
+		return c
+	}
+	return maps.Equal(count(a), count(b))
+}
+
+// withdrawStale cancels the bind in flight of job when the engine no
+// longer binds its run: a retry of it would start a job that ended or was
+// cancelled meanwhile.
+func (r *Runner) withdrawStale(eng *engine.Engine, job string) {
+	fl, ok := r.as.inflight[job]
+	if !ok {
+		return
+	}
+	if run, _, ok := eng.Binding(job); !ok || run != fl.run {
+		fl.cancel()
+	}
 }
 
 // stepTime is the time of events the Runner makes: its clock, never

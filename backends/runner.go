@@ -242,7 +242,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	_, real := cfg.Clock.(RealClock)
+	_, real := cfg.Clock.(wallClock)
 	return &Runner{cfg: cfg, clock: cfg.Clock, log: log, jobRecs: newRecorder(cfg.Recorder, cfg.Backend),
 		as: newAsync(cfg.Parallelism, !real)}, nil
 }
@@ -486,6 +486,14 @@ func (r *Runner) pollWake() time.Time {
 
 func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	err := eng.Step(ev)
+	switch {
+	case ev.JobID != "":
+		r.withdrawStale(eng, ev.JobID)
+	case ev.Job == nil: // a node's change may requeue jobs being bound
+		for job := range r.as.inflight {
+			r.withdrawStale(eng, job)
+		}
+	}
 	if r.jobRecs != nil {
 		r.jobRecs.event(ev, err)
 	}
@@ -821,7 +829,7 @@ func (r *Runner) callLate(ctx context.Context, f func(ctx context.Context) error
 	select {
 	case slots <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: %w", errNotBegun, ctx.Err())
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	done := make(chan error, 1)
@@ -832,14 +840,14 @@ func (r *Runner) callLate(ctx context.Context, f func(ctx context.Context) error
 	case err := <-done:
 		cancel()
 		<-slots
-		return err
+		return cutShort(ctx, err)
 	case <-t.C:
 	}
 	select {
 	case err := <-done: // it came as the timer fired
 		cancel()
 		<-slots
-		return err
+		return cutShort(ctx, err)
 	default:
 	}
 	cancel()
@@ -854,29 +862,71 @@ func (r *Runner) callLate(ctx context.Context, f func(ctx context.Context) error
 	return fmt.Errorf("%w after %v", ErrCallTimeout, r.cfg.CallTimeout)
 }
 
+// errNotBegun: a call was not made (ctx was done first). Nothing of it
+// was applied.
+var errNotBegun = errors.New("backends: call not begun")
+
+// errOutcomeUnknown: a call may or may not have been applied, and its
+// answer does not say: it was cut short by ctx (the Runner stopping: a
+// backend may have applied it before it saw the cancellation), or an
+// attempt that failed with a transient error was followed by a refusal
+// (the first attempt may have been applied, and the refusal says only
+// that the retry could not be: a SLURM job started by the first is not
+// pending any more). A bind with such an answer is unknown, like one
+// that timed out: the backend's own state decides.
+var errOutcomeUnknown = errors.New("backends: call outcome unknown")
+
+// cutShort marks the error of a call that ran while ctx was cancelled as
+// errOutcomeUnknown (a refusal still says nothing was applied).
+func cutShort(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrRefused) {
+		return err
+	}
+	return fmt.Errorf("%w: cut short by %w: %w", errOutcomeUnknown, context.Cause(ctx), err)
+}
+
 // retry calls f until it succeeds, fails with ErrRefused, ctx is done, or
 // the attempts run out, backing off on the clock in between.
 func (r *Runner) retry(ctx context.Context, f func(ctx context.Context) error) error {
 	return r.retryLate(ctx, f, nil)
 }
 
-// retryLate is retry with callLate's late.
+// retryLate is retry with callLate's late. An answer that follows an
+// attempt failed with a transient error (which may have been applied) is
+// errOutcomeUnknown when it says nothing of that attempt: a refusal, or
+// ctx done before the next attempt.
 func (r *Runner) retryLate(ctx context.Context, f func(ctx context.Context) error, late func(error)) error {
 	wait := r.cfg.Retry.Initial
-	var err error
+	var prev error // the last attempt's transient error
+	unknown := func(err error) error {
+		return fmt.Errorf("%w: %w, after an attempt that may have been applied: %w", errOutcomeUnknown, err, prev)
+	}
 	for attempt := 1; ; attempt++ {
-		if err = ctx.Err(); err != nil {
-			return err
+		if err := ctx.Err(); err != nil {
+			if prev != nil {
+				return unknown(err)
+			}
+			return fmt.Errorf("%w: %w", errNotBegun, err)
 		}
 		// A call that timed out is not retried: a backend that hangs once
 		// likely hangs again, and the call may still come through (a bind
 		// is unknown then; the Runner learns the truth from the backend).
-		if err = r.callLate(ctx, f, late); err == nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrCallTimeout) || attempt >= r.cfg.Retry.Attempts {
+		err := r.callLate(ctx, f, late)
+		switch {
+		case err == nil, errors.Is(err, ErrCallTimeout), errors.Is(err, errOutcomeUnknown):
+			return err
+		case errors.Is(err, ErrRefused), errors.Is(err, errNotBegun):
+			if prev != nil {
+				return unknown(err)
+			}
+			return err
+		case attempt >= r.cfg.Retry.Attempts:
 			return err
 		}
+		prev = err
 		r.log.Warn("actuator call failed, retrying", "attempt", attempt, "wait", wait, "err", err)
 		if serr := r.clock.Sleep(ctx, wait); serr != nil {
-			return fmt.Errorf("%w (gave up: %w)", err, serr)
+			return unknown(serr)
 		}
 		wait = min(2*wait, r.cfg.Retry.Max)
 	}

@@ -254,7 +254,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		late: map[string]int{}, forever: map[string]int{}, restartMid: map[string]int{},
-		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{},
+		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{}, shown: map[string]bool{},
 		release: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0x1a7e))}
 	t.Cleanup(func() { close(w.release) }) // calls hung for ever return
 	pickJobs := func(k int, m map[string]int, max int) {
@@ -570,6 +570,7 @@ type faulty struct {
 	reconciled                   map[string]bool // finished by a Runner's reconciliation
 	ended                        map[string]bool
 	seen                         map[string]bool // submitted to a Runner (Next)
+	shown                        map[string]bool // seen, and listed in a View since
 	rebound                      []string
 	nRefused, nTransient, nHung  int
 	nLate, nForever, nRestartMid int
@@ -638,6 +639,7 @@ func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, erro
 			// Gone from the engine (a backend whose controller makes the
 			// job anew, Kubernetes, submits it again): not invisible.
 			delete(f.seen, ev.JobID)
+			delete(f.shown, ev.JobID)
 		}
 	}
 	return evs, err
@@ -648,9 +650,6 @@ func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, erro
 // injected error, or nil to go on with the real call.
 func (f *faulty) inject(ctx context.Context, job string) error {
 	f.mu.Lock()
-	if f.ended[job] {
-		f.rebound = append(f.rebound, job)
-	}
 	refuse, transient, hang := f.take(f.refuse, job), false, false
 	if !refuse {
 		transient = f.take(f.transient, job)
@@ -740,14 +739,11 @@ func (f *faulty) bind(ctx context.Context, job string, do func(ctx context.Conte
 		f.nRestartMid++
 	}
 	lose := mid && f.rng.IntN(2) == 0
-	if (late || forever || mid) && f.ended[job] {
-		f.rebound = append(f.rebound, job)
-	}
 	f.mu.Unlock()
 	switch {
 	case late:
 		<-ctx.Done()
-		if err := do(context.WithoutCancel(ctx)); err != nil {
+		if err := f.apply(context.WithoutCancel(ctx), job, do); err != nil {
 			return err
 		}
 		return ctx.Err()
@@ -756,7 +752,7 @@ func (f *faulty) bind(ctx context.Context, job string, do func(ctx context.Conte
 		return errors.New("backendtest: a call hung for ever returned at the end")
 	case mid:
 		if !lose {
-			if err := do(ctx); err != nil {
+			if err := f.apply(ctx, job, do); err != nil {
 				return err
 			}
 		}
@@ -765,12 +761,32 @@ func (f *faulty) bind(ctx context.Context, job string, do func(ctx context.Conte
 	if err := f.inject(ctx, job); err != nil {
 		return err
 	}
-	return do(ctx)
+	return f.apply(ctx, job, do)
+}
+
+// apply makes the real bind call of job; one the backend applies (nil)
+// to a job that had ended before the call started it a second time: a
+// violation. A call the backend refuses, or that the Runner makes and the
+// backend does not apply, runs nothing.
+func (f *faulty) apply(ctx context.Context, job string, do func(ctx context.Context) error) error {
+	f.mu.Lock()
+	ended := f.ended[job]
+	f.mu.Unlock()
+	err := do(ctx)
+	if err == nil && ended {
+		f.mu.Lock()
+		f.rebound = append(f.rebound, job)
+		f.mu.Unlock()
+	}
+	return err
 }
 
 // invisible returns an error naming the jobs a Runner has seen submitted,
-// not finished, that v lists in neither Pending (nor EachPending after a
-// cut) nor Running.
+// not finished, that an earlier View listed and v lists in neither Pending
+// (nor EachPending after a cut) nor Running. A job the backend reported
+// (Next returned it) and no View listed yet is not counted: on a real
+// clock the Runner reads events on a goroutine of its own, ahead of the
+// loop that steps them, so a View may come from before the job's step.
 func (f *faulty) invisible(v *engine.View) error {
 	if v == nil {
 		return nil
@@ -789,13 +805,16 @@ func (f *faulty) invisible(v *engine.View) error {
 	defer f.mu.Unlock()
 	var lost []string
 	for id := range f.seen {
-		if !in[id] && !f.ended[id] {
+		switch {
+		case in[id]:
+			f.shown[id] = true
+		case f.shown[id] && !f.ended[id]:
 			lost = append(lost, id)
 		}
 	}
 	if len(lost) > 0 {
 		slices.Sort(lost)
-		return fmt.Errorf("jobs invisible (in neither View.Pending nor Running): %v", lost)
+		return fmt.Errorf("jobs invisible (in neither View.Pending nor Running) at %s: %v%s", v.At.Format("15:04:05.000"), lost, engineSays(v, lost))
 	}
 	return nil
 }

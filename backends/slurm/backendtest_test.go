@@ -51,39 +51,11 @@ type suiteSlurm struct {
 // changes in SLURM, and without a tick it would not place them.
 func (s *suiteSlurm) Shape() backendtest.Shape {
 	return backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: 20, Seeds: 1, CallTimeout: 10 * time.Second, HangAfter: 2 * time.Minute,
-		TickInterval: time.Second, StopOnTime: true,
+		ReconcileInterval: 2 * time.Second, // a hung bind is looked at in SLURM within 2 s
+		TickInterval:      time.Second, StopOnTime: true,
 		WholeNodeGangs: true, // two members of one gang on one node: not supported (docs/backends/slurm.md)
-		NotApplicable: map[string]string{
-			"bind-hangs-forever":        hungForever,
-			"backend-restarts-mid-call": restartedMid,
-			"late-binds-and-restarts":   hungForever + "; and " + restartedMid,
-			// Failed once under -race in the local CI run of this stop
-			// (passed without -race): at a Runner's stop the ghost check
-			// (RunningNow) found j008, j013, j016, j018 running in SLURM
-			// that the stopped engine did not account as running (binds
-			// in flight when the Runner stopped), and the final Runner hung
-			// with 14 jobs unknown to it. Open: a Runner stopped mid-bind
-			// must hand its in-flight binds to the next one.
-			"restarts": "a Runner stopped mid-bind leaves binds its successor does not know (ghosts under -race); open bug of the asynchronous Runner",
-		},
 	}
 }
-
-// Why the scenarios the suite skips fail on the SLURM test cluster (run
-// of 2026-12-06, with RunningNow): both are the Runner's, not the
-// backend's, and the suite passes them again once the Runner handles them.
-const (
-	// j012's bind hung for ever; RunningNow reported it not running (SLURM
-	// had it PENDING in berth), so the Runner fenced it, but the fence is
-	// an op on the same job, chained (binder.go goOp) behind the call that
-	// never returns: the job stayed binding-unknown and Run hung.
-	hungForever = "a bind that hangs for ever is never settled: the Runner's fence of the job (stopOp) waits behind the hung call in the job's op chain (backends/binder.go goOp), so the job stays binding-unknown though RunningNow reports it not running"
-	// The bind commits and answers a transient error; on a real clock at
-	// 25 ms a scenario minute the job runs and ends within a second, before
-	// the Runner's retry, which the suite then counts as a bind of a job
-	// after its end ("job bound again after it ended": j001, j004).
-	restartedMid = "a bind that commits and answers a transient error starts a job that ends (25 ms a scenario minute, real clock) before the Runner retries the bind: the retry binds an ended job (the suite's \"job bound again after it ended\")"
-)
 
 // Reopen makes a new slurm.Backend, as a restarted berth would: it reads
 // every job and node from SLURM again (the old one's record of what it
