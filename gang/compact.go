@@ -6,7 +6,9 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// Hierarchical compactness of single-group gangs.
+// Hierarchical compactness of a gang's domains: of single-group gangs,
+// and of the relaxed single group that stands for a multi-group gang
+// (compactMulti).
 //
 // Inside one domain of the required level, the placement minimises, in
 // this order (each a tie-break of the one before):

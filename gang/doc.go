@@ -28,7 +28,8 @@
 // See Place. In short: one required domain; fewest preferred domains (the
 // finest level above nodes when no preferred level is given); then the
 // fewest domains at every coarser level (the racks of a gang in as few
-// blocks as they can be) and at every finer level (compact.go); the
+// blocks as they can be) and at every finer level (compact.go), for a
+// gang of several groups too (see "Several groups"); the
 // tightest fit so big free domains stay whole; members pack onto the nodes
 // with the fewest free GPUs that hold them, each inside one NVLink island
 // when one holds it, else over the fewest; lower indices win ties, so the
@@ -58,6 +59,25 @@
 // sets (ModelSet, "A|B"), so a shape fits the nodes of any of its models.
 // Reasons name the set ("no ready node with a GPU in {A100-40GB,
 // A100-80GB} ...").
+//
+// # Several groups
+//
+// A gang of several groups (a launcher and its workers, members of
+// different sizes) is compacted as one: its domains are chosen for a
+// relaxed gang of one group, whose members are the greatest common
+// divisor of the groups' GPUs per member and as many as the gang's GPUs
+// make (on the nodes every group accepts when they accept the same), by
+// the single-group search above; then every group is packed onto the
+// nodes of those domains, largest members first. A set of domains that
+// holds the gang holds the relaxed gang, so when the packing succeeds no
+// placement has smaller spreads. When it fails, the relaxed gang asking
+// for a few largest members more, and the gang rounded up to whole
+// largest members, are tried, and the least spreads that pack win;
+// failing those, preferred domains are added, the most free GPUs first,
+// until the gang packs. Compared with every set of racks by brute force
+// (TestDifferentialBruteForceTwoGroups), the spreads are the least in
+// about 98.6% of two-group gangs, and whether a gang fits is never wrong
+// when its groups accept the same nodes.
 //
 // # Scoring nodes
 //
@@ -89,8 +109,10 @@
 //	res, err := p.Place(snap, &req)
 //
 // Without a scorer nothing changes: Place packs as described under Policy.
-// Scored choice applies to single-group gangs; multi-group gangs keep the
-// default packing.
+// A multi-group gang (a launcher and its workers) is scored group by
+// group, largest members first, each on the nodes of the chosen domains
+// that the groups before it left room on; where a scored choice leaves a
+// later group without room, the gang is packed as without a scorer.
 //
 // # Apply and undo
 //

@@ -19,7 +19,7 @@ var ErrUnsupported = errors.New("gang: unsupported request")
 // buffers between calls, so reuse one Placer per goroutine to avoid
 // allocations. A Placer is not safe for concurrent use.
 type Placer struct {
-	// Scorer, when set, chooses the nodes of single-group gangs inside the
+	// Scorer, when set, chooses the nodes of every group inside the
 	// chosen domains (see Scorer). Nil: members pack onto the nodes with
 	// the fewest free GPUs (Place).
 	Scorer Scorer
@@ -62,12 +62,20 @@ type Placer struct {
 	tcpu   []int64
 	tmem   []int64
 	tpos   []int32
+	tdoms  []int32
 	spread []topo.NodeID
+	// the gang as one relaxed group (relax)
+	vg           Group
+	vgi          groupInfo
+	vneed, vstep int
+	mbest        []int32 // compactMulti's best candidate, of level mbestL
+	mbestL       int
 	// scored packing scratch
 	snodes  []topo.NodeID
 	scaps   []int32
 	sscores []int64
 	sorder  []int32
+	spos    []int32 // trial positions of snodes (scoredTrial)
 	memo    domainMemo
 	mods    []int32 // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),
@@ -227,8 +235,9 @@ var placers = sync.Pool{New: func() any { return new(Placer) }}
 //
 // Policy, in order: every member inside one domain of the required level;
 // the fewest domains of the preferred level (for single-group gangs this is
-// exactly the best possible; for multi-group gangs it is a greedy bound);
-// for single-group gangs, then the fewest domains at every level between the
+// exactly the best possible; for multi-group gangs it is the best possible
+// whenever the relaxed bound packs, see "Several groups" in the package
+// doc); then the fewest domains at every level between the
 // required and the preferred one, coarsest first, then at every level
 // between the preferred one and the node (see compact.go for where this is
 // exact); among equal spreads the tightest fit (the domain with the least free
