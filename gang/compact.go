@@ -61,6 +61,7 @@ type compactScratch struct {
 	top    []int32 // group positions, by the sum of their m largest items
 	merged []int32
 	lpTmp  []int32  // one model's capacities, for a set of models
+	lbCap  []int32  // pruned's capacities of one domain
 	best   []int32  // per group, the sum of its m largest items
 	keys   []uint64 // greedyGroups' sort keys
 	pre    []int64  // knapsack prefix sums
@@ -78,6 +79,33 @@ func (p *Placer) capOf(l, i int, gi *groupInfo) int {
 	return min(p.capacity(l, i, gi), 1<<30)
 }
 
+// fastCaps writes into dst the capacities for group gi (not slow) of the
+// preferred domains lo..hi-1 (below the node level), clamped to 1<<30:
+// one pass over the counters per model.
+func (p *Placer) fastCaps(lo, hi int, gi *groupInfo, dst []int32) {
+	c := &p.cmp
+	if gi.models.n == 0 {
+		p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, dst)
+	} else {
+		// A set of models: the sum of each model's capacities.
+		clear(dst)
+		c.lpTmp = slices.Grow(c.lpTmp[:0], hi-lo)[:hi-lo]
+		for _, m := range p.modelsOf(gi) {
+			p.s.DomainCapacities(p.lp, lo, hi, gi.per, int(m), c.lpTmp)
+			for i, v := range c.lpTmp {
+				dst[i] += v
+			}
+		}
+	}
+	// A capacity is at most the free GPUs, so the clamp is needed only
+	// past 1<<30 of them.
+	if p.s.Free() > 1<<30 {
+		for i, v := range dst {
+			dst[i] = min(v, 1<<30)
+		}
+	}
+}
+
 // compact chooses the domains of single-group gang gi inside required
 // domain d (whose capacity reaches need) in the order above, fills the
 // spreads and free GPUs of k, and leaves the finest chosen domains in
@@ -90,26 +118,7 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 	c.lpBase = lo
 	c.lpCap = slices.Grow(c.lpCap[:0], hi-lo)[:hi-lo]
 	if p.lp < p.nl && !gi.slow {
-		// One pass over the counters; a capacity is at most the free
-		// GPUs, so the clamp below is needed only past 1<<30 of them.
-		if gi.models.n == 0 {
-			p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, c.lpCap)
-		} else {
-			// A set of models: the sum of each model's capacities.
-			clear(c.lpCap)
-			c.lpTmp = slices.Grow(c.lpTmp[:0], hi-lo)[:hi-lo]
-			for _, m := range p.modelsOf(gi) {
-				p.s.DomainCapacities(p.lp, lo, hi, gi.per, int(m), c.lpTmp)
-				for i, v := range c.lpTmp {
-					c.lpCap[i] += v
-				}
-			}
-		}
-		if p.s.Free() > 1<<30 {
-			for i, v := range c.lpCap {
-				c.lpCap[i] = min(v, 1<<30)
-			}
-		}
+		p.fastCaps(lo, hi, gi, c.lpCap)
 	} else {
 		for i := lo; i < hi; i++ {
 			c.lpCap[i-lo] = int32(min(p.capacity(p.lp, i, gi), 1<<30))

@@ -77,7 +77,8 @@ type Placer struct {
 	sorder  []int32
 	spos    []int32 // trial positions of snodes (scoredTrial)
 	memo    domainMemo
-	mods    []int32 // model indices of the groups' sets (groupInfo.models)
+	cands   []candDom // pruned's domains
+	mods    []int32   // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),
 	// so that a failure allocates nothing for a set seen before.
 	sets map[string]string
@@ -570,7 +571,13 @@ func (p *Placer) placeOne() Result {
 		p.chooseScored(gi, need)
 		return Result{Found: true}
 	}
-	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
+	pruned := false
+	if nd := p.numDomains(p.lr); nd > 1 && p.lp >= 0 && p.lp < p.nl && !gi.slow && !p.Memo {
+		// Bounds first: compact only the domains that can still win.
+		bestFit, found, best = p.pruned(gi, need)
+		pruned = true
+	}
+	for d, nd := 0, p.numDomains(p.lr); d < nd && !pruned; d++ {
 		total := p.capacity(p.lr, d, gi)
 		bestFit = max(bestFit, total)
 		if total < need {
@@ -595,6 +602,87 @@ func (p *Placer) placeOne() Result {
 	if !found {
 		return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: bestFit, Need: need}}
 	}
+	return p.finishOne(gi, need, best)
+}
+
+// candDom is a domain of the required level that holds the gang, with
+// the bound of its key: its fewest preferred domains (exact) and free GPUs.
+type candDom struct {
+	spread, freeD, d int32
+}
+
+// pruned is placeOne's search over the domains of the required level,
+// for a group whose capacities the counters give (fastCaps): it computes
+// for each domain that holds the gang the fewest preferred domains (the
+// key's first field, exactly as choose counts it), orders the domains by
+// the least key they can have (that count, one domain at every other
+// level of the key, their free GPUs, nothing free in the chosen domains,
+// the index), and compacts them in that order until the bound of the next
+// is no less than the best key found. The key orders domains totally (the
+// index breaks ties), so the winner, and what is left in p.best, is the
+// one the full search finds. It returns the best fit and the winner.
+func (p *Placer) pruned(gi *groupInfo, need int) (bestFit int, found bool, best key) {
+	c := &p.cmp
+	p.cands = p.cands[:0]
+	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
+		total := p.capacity(p.lr, d, gi)
+		bestFit = max(bestFit, total)
+		if total < need {
+			continue
+		}
+		lo, hi := p.span(p.lr, d, p.lp)
+		c.lbCap = slices.Grow(c.lbCap[:0], hi-lo)[:hi-lo]
+		p.fastCaps(lo, hi, gi, c.lbCap)
+		p.cands = append(p.cands, candDom{spread: int32(fewest(c.lbCap, need)), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
+	}
+	slices.SortFunc(p.cands, func(a, b candDom) int {
+		if a.spread != b.spread {
+			return int(a.spread - b.spread)
+		}
+		if a.freeD != b.freeD {
+			return int(a.freeD - b.freeD)
+		}
+		return int(a.d - b.d)
+	})
+	var lb key
+	for ki, l := 0, p.lr+1; l < p.nl && ki < maxKeyLevels; l++ {
+		if l != p.lp {
+			lb.levels[ki] = 1
+			ki++
+		}
+	}
+	for _, cd := range p.cands {
+		lb.spread, lb.freeD, lb.d = int(cd.spread), p.free(p.lr, int(cd.d)), int(cd.d)
+		if found && !lb.less(best) {
+			break
+		}
+		k := key{freeD: lb.freeD, d: lb.d}
+		p.compact(lb.d, gi, need, &k)
+		if !found || k.less(best) {
+			found, best = true, k
+			p.best = append(p.best[:0], p.chosen...)
+			p.bestL = p.chosenL
+		}
+	}
+	return bestFit, found, best
+}
+
+// fewest is the fewest of caps whose sum reaches need (len(caps)+1 when
+// all do not); it reorders caps.
+func fewest(caps []int32, need int) int {
+	sortDesc(caps)
+	s := 0
+	for i, v := range caps {
+		if s += int(v); s >= need {
+			return i + 1
+		}
+	}
+	return len(caps) + 1
+}
+
+// finishOne takes the members of single group gi on the winning domain
+// (best.d; its chosen domains in p.best).
+func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 	if p.Scorer != nil {
 		p.collectScored(best.d, gi)
 		p.chooseScored(gi, need)
