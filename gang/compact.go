@@ -62,6 +62,8 @@ type compactScratch struct {
 	merged []int32
 	lpTmp  []int32  // one model's capacities, for a set of models
 	lbCap  []int32  // pruned's capacities of one domain
+	dh     []int    // dual's largest h
+	dn     []int32  // and their item counts
 	best   []int32  // per group, the sum of its m largest items
 	keys   []uint64 // greedyGroups' sort keys
 	pre    []int64  // knapsack prefix sums
@@ -462,12 +464,83 @@ func (p *Placer) pickGroups(j, r, rm int) {
 // minGroups returns the fewest groups (at most jm) whose largest m items
 // hold need, leaving them in p.cmp.sel; 0 when none or over budget.
 func (p *Placer) minGroups(jm, m, need int) int {
+	if p.dualBelow(jm, m, need) {
+		return 0 // the knapsack would find none
+	}
 	j, ok := p.knapsack(jm, m, need, true)
 	if !ok || p.cmp.dpRow[m] < int64(need) {
 		return 0
 	}
 	p.pickGroups(j, m, m)
 	return j
+}
+
+// dualBelow reports that no jm groups hold need in m items, by a bound
+// much cheaper than the knapsack: for any lam >= 0, what j groups hold in
+// m items is at most lam*m plus the sum of the j largest h(g, lam), where
+// h(g, lam) is the sum of (item - lam) over the items of g above lam
+// among its m largest (the item count's constraint taken into the sum, a
+// Lagrangian relaxation). That bound is convex in lam; a few lam are
+// tried, by bisection on its slope. False means no answer, not that some
+// jm groups hold need.
+func (p *Placer) dualBelow(jm, m, need int) bool {
+	c := &p.cmp
+	hi := 0
+	for g := range len(c.gid) {
+		if c.goff[g+1] > c.goff[g] {
+			hi = max(hi, int(c.gcap[c.goff[g]]))
+		}
+	}
+	for lo := 0; lo <= hi; {
+		lam := (lo + hi) / 2
+		v, slope := p.dual(jm, m, lam)
+		if v < need {
+			return true
+		}
+		if slope < 0 {
+			lo = lam + 1
+		} else {
+			hi = lam - 1
+		}
+	}
+	return false
+}
+
+// dual is the bound of dualBelow at lam, and its slope there (m less the
+// items above lam of the j groups it sums).
+func (p *Placer) dual(jm, m, lam int) (bound, slope int) {
+	c := &p.cmp
+	c.dh, c.dn = c.dh[:0], c.dn[:0] // the jm largest h, descending, and their counts
+	for g := range len(c.gid) {
+		items := c.gcap[c.goff[g]:c.goff[g+1]]
+		h, n := 0, 0
+		for _, v := range items[:min(m, len(items))] {
+			if int(v) <= lam {
+				break
+			}
+			h += int(v) - lam
+			n++
+		}
+		if h == 0 || (len(c.dh) == jm && h <= c.dh[jm-1]) {
+			continue
+		}
+		i := len(c.dh)
+		if i < jm {
+			c.dh, c.dn = append(c.dh, 0), append(c.dn, 0)
+		} else {
+			i--
+		}
+		for ; i > 0 && c.dh[i-1] < h; i-- {
+			c.dh[i], c.dn[i] = c.dh[i-1], c.dn[i-1]
+		}
+		c.dh[i], c.dn[i] = h, int32(n)
+	}
+	bound, slope = lam*m, m
+	for i := range c.dh {
+		bound += c.dh[i]
+		slope -= int(c.dn[i])
+	}
+	return bound, slope
 }
 
 // minItems returns the fewest items (at most rm) of at most jm groups that

@@ -76,6 +76,7 @@ type Placer struct {
 	sscores []int64
 	sorder  []int32
 	spos    []int32 // trial positions of snodes (scoredTrial)
+	sfree   []uint8 // free GPUs of snodes (packOne)
 	memo    domainMemo
 	cands   []candDom // pruned's domains
 	mods    []int32   // model indices of the groups' sets (groupInfo.models)
@@ -832,9 +833,15 @@ func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
 // with the fewest free GPUs first (ties: lower node ID).
 func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 	var byFree [topo.MaxGPUsPerNode + 1]int
+	// One scan of the nodes: those that hold a member, with their free GPUs.
+	p.snodes, p.scaps, p.sfree = p.snodes[:0], p.scaps[:0], p.sfree[:0]
 	p.nodeRanges(d, func(n topo.NodeID) {
 		if c := p.nodeCap(n, gi); c > 0 {
-			byFree[p.s.NodeAvailable(n)] += c
+			k := p.s.NodeAvailable(n)
+			byFree[k] += c
+			p.snodes = append(p.snodes, n)
+			p.scaps = append(p.scaps, int32(c))
+			p.sfree = append(p.sfree, uint8(k))
 		}
 	})
 	cut, rem := 0, need
@@ -845,21 +852,18 @@ func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 		}
 		rem -= byFree[k]
 	}
-	p.nodeRanges(d, func(n topo.NodeID) {
-		c := p.nodeCap(n, gi)
-		if c == 0 {
-			return
-		}
-		switch k := p.s.NodeAvailable(n); {
+	for i, n := range p.snodes {
+		c := int(p.scaps[i])
+		switch k := int(p.sfree[i]); {
 		case k < cut:
 		case k == cut && rem > 0:
 			c = min(c, rem)
 			rem -= c
 		default:
-			return
+			continue
 		}
 		p.takes = append(p.takes, take{group: 0, node: n, n: int32(c)})
-	})
+	}
 }
 
 // anyNodeMatches reports whether some node could hold a member of group gi
@@ -902,6 +906,7 @@ func (p *Placer) emit(res *Result) {
 	// node may come from several groups).
 	var lastNode topo.NodeID = -1
 	var used uint64
+	noLevels := len(p.c.GPULevels()) == 0
 	for _, t := range p.takes {
 		gi := &p.groups[t.group]
 		if t.node != lastNode {
@@ -913,18 +918,26 @@ func (p *Placer) emit(res *Result) {
 			continue
 		}
 		freeMask := p.s.NodeFreeMask(t.node) &^ used
+		// Locals, so that the appends stay in registers.
+		gpus, ms := res.gpus, res.Members
 		for range t.n {
-			m := p.pickGPUs(t.node, freeMask, gi.per)
+			var m uint64
+			if noLevels {
+				m = lowest(freeMask, gi.per) // pickGPUs without GPU levels
+			} else {
+				m = p.pickGPUs(t.node, freeMask, gi.per)
+			}
 			freeMask &^= m
 			used |= m
-			start := len(res.gpus)
+			start := len(gpus)
 			for mm := m; mm != 0; mm &= mm - 1 {
-				res.gpus = append(res.gpus, first+uint32(bits.TrailingZeros64(mm)))
+				gpus = append(gpus, first+uint32(bits.TrailingZeros64(mm)))
 			}
-			res.Members = append(res.Members, Assignment{
-				Group: t.group, Node: t.node, GPULo: int32(start), GPUHi: int32(len(res.gpus)),
+			ms = append(ms, Assignment{
+				Group: t.group, Node: t.node, GPULo: int32(start), GPUHi: int32(len(gpus)),
 			})
 		}
+		res.gpus, res.Members = gpus, ms
 	}
 	if p.groups[0].frac {
 		res.frac, res.mreq = true, p.groups[0].mreq
