@@ -835,15 +835,41 @@ func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 	var byFree [topo.MaxGPUsPerNode + 1]int
 	// One scan of the nodes: those that hold a member, with their free GPUs.
 	p.snodes, p.scaps, p.sfree = p.snodes[:0], p.scaps[:0], p.sfree[:0]
-	p.nodeRanges(d, func(n topo.NodeID) {
-		if c := p.nodeCap(n, gi); c > 0 {
-			k := p.s.NodeAvailable(n)
-			byFree[k] += c
-			p.snodes = append(p.snodes, n)
-			p.scaps = append(p.scaps, int32(c))
-			p.sfree = append(p.sfree, uint8(k))
+	if !gi.slow && gi.model < 0 && gi.models.n == 0 {
+		// nodeCap is free GPUs / GPUs per member: a table, no closure.
+		var div [topo.MaxGPUsPerNode + 1]int32
+		for k := range div {
+			div[k] = int32(k / gi.per)
 		}
-	})
+		nodes, caps, free := p.snodes, p.scaps, p.sfree
+		scan := func(lo, hi int) {
+			for n := topo.NodeID(lo); n < topo.NodeID(hi); n++ {
+				k := p.s.NodeAvailable(n)
+				if c := div[k]; c > 0 {
+					byFree[k] += int(c)
+					nodes, caps, free = append(nodes, n), append(caps, c), append(free, uint8(k))
+				}
+			}
+		}
+		if p.lp < 0 {
+			scan(p.span(p.lr, d, p.nl))
+		} else {
+			for _, c := range p.best {
+				scan(p.span(p.bestL, int(c), p.nl))
+			}
+		}
+		p.snodes, p.scaps, p.sfree = nodes, caps, free
+	} else {
+		p.nodeRanges(d, func(n topo.NodeID) {
+			if c := p.nodeCap(n, gi); c > 0 {
+				k := p.s.NodeAvailable(n)
+				byFree[k] += c
+				p.snodes = append(p.snodes, n)
+				p.scaps = append(p.scaps, int32(c))
+				p.sfree = append(p.sfree, uint8(k))
+			}
+		})
+	}
 	cut, rem := 0, need
 	for k := range byFree {
 		if byFree[k] >= rem {
@@ -920,6 +946,18 @@ func (p *Placer) emit(res *Result) {
 		freeMask := p.s.NodeFreeMask(t.node) &^ used
 		// Locals, so that the appends stay in registers.
 		gpus, ms := res.gpus, res.Members
+		if noLevels && gi.per == 1 {
+			// One GPU each: the lowest free ones, in turn.
+			for range t.n {
+				b := freeMask & -freeMask
+				freeMask ^= b
+				used |= b
+				gpus = append(gpus, first+uint32(bits.TrailingZeros64(b)))
+				ms = append(ms, Assignment{Group: t.group, Node: t.node, GPULo: int32(len(gpus) - 1), GPUHi: int32(len(gpus))})
+			}
+			res.gpus, res.Members = gpus, ms
+			continue
+		}
 		for range t.n {
 			var m uint64
 			if noLevels {
