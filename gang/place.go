@@ -960,9 +960,12 @@ func (p *Placer) emit(res *Result) {
 		}
 		for range t.n {
 			var m uint64
-			if noLevels {
+			switch {
+			case noLevels && bits.OnesCount64(freeMask) <= gi.per:
+				m = freeMask // all of them (a whole node, say)
+			case noLevels:
 				m = lowest(freeMask, gi.per) // pickGPUs without GPU levels
-			} else {
+			default:
 				m = p.pickGPUs(t.node, freeMask, gi.per)
 			}
 			freeMask &^= m
