@@ -426,7 +426,13 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 			return 0 // no GPUs: the host need not be read
 		}
 	}
-	k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
+	if k == 1 {
+		if !p.s.HostHolds(n, gi.g.CPUMilli, gi.g.MemoryMiB) {
+			return 0
+		}
+	} else {
+		k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
+	}
 	if gi.frac && k > 0 {
 		if !p.sharedNode(n, gi) {
 			return 0
@@ -441,6 +447,9 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 // GPUs (or plain ones under Spec.ShareFreeGPUs). It keeps the capacity
 // scan of a MIG or fractional request off the other nodes' GPUs.
 func (p *Placer) sharedNode(n topo.NodeID, gi *groupInfo) bool {
+	if gi.mreq.Profile == "" && p.c.SharesFreeGPUs() {
+		return true // the node's configuration need not be read (a copy)
+	}
 	cfg, ok := p.c.NodeGPUConfig(n)
 	if gi.mreq.Profile != "" {
 		return ok && cfg.MIG
@@ -451,7 +460,7 @@ func (p *Placer) sharedNode(n topo.NodeID, gi *groupInfo) bool {
 // shareFits is the sum of SharedFits over the GPUs of node n for group
 // gi, or any value >= k once the sum reaches k.
 func (p *Placer) shareFits(n topo.NodeID, gi *groupInfo, k int) int {
-	first, g := p.c.NodeGPUs(n)
+	first, _ := p.c.NodeGPUs(n)
 	f := 0
 	mask := p.s.NodeFreeMask(n)
 	if mask != 0 && p.c.SharesFreeGPUs() && gi.mreq.Profile == "" && gi.mreq.Milli > 0 &&
@@ -462,18 +471,17 @@ func (p *Placer) shareFits(n topo.NodeID, gi *groupInfo, k int) int {
 		if f = bits.OnesCount64(mask) * (1000 / gi.mreq.Milli); f >= k {
 			return f
 		}
-		for i := range uint32(g) {
-			if mask&(1<<i) != 0 {
-				continue
-			}
-			if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+		for m := p.s.NodeSharedMask(n) &^ mask; m != 0; m &= m - 1 {
+			if f += p.s.SharedFits(first+uint32(bits.TrailingZeros64(m)), gi.mreq); f >= k {
 				break
 			}
 		}
 		return f
 	}
-	for i := range uint32(g) {
-		if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+	// Only GPUs in MIG mode, shared or free give shares (SharedFits is 0
+	// for the others), in ascending order.
+	for m := p.s.NodeSharedMask(n) | mask; m != 0; m &= m - 1 {
+		if f += p.s.SharedFits(first+uint32(bits.TrailingZeros64(m)), gi.mreq); f >= k {
 			break // enough: the rest cannot change min(k, f)
 		}
 	}
