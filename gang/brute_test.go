@@ -400,6 +400,13 @@ func compactOrder(c *topo.Cluster, lr, lp int) []int {
 // that order) over every set of finest-level domains (racks) inside one
 // required domain that holds the single-group gang r.
 func bruteLex(s *topo.Snapshot, r *gang.Request, lr int, order []int) []int {
+	return bruteLexBy(s, lr, order, func(nodes []topo.NodeID) bool { return holds(s, &r.Groups[0], nodes) })
+}
+
+// bruteLexBy is the least spread vector (levels in order) over every set
+// of finest-level domains inside one domain of level lr whose nodes ok
+// accepts.
+func bruteLexBy(s *topo.Snapshot, lr int, order []int, ok func([]topo.NodeID) bool) []int {
 	c := s.Cluster()
 	leaf := len(c.Levels()) - 1
 	var best []int
@@ -418,9 +425,6 @@ func bruteLex(s *topo.Snapshot, r *gang.Request, lr int, order []int) []int {
 					racks = append(racks, lo+u)
 				}
 			}
-			if !holds(s, &r.Groups[0], nodes) {
-				continue
-			}
 			v := make([]int, len(order))
 			for i, l := range order {
 				seen := map[int]bool{}
@@ -429,7 +433,7 @@ func bruteLex(s *topo.Snapshot, r *gang.Request, lr int, order []int) []int {
 				}
 				v[i] = len(seen)
 			}
-			if best == nil || slices.Compare(v, best) < 0 {
+			if (best == nil || slices.Compare(v, best) < 0) && ok(nodes) {
 				best = v
 			}
 		}
@@ -545,45 +549,10 @@ func TestCompactLargeGang(t *testing.T) {
 	}
 }
 
-// bruteLexNodes is bruteLex for any gang: the least spread vector (levels
-// in order) over every set of finest-level domains inside one required
-// domain whose nodes hold every member of r (feasible: every assignment).
+// bruteLexNodes is bruteLex for any gang: the racks' nodes must hold
+// every member of r (feasible: every assignment).
 func bruteLexNodes(s *topo.Snapshot, r *gang.Request, lr int, order []int) []int {
-	c := s.Cluster()
-	leaf := len(c.Levels()) - 1
-	var best []int
-	for d := range c.NumDomains(lr) {
-		lo, hi := c.Descendants(lr, d, leaf)
-		if lr == leaf {
-			lo, hi = d, d+1
-		}
-		n := hi - lo
-		for mask := 1; mask < 1<<n; mask++ {
-			var nodes []topo.NodeID
-			var racks []int
-			for u := range n {
-				if mask&(1<<u) != 0 {
-					nodes = append(nodes, nodesOf(c.Domain(leaf, lo+u))...)
-					racks = append(racks, lo+u)
-				}
-			}
-			v := make([]int, len(order))
-			for i, l := range order {
-				seen := map[int]bool{}
-				for _, rk := range racks {
-					seen[c.DomainOf(c.Domain(leaf, rk).FirstNode, l)] = true
-				}
-				v[i] = len(seen)
-			}
-			if best != nil && slices.Compare(v, best) >= 0 {
-				continue
-			}
-			if feasible(s, r, nodes) {
-				best = v
-			}
-		}
-	}
-	return best
+	return bruteLexBy(s, lr, order, func(nodes []topo.NodeID) bool { return feasible(s, r, nodes) })
 }
 
 // TestDifferentialBruteForceTwoGroups: a gang of two groups (a launcher

@@ -17,8 +17,12 @@
 // largest, which is exact for one group; picks are then swapped for smaller
 // domains while the sum still suffices (tightest fit). The levels around the
 // preferred one are minimised by a small knapsack over the domains of the
-// level that splits (blocks, say), run only when cheap bounds leave it open. Only then are nodes
-// visited, and only the nodes of the chosen domains. The cost grows with the
+// level that splits (blocks, say), run only when cheap bounds leave it
+// open (a Lagrangian bound, dualBelow, rules out most of what it would).
+// With several domains of the required level, each one's fewest preferred
+// domains is counted first, and only the domains whose least possible key
+// can still win are searched further. Only then are nodes visited, and
+// only the nodes of the chosen domains. The cost grows with the
 // number of domains read and the nodes of the chosen domains, not with the
 // GPUs of the cluster. Members of groups with selectors or host resources
 // take a slower path that scans nodes of candidate domains.
