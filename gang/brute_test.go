@@ -382,6 +382,30 @@ func TestPlaceIntoReuses(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
+// levelsOf returns r's required level and its preferred level (the
+// finest above nodes when it names none).
+func levelsOf(c *topo.Cluster, r *gang.Request) (lr, lp int) {
+	if r.Required != "" {
+		lr, _ = c.Level(r.Required)
+	}
+	lp = len(c.Levels()) - 1
+	if r.Preferred != "" {
+		lp, _ = c.Level(r.Preferred)
+	}
+	return lr, lp
+}
+
+// blockLevels asks r, at random, for nothing, a preferred block or a
+// required block.
+func blockLevels(rng *rand.Rand, r *gang.Request) {
+	switch rng.IntN(3) {
+	case 1:
+		r.Preferred = "block"
+	case 2:
+		r.Required = "block"
+	}
+}
+
 // compactOrder lists the levels (finer than the required level lr, above
 // the node) in the order Place minimises their spread: the preferred level
 // lp, then the coarser ones, coarsest first, then the finer ones.
@@ -477,22 +501,10 @@ func TestDifferentialBruteForceWide(t *testing.T) {
 		g := gang.Group{Members: 1 + rng.IntN(12), GPUsPerMember: []int{1, 2, 4, 8}[rng.IntN(4)]}
 		randomModels(rng, &g, true)
 		r := gang.Request{Groups: []gang.Group{g}}
-		switch rng.IntN(3) {
-		case 1:
-			r.Preferred = "block"
-		case 2:
-			r.Required = "block"
-		}
+		blockLevels(rng, &r)
 		res, err := gang.Place(s, &r)
 		require.NoError(t, err)
-		lr := 0
-		if r.Required != "" {
-			lr, _ = c.Level(r.Required)
-		}
-		lp := len(c.Levels()) - 1
-		if r.Preferred != "" {
-			lp, _ = c.Level(r.Preferred)
-		}
+		lr, lp := levelsOf(c, &r)
 		order := compactOrder(c, lr, lp)
 		want := bruteLex(s, sameModelFirst(s, &r), lr, order)
 		require.Equal(t, want != nil, res.Found, "iter %d", iter)
@@ -592,22 +604,10 @@ func TestDifferentialBruteForceTwoGroups(t *testing.T) {
 		launcher := workers
 		launcher.Members, launcher.GPUsPerMember = 1+rng.IntN(2), []int{1, 2, 4, 8}[rng.IntN(4)]
 		r := gang.Request{Groups: []gang.Group{launcher, workers}}
-		switch rng.IntN(3) {
-		case 1:
-			r.Preferred = "block"
-		case 2:
-			r.Required = "block"
-		}
+		blockLevels(rng, &r)
 		res, err := gang.Place(s, &r)
 		require.NoError(t, err)
-		lr := 0
-		if r.Required != "" {
-			lr, _ = c.Level(r.Required)
-		}
-		lp := len(c.Levels()) - 1
-		if r.Preferred != "" {
-			lp, _ = c.Level(r.Preferred)
-		}
+		lr, lp := levelsOf(c, &r)
 		order := compactOrder(c, lr, lp)
 		want := bruteLexNodes(s, &r, lr, order)
 		require.Equal(t, want != nil, res.Found, "iter %d: %+v: %v", iter, r, res.Reason)
