@@ -20,7 +20,8 @@ func (s *Snapshot) Pool() mig.PoolReader { return s.pool.ReadOnly() }
 func (s *Snapshot) poolW() *mig.Pool {
 	s.ver++
 	if s.poolTok != s.tok {
-		s.pool = s.pool.Clone()
+		cp, _ := s.c.rec.pools.Get().(*mig.Pool)
+		s.pool = s.pool.CloneInto(cp)
 		s.poolTok = s.tok
 	}
 	return s.pool
