@@ -295,21 +295,6 @@ func (p *Pool) Shares(g uint32) []Share {
 	return out
 }
 
-// CloneInto is Clone into the memory of dst, a pool nothing uses any
-// more (its caller's recycled copy); nil dst is Clone.
-func (p *Pool) CloneInto(dst *Pool) *Pool {
-	if dst == nil {
-		return p.Clone()
-	}
-	*dst = Pool{
-		gpus:      append(dst.gpus[:0], p.gpus...),
-		shares:    append(dst.shares[:0], p.shares...),
-		freeShare: p.freeShare,
-		migGPUs:   p.migGPUs,
-	}
-	return dst
-}
-
 // Clone returns an independent deep copy (for what-if work).
 func (p *Pool) Clone() *Pool {
 	c := &Pool{

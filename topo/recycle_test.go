@@ -61,9 +61,9 @@ func TestRecycleKeepsOthers(t *testing.T) {
 }
 
 // TestRecycleKeepsOthersShared is TestRecycleKeepsOthers for shared GPUs:
-// a recycled snapshot's own copy of the pool of shares, handed to a later
-// copy, never shows in a snapshot still in use, and a copy made from it
-// starts from the pool it was cloned from.
+// recycling snapshots that booked and released shares never changes the
+// shares another snapshot shows, and a copy starts from the shares of the
+// snapshot it was cloned from.
 func TestRecycleKeepsOthersShared(t *testing.T) {
 	var spec topo.Spec
 	spec.ShareFreeGPUs = true

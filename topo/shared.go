@@ -20,8 +20,7 @@ func (s *Snapshot) Pool() mig.PoolReader { return s.pool.ReadOnly() }
 func (s *Snapshot) poolW() *mig.Pool {
 	s.ver++
 	if s.poolTok != s.tok {
-		cp, _ := s.c.rec.pools.Get().(*mig.Pool)
-		s.pool = s.pool.CloneInto(cp)
+		s.pool = s.pool.Clone()
 		s.poolTok = s.tok
 	}
 	return s.pool

@@ -45,7 +45,6 @@ type recycler struct {
 	nodes sync.Pool // *nodePage
 	cnt   sync.Pool // *cntPage
 	snaps sync.Pool // *Snapshot, with the capacity of its page slices
-	pools sync.Pool // *mig.Pool, a recycled snapshot's own copy
 }
 
 // newTok returns a token no page of the cluster holds yet. A page belongs
@@ -169,9 +168,6 @@ func (s *Snapshot) Recycle() {
 		if p.tok == s.tok {
 			c.rec.cnt.Put(p)
 		}
-	}
-	if s.pool != nil && s.poolTok == s.tok {
-		c.rec.pools.Put(s.pool) // its own copy (poolW): no other snapshot reads it
 	}
 	clear(s.nodes)
 	clear(s.cnt)
