@@ -358,6 +358,8 @@ func TestPlaceIntoReuses(t *testing.T) {
 		{Groups: []gang.Group{{Members: 40, GPUsPerMember: 1}}, Required: "block"},
 		{Groups: []gang.Group{{Members: 6, GPUsPerMember: 8}}, Preferred: "rack"},
 		{Groups: []gang.Group{{Members: 999, GPUsPerMember: 8}}, Required: "block"},
+		// A launcher and its workers, compacted as one.
+		{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1}, {Members: 12, GPUsPerMember: 4}}, Preferred: "rack"},
 	}
 	var p gang.Placer
 	var dst gang.Result
