@@ -577,7 +577,7 @@ func bruteLexNodes(s *topo.Snapshot, r *gang.Request, lr int, order []int) []int
 // over every set of racks that holds the whole gang (that would be a bad
 // placement or a bad brute force) and equal it in all but a few cases:
 // the relaxed compaction of compactMulti is exact when its choice packs,
-// a bound otherwise (at most 2% missed; 11 of 792 when written, where
+// a bound otherwise (at most 1% missed; 3 of 803 when written, where
 // the greedy choice before it missed 217).
 func TestDifferentialBruteForceTwoGroups(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -633,5 +633,5 @@ func TestDifferentialBruteForceTwoGroups(t *testing.T) {
 	}
 	t.Logf("two-group placements checked: %d, split at a second level: %d, spreads above the least: %d", checked, split, missed)
 	require.Positive(t, split, "the test must reach placements split at a second level")
-	require.LessOrEqual(t, missed*50, checked, "more than 2%% of two-group placements above the least spreads")
+	require.LessOrEqual(t, missed*100, checked, "more than 1%% of two-group placements above the least spreads")
 }

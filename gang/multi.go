@@ -129,35 +129,35 @@ func gcd(a, b int) int {
 // first, until the trial fits.
 func (p *Placer) compactMulti(d int, k *key) bool {
 	if p.vneed > 0 {
-		unit, found := p.vgi.per, false
+		unit, total := p.vgi.per, p.vneed*p.vgi.per
+		found := false
 		var best key
-		vcap := p.capacity(p.lr, d, &p.vgi)
-		for need, try := p.vneed, 0; need <= vcap && try < maxRelaxTries; need, try = need+p.vstep, try+1 {
-			kk := *k
-			p.vg.Members = need
-			p.compact(d, &p.vgi, need, &kk)
-			if p.trial(d, p.chosenL, p.chosen) {
-				if try == 0 {
-					*k = kk
-					return true // the bound: nothing has smaller spreads
-				}
-				found, best = true, kk
-				p.mbest, p.mbestL = append(p.mbest[:0], p.chosen...), p.chosenL
+		if p.relaxedTry(d, unit, p.vneed, k, &found, &best) {
+			*k = best
+			return true // the bound: nothing has smaller spreads
+		}
+		for t := 1; t < maxRelaxTries; t++ {
+			if p.relaxedTry(d, unit, p.vneed+t*p.vstep, k, &found, &best) {
 				break
 			}
 		}
 		// Whole largest members.
 		big := p.vstep * unit
-		p.vgi.per, p.vg.GPUsPerMember = big, big
-		need := (p.vneed*unit + big - 1) / big
-		p.vg.Members = need
-		if big != unit && need <= p.capacity(p.lr, d, &p.vgi) {
-			kk := *k
-			p.compact(d, &p.vgi, need, &kk)
-			if p.trial(d, p.chosenL, p.chosen) && (!found || kk.less(best)) {
-				found, best = true, kk
-				p.mbest, p.mbestL = append(p.mbest[:0], p.chosen...), p.chosenL
+		if big != unit {
+			p.relaxedTry(d, big, (total+big-1)/big, k, &found, &best)
+		}
+		// Each size of member as the unit: the members at least that
+		// large, in whole units (also a bound, when it packs).
+		for i := range p.groups {
+			s := p.groups[i].per
+			if s <= unit || slices.ContainsFunc(p.groups[:i], func(g groupInfo) bool { return g.per == s }) {
+				continue
 			}
+			n := 0
+			for j := range p.groups {
+				n += p.groups[j].g.Members * (p.groups[j].per / s)
+			}
+			p.relaxedTry(d, s, n, k, &found, &best)
 		}
 		p.vgi.per, p.vg.GPUsPerMember, p.vg.Members = unit, unit, p.vneed
 		if found {
@@ -192,6 +192,28 @@ func (p *Placer) compactMulti(d int, k *key) bool {
 		}
 	}
 	return false
+}
+
+// relaxedTry compacts, inside required domain d, the relaxed gang (relax)
+// with members of per GPUs, need of them, and trial-packs every group on
+// the domains it chooses. When the gang packs and their key is less than
+// *best (or none was found), they become the best (p.mbest). It reports
+// whether the gang packed.
+func (p *Placer) relaxedTry(d, per, need int, k *key, found *bool, best *key) bool {
+	p.vgi.per, p.vg.GPUsPerMember, p.vg.Members = per, per, need
+	if need <= 0 || need > p.capacity(p.lr, d, &p.vgi) {
+		return false
+	}
+	kk := *k
+	p.compact(d, &p.vgi, need, &kk)
+	if !p.trial(d, p.chosenL, p.chosen) {
+		return false
+	}
+	if !*found || kk.less(*best) {
+		*found, *best = true, kk
+		p.mbest, p.mbestL = append(p.mbest[:0], p.chosen...), p.chosenL
+	}
+	return true
 }
 
 // greedyLevels fills k.levels for preferred domains p.chosen chosen
