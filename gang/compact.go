@@ -6,7 +6,9 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// Hierarchical compactness of single-group gangs.
+// Hierarchical compactness of a gang's domains: of single-group gangs,
+// and of the relaxed single group that stands for a multi-group gang
+// (compactMulti).
 //
 // Inside one domain of the required level, the placement minimises, in
 // this order (each a tie-break of the one before):
@@ -59,6 +61,9 @@ type compactScratch struct {
 	top    []int32 // group positions, by the sum of their m largest items
 	merged []int32
 	lpTmp  []int32  // one model's capacities, for a set of models
+	lbCap  []int32  // pruned's capacities of one domain
+	dh     []int    // dual's largest h
+	dn     []int32  // and their item counts
 	best   []int32  // per group, the sum of its m largest items
 	keys   []uint64 // greedyGroups' sort keys
 	pre    []int64  // knapsack prefix sums
@@ -76,6 +81,33 @@ func (p *Placer) capOf(l, i int, gi *groupInfo) int {
 	return min(p.capacity(l, i, gi), 1<<30)
 }
 
+// fastCaps writes into dst the capacities for group gi (not slow) of the
+// preferred domains lo..hi-1 (below the node level), clamped to 1<<30:
+// one pass over the counters per model.
+func (p *Placer) fastCaps(lo, hi int, gi *groupInfo, dst []int32) {
+	c := &p.cmp
+	if gi.models.n == 0 {
+		p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, dst)
+	} else {
+		// A set of models: the sum of each model's capacities.
+		clear(dst)
+		c.lpTmp = slices.Grow(c.lpTmp[:0], hi-lo)[:hi-lo]
+		for _, m := range p.modelsOf(gi) {
+			p.s.DomainCapacities(p.lp, lo, hi, gi.per, int(m), c.lpTmp)
+			for i, v := range c.lpTmp {
+				dst[i] += v
+			}
+		}
+	}
+	// A capacity is at most the free GPUs, so the clamp is needed only
+	// past 1<<30 of them.
+	if p.s.Free() > 1<<30 {
+		for i, v := range dst {
+			dst[i] = min(v, 1<<30)
+		}
+	}
+}
+
 // compact chooses the domains of single-group gang gi inside required
 // domain d (whose capacity reaches need) in the order above, fills the
 // spreads and free GPUs of k, and leaves the finest chosen domains in
@@ -88,26 +120,7 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 	c.lpBase = lo
 	c.lpCap = slices.Grow(c.lpCap[:0], hi-lo)[:hi-lo]
 	if p.lp < p.nl && !gi.slow {
-		// One pass over the counters; a capacity is at most the free
-		// GPUs, so the clamp below is needed only past 1<<30 of them.
-		if gi.models.n == 0 {
-			p.s.DomainCapacities(p.lp, lo, hi, gi.per, gi.model, c.lpCap)
-		} else {
-			// A set of models: the sum of each model's capacities.
-			clear(c.lpCap)
-			c.lpTmp = slices.Grow(c.lpTmp[:0], hi-lo)[:hi-lo]
-			for _, m := range p.modelsOf(gi) {
-				p.s.DomainCapacities(p.lp, lo, hi, gi.per, int(m), c.lpTmp)
-				for i, v := range c.lpTmp {
-					c.lpCap[i] += v
-				}
-			}
-		}
-		if p.s.Free() > 1<<30 {
-			for i, v := range c.lpCap {
-				c.lpCap[i] = min(v, 1<<30)
-			}
-		}
+		p.fastCaps(lo, hi, gi, c.lpCap)
 	} else {
 		for i := lo; i < hi; i++ {
 			c.lpCap[i-lo] = int32(min(p.capacity(p.lp, i, gi), 1<<30))
@@ -451,12 +464,83 @@ func (p *Placer) pickGroups(j, r, rm int) {
 // minGroups returns the fewest groups (at most jm) whose largest m items
 // hold need, leaving them in p.cmp.sel; 0 when none or over budget.
 func (p *Placer) minGroups(jm, m, need int) int {
+	if p.dualBelow(jm, m, need) {
+		return 0 // the knapsack would find none
+	}
 	j, ok := p.knapsack(jm, m, need, true)
 	if !ok || p.cmp.dpRow[m] < int64(need) {
 		return 0
 	}
 	p.pickGroups(j, m, m)
 	return j
+}
+
+// dualBelow reports that no jm groups hold need in m items, by a bound
+// much cheaper than the knapsack: for any lam >= 0, what j groups hold in
+// m items is at most lam*m plus the sum of the j largest h(g, lam), where
+// h(g, lam) is the sum of (item - lam) over the items of g above lam
+// among its m largest (the item count's constraint taken into the sum, a
+// Lagrangian relaxation). That bound is convex in lam; a few lam are
+// tried, by bisection on its slope. False means no answer, not that some
+// jm groups hold need.
+func (p *Placer) dualBelow(jm, m, need int) bool {
+	c := &p.cmp
+	hi := 0
+	for g := range len(c.gid) {
+		if c.goff[g+1] > c.goff[g] {
+			hi = max(hi, int(c.gcap[c.goff[g]]))
+		}
+	}
+	for lo := 0; lo <= hi; {
+		lam := (lo + hi) / 2
+		v, slope := p.dual(jm, m, lam)
+		if v < need {
+			return true
+		}
+		if slope < 0 {
+			lo = lam + 1
+		} else {
+			hi = lam - 1
+		}
+	}
+	return false
+}
+
+// dual is the bound of dualBelow at lam, and its slope there (m less the
+// items above lam of the j groups it sums).
+func (p *Placer) dual(jm, m, lam int) (bound, slope int) {
+	c := &p.cmp
+	c.dh, c.dn = c.dh[:0], c.dn[:0] // the jm largest h, descending, and their counts
+	for g := range len(c.gid) {
+		items := c.gcap[c.goff[g]:c.goff[g+1]]
+		h, n := 0, 0
+		for _, v := range items[:min(m, len(items))] {
+			if int(v) <= lam {
+				break
+			}
+			h += int(v) - lam
+			n++
+		}
+		if h == 0 || (len(c.dh) == jm && h <= c.dh[jm-1]) {
+			continue
+		}
+		i := len(c.dh)
+		if i < jm {
+			c.dh, c.dn = append(c.dh, 0), append(c.dn, 0)
+		} else {
+			i--
+		}
+		for ; i > 0 && c.dh[i-1] < h; i-- {
+			c.dh[i], c.dn[i] = c.dh[i-1], c.dn[i-1]
+		}
+		c.dh[i], c.dn[i] = h, int32(n)
+	}
+	bound, slope = lam*m, m
+	for i := range c.dh {
+		bound += c.dh[i]
+		slope -= int(c.dn[i])
+	}
+	return bound, slope
 }
 
 // minItems returns the fewest items (at most rm) of at most jm groups that

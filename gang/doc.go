@@ -17,8 +17,12 @@
 // largest, which is exact for one group; picks are then swapped for smaller
 // domains while the sum still suffices (tightest fit). The levels around the
 // preferred one are minimised by a small knapsack over the domains of the
-// level that splits (blocks, say), run only when cheap bounds leave it open. Only then are nodes
-// visited, and only the nodes of the chosen domains. The cost grows with the
+// level that splits (blocks, say), run only when cheap bounds leave it
+// open (a Lagrangian bound, dualBelow, rules out most of what it would).
+// With several domains of the required level, each one's fewest preferred
+// domains is counted first, and only the domains whose least possible key
+// can still win are searched further. Only then are nodes visited, and
+// only the nodes of the chosen domains. The cost grows with the
 // number of domains read and the nodes of the chosen domains, not with the
 // GPUs of the cluster. Members of groups with selectors or host resources
 // take a slower path that scans nodes of candidate domains.
@@ -28,7 +32,8 @@
 // See Place. In short: one required domain; fewest preferred domains (the
 // finest level above nodes when no preferred level is given); then the
 // fewest domains at every coarser level (the racks of a gang in as few
-// blocks as they can be) and at every finer level (compact.go); the
+// blocks as they can be) and at every finer level (compact.go), for a
+// gang of several groups too (see "Several groups"); the
 // tightest fit so big free domains stay whole; members pack onto the nodes
 // with the fewest free GPUs that hold them, each inside one NVLink island
 // when one holds it, else over the fewest; lower indices win ties, so the
@@ -58,6 +63,26 @@
 // sets (ModelSet, "A|B"), so a shape fits the nodes of any of its models.
 // Reasons name the set ("no ready node with a GPU in {A100-40GB,
 // A100-80GB} ...").
+//
+// # Several groups
+//
+// A gang of several groups (a launcher and its workers, members of
+// different sizes) is compacted as one: its domains are chosen for a
+// relaxed gang of one group, whose members are the greatest common
+// divisor of the groups' GPUs per member and as many as the gang's GPUs
+// make (on the nodes every group accepts when they accept the same), by
+// the single-group search above; then every group is packed onto the
+// nodes of those domains, largest members first. A set of domains that
+// holds the gang holds the relaxed gang, so when the packing succeeds no
+// placement has smaller spreads. When it fails, the relaxed gang asking
+// for a few largest members more, the gang rounded up to whole largest
+// members, and, for each size of member, the members at least that large
+// in units of that size are tried, and the least spreads that pack win;
+// failing those, preferred domains are added, the most free GPUs first,
+// until the gang packs. Compared with every set of racks by brute force
+// (TestDifferentialBruteForceTwoGroups), the spreads are the least in
+// 800 of 803 two-group gangs, and whether a gang fits is never wrong
+// when its groups accept the same nodes.
 //
 // # Scoring nodes
 //
@@ -89,8 +114,10 @@
 //	res, err := p.Place(snap, &req)
 //
 // Without a scorer nothing changes: Place packs as described under Policy.
-// Scored choice applies to single-group gangs; multi-group gangs keep the
-// default packing.
+// A multi-group gang (a launcher and its workers) is scored group by
+// group, largest members first, each on the nodes of the chosen domains
+// that the groups before it left room on; where a scored choice leaves a
+// later group without room, the gang is packed as without a scorer.
 //
 // # Apply and undo
 //

@@ -35,8 +35,9 @@ const ScorerKueue = "kueue"
 // preferred level, so that Score sees every node of the cluster, and the
 // nodes it ranks first are those the greedy picks, in the order it picks
 // them (the placer then takes them in that order); other nodes follow,
-// the most room first. Multi-group gangs keep Place's packing (as for
-// every Scorer). Kueue keeps scratch buffers; it belongs to one goroutine.
+// the most room first. Each group of a multi-group gang is scored on its
+// own, on the nodes the groups before it left room on (as for every
+// Scorer). Kueue keeps scratch buffers; it belongs to one goroutine.
 type Kueue struct {
 	caps  []int32 // members per node, parallel to nodes
 	racks []kueueRack

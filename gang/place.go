@@ -19,7 +19,7 @@ var ErrUnsupported = errors.New("gang: unsupported request")
 // buffers between calls, so reuse one Placer per goroutine to avoid
 // allocations. A Placer is not safe for concurrent use.
 type Placer struct {
-	// Scorer, when set, chooses the nodes of single-group gangs inside the
+	// Scorer, when set, chooses the nodes of every group inside the
 	// chosen domains (see Scorer). Nil: members pack onto the nodes with
 	// the fewest free GPUs (Place).
 	Scorer Scorer
@@ -62,14 +62,24 @@ type Placer struct {
 	tcpu   []int64
 	tmem   []int64
 	tpos   []int32
+	tdoms  []int32
 	spread []topo.NodeID
+	// the gang as one relaxed group (relax)
+	vg           Group
+	vgi          groupInfo
+	vneed, vstep int
+	mbest        []int32 // compactMulti's best candidate, of level mbestL
+	mbestL       int
 	// scored packing scratch
 	snodes  []topo.NodeID
 	scaps   []int32
 	sscores []int64
 	sorder  []int32
+	spos    []int32 // trial positions of snodes (scoredTrial)
+	sfree   []uint8 // free GPUs of snodes (packOne)
 	memo    domainMemo
-	mods    []int32 // model indices of the groups' sets (groupInfo.models)
+	cands   []candDom // pruned's domains
+	mods    []int32   // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),
 	// so that a failure allocates nothing for a set seen before.
 	sets map[string]string
@@ -227,8 +237,9 @@ var placers = sync.Pool{New: func() any { return new(Placer) }}
 //
 // Policy, in order: every member inside one domain of the required level;
 // the fewest domains of the preferred level (for single-group gangs this is
-// exactly the best possible; for multi-group gangs it is a greedy bound);
-// for single-group gangs, then the fewest domains at every level between the
+// exactly the best possible; for multi-group gangs it is the best possible
+// whenever the relaxed bound packs, see "Several groups" in the package
+// doc); then the fewest domains at every level between the
 // required and the preferred one, coarsest first, then at every level
 // between the preferred one and the node (see compact.go for where this is
 // exact); among equal spreads the tightest fit (the domain with the least free
@@ -415,7 +426,13 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 			return 0 // no GPUs: the host need not be read
 		}
 	}
-	k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
+	if k == 1 {
+		if !p.s.HostHolds(n, gi.g.CPUMilli, gi.g.MemoryMiB) {
+			return 0
+		}
+	} else {
+		k = min(k, p.s.HostFits(n, gi.g.CPUMilli, gi.g.MemoryMiB))
+	}
 	if gi.frac && k > 0 {
 		if !p.sharedNode(n, gi) {
 			return 0
@@ -430,6 +447,9 @@ func (p *Placer) nodeCap(n topo.NodeID, gi *groupInfo) int {
 // GPUs (or plain ones under Spec.ShareFreeGPUs). It keeps the capacity
 // scan of a MIG or fractional request off the other nodes' GPUs.
 func (p *Placer) sharedNode(n topo.NodeID, gi *groupInfo) bool {
+	if gi.mreq.Profile == "" && p.c.SharesFreeGPUs() {
+		return true // the node's configuration need not be read (a copy)
+	}
 	cfg, ok := p.c.NodeGPUConfig(n)
 	if gi.mreq.Profile != "" {
 		return ok && cfg.MIG
@@ -440,7 +460,7 @@ func (p *Placer) sharedNode(n topo.NodeID, gi *groupInfo) bool {
 // shareFits is the sum of SharedFits over the GPUs of node n for group
 // gi, or any value >= k once the sum reaches k.
 func (p *Placer) shareFits(n topo.NodeID, gi *groupInfo, k int) int {
-	first, g := p.c.NodeGPUs(n)
+	first, _ := p.c.NodeGPUs(n)
 	f := 0
 	mask := p.s.NodeFreeMask(n)
 	if mask != 0 && p.c.SharesFreeGPUs() && gi.mreq.Profile == "" && gi.mreq.Milli > 0 &&
@@ -451,18 +471,17 @@ func (p *Placer) shareFits(n topo.NodeID, gi *groupInfo, k int) int {
 		if f = bits.OnesCount64(mask) * (1000 / gi.mreq.Milli); f >= k {
 			return f
 		}
-		for i := range uint32(g) {
-			if mask&(1<<i) != 0 {
-				continue
-			}
-			if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+		for m := p.s.NodeSharedMask(n) &^ mask; m != 0; m &= m - 1 {
+			if f += p.s.SharedFits(first+uint32(bits.TrailingZeros64(m)), gi.mreq); f >= k {
 				break
 			}
 		}
 		return f
 	}
-	for i := range uint32(g) {
-		if f += p.s.SharedFits(first+i, gi.mreq); f >= k {
+	// Only GPUs in MIG mode, shared or free give shares (SharedFits is 0
+	// for the others), in ascending order.
+	for m := p.s.NodeSharedMask(n) | mask; m != 0; m &= m - 1 {
+		if f += p.s.SharedFits(first+uint32(bits.TrailingZeros64(m)), gi.mreq); f >= k {
 			break // enough: the rest cannot change min(k, f)
 		}
 	}
@@ -561,7 +580,13 @@ func (p *Placer) placeOne() Result {
 		p.chooseScored(gi, need)
 		return Result{Found: true}
 	}
-	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
+	pruned := false
+	if nd := p.numDomains(p.lr); nd > 1 && p.lp >= 0 && p.lp < p.nl && !gi.slow && !p.Memo {
+		// Bounds first: compact only the domains that can still win.
+		bestFit, found, best = p.pruned(gi, need)
+		pruned = true
+	}
+	for d, nd := 0, p.numDomains(p.lr); d < nd && !pruned; d++ {
 		total := p.capacity(p.lr, d, gi)
 		bestFit = max(bestFit, total)
 		if total < need {
@@ -586,6 +611,87 @@ func (p *Placer) placeOne() Result {
 	if !found {
 		return Result{Reason: Reason{Code: NoCapacity, Group: 0, Level: p.levelName(p.lr), Fit: bestFit, Need: need}}
 	}
+	return p.finishOne(gi, need, best)
+}
+
+// candDom is a domain of the required level that holds the gang, with
+// the bound of its key: its fewest preferred domains (exact) and free GPUs.
+type candDom struct {
+	spread, freeD, d int32
+}
+
+// pruned is placeOne's search over the domains of the required level,
+// for a group whose capacities the counters give (fastCaps): it computes
+// for each domain that holds the gang the fewest preferred domains (the
+// key's first field, exactly as choose counts it), orders the domains by
+// the least key they can have (that count, one domain at every other
+// level of the key, their free GPUs, nothing free in the chosen domains,
+// the index), and compacts them in that order until the bound of the next
+// is no less than the best key found. The key orders domains totally (the
+// index breaks ties), so the winner, and what is left in p.best, is the
+// one the full search finds. It returns the best fit and the winner.
+func (p *Placer) pruned(gi *groupInfo, need int) (bestFit int, found bool, best key) {
+	c := &p.cmp
+	p.cands = p.cands[:0]
+	for d, nd := 0, p.numDomains(p.lr); d < nd; d++ {
+		total := p.capacity(p.lr, d, gi)
+		bestFit = max(bestFit, total)
+		if total < need {
+			continue
+		}
+		lo, hi := p.span(p.lr, d, p.lp)
+		c.lbCap = slices.Grow(c.lbCap[:0], hi-lo)[:hi-lo]
+		p.fastCaps(lo, hi, gi, c.lbCap)
+		p.cands = append(p.cands, candDom{spread: int32(fewest(c.lbCap, need)), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
+	}
+	slices.SortFunc(p.cands, func(a, b candDom) int {
+		if a.spread != b.spread {
+			return int(a.spread - b.spread)
+		}
+		if a.freeD != b.freeD {
+			return int(a.freeD - b.freeD)
+		}
+		return int(a.d - b.d)
+	})
+	var lb key
+	for ki, l := 0, p.lr+1; l < p.nl && ki < maxKeyLevels; l++ {
+		if l != p.lp {
+			lb.levels[ki] = 1
+			ki++
+		}
+	}
+	for _, cd := range p.cands {
+		lb.spread, lb.freeD, lb.d = int(cd.spread), p.free(p.lr, int(cd.d)), int(cd.d)
+		if found && !lb.less(best) {
+			break
+		}
+		k := key{freeD: lb.freeD, d: lb.d}
+		p.compact(lb.d, gi, need, &k)
+		if !found || k.less(best) {
+			found, best = true, k
+			p.best = append(p.best[:0], p.chosen...)
+			p.bestL = p.chosenL
+		}
+	}
+	return bestFit, found, best
+}
+
+// fewest is the fewest of caps whose sum reaches need (len(caps)+1 when
+// all do not); it reorders caps.
+func fewest(caps []int32, need int) int {
+	sortDesc(caps)
+	s := 0
+	for i, v := range caps {
+		if s += int(v); s >= need {
+			return i + 1
+		}
+	}
+	return len(caps) + 1
+}
+
+// finishOne takes the members of single group gi on the winning domain
+// (best.d; its chosen domains in p.best).
+func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 	if p.Scorer != nil {
 		p.collectScored(best.d, gi)
 		p.chooseScored(gi, need)
@@ -735,11 +841,43 @@ func (p *Placer) nodeRanges(d int, f func(topo.NodeID)) {
 // with the fewest free GPUs first (ties: lower node ID).
 func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 	var byFree [topo.MaxGPUsPerNode + 1]int
-	p.nodeRanges(d, func(n topo.NodeID) {
-		if c := p.nodeCap(n, gi); c > 0 {
-			byFree[p.s.NodeAvailable(n)] += c
+	// One scan of the nodes: those that hold a member, with their free GPUs.
+	p.snodes, p.scaps, p.sfree = p.snodes[:0], p.scaps[:0], p.sfree[:0]
+	if !gi.slow && gi.model < 0 && gi.models.n == 0 {
+		// nodeCap is free GPUs / GPUs per member: a table, no closure.
+		var div [topo.MaxGPUsPerNode + 1]int32
+		for k := range div {
+			div[k] = int32(k / gi.per)
 		}
-	})
+		nodes, caps, free := p.snodes, p.scaps, p.sfree
+		scan := func(lo, hi int) {
+			for n := topo.NodeID(lo); n < topo.NodeID(hi); n++ {
+				k := p.s.NodeAvailable(n)
+				if c := div[k]; c > 0 {
+					byFree[k] += int(c)
+					nodes, caps, free = append(nodes, n), append(caps, c), append(free, uint8(k))
+				}
+			}
+		}
+		if p.lp < 0 {
+			scan(p.span(p.lr, d, p.nl))
+		} else {
+			for _, c := range p.best {
+				scan(p.span(p.bestL, int(c), p.nl))
+			}
+		}
+		p.snodes, p.scaps, p.sfree = nodes, caps, free
+	} else {
+		p.nodeRanges(d, func(n topo.NodeID) {
+			if c := p.nodeCap(n, gi); c > 0 {
+				k := p.s.NodeAvailable(n)
+				byFree[k] += c
+				p.snodes = append(p.snodes, n)
+				p.scaps = append(p.scaps, int32(c))
+				p.sfree = append(p.sfree, uint8(k))
+			}
+		})
+	}
 	cut, rem := 0, need
 	for k := range byFree {
 		if byFree[k] >= rem {
@@ -748,21 +886,18 @@ func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 		}
 		rem -= byFree[k]
 	}
-	p.nodeRanges(d, func(n topo.NodeID) {
-		c := p.nodeCap(n, gi)
-		if c == 0 {
-			return
-		}
-		switch k := p.s.NodeAvailable(n); {
+	for i, n := range p.snodes {
+		c := int(p.scaps[i])
+		switch k := int(p.sfree[i]); {
 		case k < cut:
 		case k == cut && rem > 0:
 			c = min(c, rem)
 			rem -= c
 		default:
-			return
+			continue
 		}
 		p.takes = append(p.takes, take{group: 0, node: n, n: int32(c)})
-	})
+	}
 }
 
 // anyNodeMatches reports whether some node could hold a member of group gi
@@ -805,6 +940,7 @@ func (p *Placer) emit(res *Result) {
 	// node may come from several groups).
 	var lastNode topo.NodeID = -1
 	var used uint64
+	noLevels := len(p.c.GPULevels()) == 0
 	for _, t := range p.takes {
 		gi := &p.groups[t.group]
 		if t.node != lastNode {
@@ -816,18 +952,41 @@ func (p *Placer) emit(res *Result) {
 			continue
 		}
 		freeMask := p.s.NodeFreeMask(t.node) &^ used
+		// Locals, so that the appends stay in registers.
+		gpus, ms := res.gpus, res.Members
+		if noLevels && gi.per == 1 {
+			// One GPU each: the lowest free ones, in turn.
+			for range t.n {
+				b := freeMask & -freeMask
+				freeMask ^= b
+				used |= b
+				gpus = append(gpus, first+uint32(bits.TrailingZeros64(b)))
+				ms = append(ms, Assignment{Group: t.group, Node: t.node, GPULo: int32(len(gpus) - 1), GPUHi: int32(len(gpus))})
+			}
+			res.gpus, res.Members = gpus, ms
+			continue
+		}
 		for range t.n {
-			m := p.pickGPUs(t.node, freeMask, gi.per)
+			var m uint64
+			switch {
+			case noLevels && bits.OnesCount64(freeMask) <= gi.per:
+				m = freeMask // all of them (a whole node, say)
+			case noLevels:
+				m = lowest(freeMask, gi.per) // pickGPUs without GPU levels
+			default:
+				m = p.pickGPUs(t.node, freeMask, gi.per)
+			}
 			freeMask &^= m
 			used |= m
-			start := len(res.gpus)
+			start := len(gpus)
 			for mm := m; mm != 0; mm &= mm - 1 {
-				res.gpus = append(res.gpus, first+uint32(bits.TrailingZeros64(mm)))
+				gpus = append(gpus, first+uint32(bits.TrailingZeros64(mm)))
 			}
-			res.Members = append(res.Members, Assignment{
-				Group: t.group, Node: t.node, GPULo: int32(start), GPUHi: int32(len(res.gpus)),
+			ms = append(ms, Assignment{
+				Group: t.group, Node: t.node, GPULo: int32(start), GPUHi: int32(len(gpus)),
 			})
 		}
+		res.gpus, res.Members = gpus, ms
 	}
 	if p.groups[0].frac {
 		res.frac, res.mreq = true, p.groups[0].mreq

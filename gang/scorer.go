@@ -17,15 +17,18 @@ import (
 // its PreScore and NormalizeScore folded in.
 //
 // A Placer with a Scorer (Placer.Scorer) still chooses the domains of a
-// single-group gang as Place does (required domain, fewest preferred
+// gang as Place does (required domain, fewest preferred
 // domains, tightest fit), then collects the nodes of those domains that
 // hold at least one member (the filter). When more than one node passes,
 // it calls Score once and takes nodes from the highest score down, each
 // holding as many members as fit there, until the gang is placed; ties go
 // to the lower Placer.Ties rank, else the lower node ID. A single node is
 // taken without scoring (as the kube-scheduler does), so a Scorer that
-// draws random numbers draws only for real choices. Multi-group gangs keep
-// the default packing.
+// draws random numbers draws only for real choices. Each group of a
+// multi-group gang is scored in turn, largest members first, on the nodes
+// the groups before it left room on (Score still reads the snapshot as it
+// stands); if a later group no longer fits, the gang is packed as without
+// a Scorer.
 //
 // Score must be a deterministic function of the snapshot and the group
 // (Random draws from the stream it is given, never from a global one) and
@@ -250,17 +253,29 @@ func (p *Placer) collectScored(d int, gi *groupInfo) int {
 // chooseScored takes need members of group gi from the collected nodes in
 // the order of p.Scorer (see Scorer).
 func (p *Placer) chooseScored(gi *groupInfo, need int) {
+	p.rankScored(gi.g, need)
+	for i, n := range p.snodes {
+		if p.scaps[i] > 0 {
+			p.takes = append(p.takes, take{group: 0, node: n, n: p.scaps[i]})
+		}
+	}
+}
+
+// rankScored takes need members of group g from the collected nodes
+// (p.snodes, each holding p.scaps[i]) in the order of p.Scorer, leaving
+// in p.scaps[i] the members node i takes.
+func (p *Placer) rankScored(g *Group, need int) {
 	nn := len(p.snodes)
 	if nn == 0 {
 		return
 	}
 	if nn == 1 {
-		p.takes = append(p.takes, take{group: 0, node: p.snodes[0], n: int32(min(int(p.scaps[0]), need))})
+		p.scaps[0] = int32(min(int(p.scaps[0]), need))
 		return
 	}
 	p.sscores = slices.Grow(p.sscores[:0], nn)[:nn]
 	clear(p.sscores)
-	p.Scorer.Score(p.s, gi.g, p.snodes, p.sscores)
+	p.Scorer.Score(p.s, g, p.snodes, p.sscores)
 	tie := func(i int32) int32 {
 		if n := p.snodes[i]; int(n) < len(p.Ties) {
 			return p.Ties[n]
@@ -281,7 +296,8 @@ func (p *Placer) chooseScored(gi *groupInfo, need int) {
 		}
 	}
 	if int(p.scaps[best]) >= need {
-		p.takes = append(p.takes, take{group: 0, node: p.snodes[best], n: int32(need)})
+		clear(p.scaps)
+		p.scaps[best] = int32(need)
 		return
 	}
 	p.sorder = p.sorder[:0]
@@ -297,8 +313,8 @@ func (p *Placer) chooseScored(gi *groupInfo, need int) {
 		}
 		return 0
 	})
-	// Take from the best down, then emit in node order (the spread and the
-	// members are read in ascending node order).
+	// Take from the best down; the caller emits in node order (the spread
+	// and the members are read in ascending node order).
 	rem := need
 	for _, i := range p.sorder {
 		if rem == 0 {
@@ -308,11 +324,6 @@ func (p *Placer) chooseScored(gi *groupInfo, need int) {
 		c := min(int(p.scaps[i]), rem)
 		p.scaps[i] = int32(c)
 		rem -= c
-	}
-	for i, n := range p.snodes {
-		if p.scaps[i] > 0 {
-			p.takes = append(p.takes, take{group: 0, node: n, n: p.scaps[i]})
-		}
 	}
 }
 

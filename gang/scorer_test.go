@@ -3,6 +3,7 @@ package gang_test
 import (
 	"encoding/json"
 	"math/rand"
+	randv2 "math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -426,4 +427,65 @@ func FuzzScored(f *testing.F) {
 			require.Equal(t, demand, int64(c.NumGPUs())*1000-free)
 		}
 	})
+}
+
+// lastFirst scores higher node IDs higher and counts its calls.
+type lastFirst struct{ calls int }
+
+func (l *lastFirst) Score(_ *topo.Snapshot, _ *gang.Group, nodes []topo.NodeID, scores []int64) {
+	l.calls++
+	for i, n := range nodes {
+		scores[i] = int64(n)
+	}
+}
+
+// A scorer chooses the nodes of every group of a multi-group gang, inside
+// the domains the gang would take unscored, each group from what the
+// groups before it left.
+func TestScoredMultiGroup(t *testing.T) {
+	c, err := topo.New(topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"))
+	require.NoError(t, err)
+	s := c.NewSnapshot()
+	req := gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 2}, {Members: 3, GPUsPerMember: 4}}}
+	def, err := gang.Place(s, &req)
+	require.NoError(t, err)
+	sc := &lastFirst{}
+	p := &gang.Placer{Scorer: sc}
+	res, err := p.Place(s, &req)
+	require.NoError(t, err)
+	require.True(t, res.Found)
+	checkPlacement(t, s, &req, res)
+	assert.Equal(t, 2, sc.calls, "one score per group")
+	// Default: rack 0, packed from node 0. Scored: rack 0 still, from node
+	// 3 down, the workers (larger members) first.
+	assert.Equal(t, def.Domain, res.Domain)
+	assert.Equal(t, def.Spread, res.Spread)
+	nodes := map[int32][]topo.NodeID{}
+	for _, m := range res.Members {
+		nodes[m.Group] = append(nodes[m.Group], m.Node)
+	}
+	assert.Equal(t, []topo.NodeID{2, 3, 3}, nodes[1], "workers from the best node down")
+	assert.Equal(t, []topo.NodeID{2}, nodes[0], "the launcher on the best node the workers left room on")
+
+	// Random gangs: scoring never changes whether a gang fits.
+	rng := randv2.New(randv2.NewPCG(21, 22))
+	for iter := range 500 {
+		c := small(rng)
+		s := c.NewSnapshot()
+		randomFill(rng, s)
+		r := randomRequest(rng)
+		if len(r.Groups) == 1 {
+			r.Groups[0].SameModel = false
+			r.Groups = append(r.Groups, gang.Group{Members: 1 + rng.IntN(2), GPUsPerMember: []int{1, 2}[rng.IntN(2)]})
+		}
+		def, err := gang.Place(s, &r)
+		require.NoError(t, err)
+		res, err := p.Place(s, &r)
+		require.NoError(t, err)
+		require.Equal(t, def.Found, res.Found, "iter %d", iter)
+		if res.Found {
+			checkPlacement(t, s, &r, res)
+			assert.Equal(t, def.Domain, res.Domain, "iter %d", iter)
+		}
+	}
 }

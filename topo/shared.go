@@ -51,6 +51,20 @@ func (s *Snapshot) SharedFits(g uint32, r mig.Request) int {
 	return 0
 }
 
+// NodeSharedMask returns the GPUs of node id that are in MIG mode or
+// currently shared, as a mask (bit i is GPU FirstGPU+i): IsSharedGPU of
+// each, in one read.
+func (s *Snapshot) NodeSharedMask(id NodeID) uint64 {
+	n := &s.c.nodes[id]
+	if n.gpuCfg != nil {
+		if n.gpus >= 64 {
+			return ^uint64(0)
+		}
+		return 1<<uint(n.gpus) - 1
+	}
+	return s.nodes[int(id)>>pageShift].auto[int(id)&(pageSize-1)]
+}
+
 // IsSharedGPU reports whether GPU g is in MIG mode or currently shared.
 func (s *Snapshot) IsSharedGPU(g uint32) bool {
 	c := s.c

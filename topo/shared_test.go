@@ -123,3 +123,45 @@ func TestEngineSupportMIG(t *testing.T) {
 	require.NoError(t, s.Pool().Check())
 	require.NoError(t, s.Verify())
 }
+
+// NodeSharedMask is IsSharedGPU of each GPU, and HostHolds is HostFits >= 1,
+// as GPUs are shared, released and nodes' hosts filled.
+func TestNodeSharedMaskAndHostHolds(t *testing.T) {
+	c, err := topo.New(topo.Spec{
+		ShareFreeGPUs: true,
+		Nodes: []topo.NodeSpec{
+			{Name: "plain", GPUs: 4, GPUModel: "T4", CPUMilli: 8000, MemoryMiB: 4096},
+			{Name: "mig", GPUs: 2, GPUModel: "H100-80GB", MIG: true, MIGLayout: "3g 2g 1g 1g"},
+			{Name: "ts", GPUs: 1, GPUModel: "A10", Sharing: mig.Sharing{Mode: mig.TimeSlicing, Replicas: 4}, CPUMilli: 1000},
+		},
+	})
+	require.NoError(t, err)
+	s := c.NewSnapshot()
+	check := func() {
+		t.Helper()
+		for id := range topo.NodeID(c.NumNodes()) {
+			first, n := c.NodeGPUs(id)
+			var want uint64
+			for i := range n {
+				if s.IsSharedGPU(first + uint32(i)) {
+					want |= 1 << i
+				}
+			}
+			assert.Equal(t, want, s.NodeSharedMask(id), "node %d", id)
+			for _, cpu := range []int64{0, 500, 1000, 4000, 8000, 9000} {
+				for _, mem := range []int64{0, 1024, 4096, 5000} {
+					assert.Equal(t, s.HostFits(id, cpu, mem) >= 1, s.HostHolds(id, cpu, mem), "node %d cpu %d mem %d", id, cpu, mem)
+				}
+			}
+		}
+	}
+	check()
+	gr, err := s.AllocateShared(1, mig.Request{Milli: 300}) // a free GPU of the plain node becomes shared
+	require.NoError(t, err)
+	assert.Equal(t, uint64(0b10), s.NodeSharedMask(0))
+	check()
+	require.NoError(t, s.AllocateHost(0, 6000, 4000))
+	check()
+	require.NoError(t, s.ReleaseShared(gr))
+	check()
+}

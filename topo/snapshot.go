@@ -296,6 +296,17 @@ func (s *Snapshot) HostFits(id NodeID, cpuMilli, memMiB int64) int {
 	return fit
 }
 
+// HostHolds reports whether node id has the host CPU and memory of one
+// more member (HostFits >= 1), without dividing.
+func (s *Snapshot) HostHolds(id NodeID, cpuMilli, memMiB int64) bool {
+	n := &s.c.nodes[id]
+	p := s.nodes[int(id)>>pageShift]
+	if cpuMilli > 0 && n.cpuMilli > 0 && p.cpu[int(id)&(pageSize-1)] < cpuMilli {
+		return false
+	}
+	return memMiB <= 0 || n.hostMiB <= 0 || p.mem[int(id)&(pageSize-1)] >= memMiB
+}
+
 // DomainFree returns the allocatable free GPUs of domain d of a level.
 //
 // Like the other Domain accessors it is on the placement's hot path and
