@@ -32,8 +32,22 @@ const sep = "|"
 var listFields = []string{"JobArrayID", "State", "Partition", "NumNodes", "RestartCnt", "Reason", "NodeList", "SubmitTime", "StartTime"}
 
 // detailFields are read for jobs berth has not seen: the user's text
-// (account, comment) last, the comment the very last.
-var detailFields = []string{"JobArrayID", "TimeLimit", "tres-per-node", "tres-per-job", "Account", "Comment"}
+// (account, comment) last, the comment the very last. The constraint
+// (Feature: "a100|h100" holds sep) ends with featSep instead of sep.
+var detailFields = []string{"JobArrayID", "TimeLimit", "tres-per-node", "tres-per-job", "Feature", "Account", "Comment"}
+
+// featSep ends the Feature field of detailFields: a control character no
+// feature name holds (slurmctld accepts only constraints over the nodes'
+// features, which are the site's).
+const featSep = "\x1f"
+
+// featureAt is Feature's index in detailFields.
+const featureAt = 4
+
+// detailArg is squeue's -O argument for detailFields.
+func detailArg() string {
+	return strings.Replace(formatArg(detailFields), "Feature:0"+sep, "Feature:0"+featSep, 1)
+}
 
 // formatArg is squeue's -O argument for fields.
 func formatArg(fields []string) string {
@@ -141,8 +155,10 @@ func parseDetail(out []byte, want map[string]*jobRec) bool {
 			if got[strings.TrimSpace(id)] != nil {
 				return false // two records for one job: one is forged
 			}
-			f := strings.SplitN(line, sep, len(detailFields))
-			if len(f) != len(detailFields) {
+			head, tail, ok := strings.Cut(line, featSep)
+			f := strings.SplitN(head, sep, featureAt+1)
+			f = append(f, strings.SplitN(tail, sep, len(detailFields)-featureAt-1)...)
+			if !ok || len(f) != len(detailFields) {
 				return false
 			}
 			cur = &det{f: f}
@@ -168,7 +184,8 @@ func parseDetail(out []byte, want map[string]*jobRec) bool {
 		}
 		r.TimeLimit = lim
 		r.TresPerNode, r.TresPerJob = nullable(d.f[2]), nullable(d.f[3])
-		r.Account, r.Comment = nullable(d.f[4]), nullable(d.f[5])
+		r.Features = nullable(d.f[featureAt])
+		r.Account, r.Comment = nullable(d.f[5]), nullable(d.f[6])
 		r.detail = true
 	}
 	return true
@@ -329,7 +346,7 @@ func (b *Backend) readJobs(ctx context.Context) ([]jobRec, error) {
 			want[recID(r)] = r
 			ids = append(ids, recID(r))
 		}
-		out, err := b.cli.runEnv(ctx, timeEnv, "", "squeue", "-h", "-r", "-t", "all", "-j", strings.Join(ids, ","), "-O", formatArg(detailFields))
+		out, err := b.cli.runEnv(ctx, timeEnv, "", "squeue", "-h", "-r", "-t", "all", "-j", strings.Join(ids, ","), "-O", detailArg())
 		b.mu.Lock()
 		b.stats.DetailReads++
 		b.mu.Unlock()
