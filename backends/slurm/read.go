@@ -407,6 +407,16 @@ func (b *Backend) needsLocked(recs []jobRec) (detail, devs []*jobRec, useJSON bo
 		case t.state == inRunning && r.State == "PENDING" && !t.preempted && b.handBack(t, r):
 			detail = append(detail, r)
 		case t.state == inRunning && r.State == "RUNNING" && (t.devices == "" || r.RestartCnt != t.restarts):
+			// Read from the second poll that sees it running: most short
+			// jobs have ended by then, and each read is two RPCs that
+			// slurmctld serves under its job lock (`scontrol show job`
+			// asks the federation first), as many as the bind itself. A
+			// job's GPUs are SLURM's choice either way; the indices only
+			// correct berth's books, one poll later.
+			if t.seenRun != r.RestartCnt+1 {
+				t.seenRun = r.RestartCnt + 1
+				continue
+			}
 			devs = append(devs, r)
 		}
 	}

@@ -153,3 +153,24 @@ func TestCheckLevels(t *testing.T) {
 	assert.ErrorIs(t, b.checkLevels("galaxy", ""), ErrBadJob)
 	assert.ErrorIs(t, b.checkLevels("", "zone"), ErrBadJob)
 }
+
+// The GPU indices of a started job are read from the second poll that
+// sees it running (a short job has ended by then: no read), and again
+// after a restart.
+func TestNeedsDevicesFromSecondPoll(t *testing.T) {
+	c, err := (&Config{}).withDefaults()
+	require.NoError(t, err)
+	b := &Backend{cfg: c, jobs: map[string]*tracked{"5": {state: inRunning, nodes: 1}}}
+	rec := func(restarts int) []jobRec {
+		return []jobRec{{JobID: 5, State: "RUNNING", Partition: c.RunPartition, Nodes: "node01", RestartCnt: restarts, detail: true}}
+	}
+	_, devs, useJSON := b.needsLocked(rec(0))
+	require.False(t, useJSON)
+	assert.Empty(t, devs, "first poll that sees it running: not read yet")
+	_, devs, _ = b.needsLocked(rec(0))
+	assert.Len(t, devs, 1, "second poll: read")
+	_, devs, _ = b.needsLocked(rec(1))
+	assert.Empty(t, devs, "restarted: its new run waits a poll again")
+	_, devs, _ = b.needsLocked(rec(1))
+	assert.Len(t, devs, 1)
+}

@@ -261,6 +261,9 @@ type tracked struct {
 	running   []string
 	devices   string // the gres detail last reported
 	restarts  int
+	// seenRun is 1 + the restart count of the run a poll last saw
+	// RUNNING without its GPU indices (needsLocked), 0 for none.
+	seenRun   int
 	preempted bool      // stopped by berth: its requeue is berth's, not an end
 	launched  bool      // submitted by LaunchJob, held: BindGang releases it
 	sbatched  time.Time // when LaunchJob's sbatch returned: a poll begun earlier may miss it
