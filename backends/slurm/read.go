@@ -17,9 +17,10 @@ import (
 // fixed text format cost what starting squeue costs (~0.1 s). So each poll
 // reads, in one squeue, only fields no user can write (listField), filtered
 // to the managed and run partitions; the fields users write (account,
-// comment) are read once, for the jobs berth has not seen yet (detailField,
-// comment last); the GPU indices of a job once, when it starts (scontrol -d
-// show job, read as lines of its own). Every read is checked so that text a
+// comment, constraint) are read once, for the jobs berth has not seen yet
+// (detailFields, comment last); the GPU indices of a job once, from the
+// second poll that sees it running (scontrol -d show job, read as lines of
+// its own). Every read is checked so that text a
 // user wrote (a job name or comment with the separator or a newline) cannot
 // pass for another job's fields: what fails a check is read again from
 // squeue --json, slow but unambiguous.
