@@ -22,8 +22,15 @@
 # drain nodes check both and refuse any other cluster (a user's, or one on
 # the same ports that this script did not start).
 #
+# GPU models: every node carries its GRES type as a feature too (as sites
+# do, so that --constraint="a100|h100" is accepted). All racks have
+# BERTH_SLURM_GPU_TYPE; BERTH_SLURM_RACK_GPU_TYPES="h100 a100" gives rack r
+# the r-th type of the list, cycled (rack1 h100, rack2 a100, rack3 h100...):
+# for the GPU-model tests; the other tests need the default layout.
+#
 # Settings: BERTH_SLURM_DIR (/tmp/berth-slurm), BERTH_SLURM_NODES (16),
 # BERTH_SLURM_GPUS (8 per node), BERTH_SLURM_GPU_TYPE (h100),
+# BERTH_SLURM_RACK_GPU_TYPES (unset: every rack BERTH_SLURM_GPU_TYPE),
 # BERTH_SLURM_PER_RACK (4), BERTH_SLURM_CTLD_PORT (6817),
 # BERTH_SLURM_SLURMD_PORT (6900: node i listens on port+i), BERTH_SLURM_WAIT_S (120).
 set -euo pipefail
@@ -37,6 +44,7 @@ perrack="${BERTH_SLURM_PER_RACK:-4}"
 ctldport="${BERTH_SLURM_CTLD_PORT:-6817}"
 dport="${BERTH_SLURM_SLURMD_PORT:-6900}"
 wait_s="${BERTH_SLURM_WAIT_S:-120}"
+read -r -a rtypes <<< "${BERTH_SLURM_RACK_GPU_TYPES:-$gtype}"
 cpus=64
 mem=512000
 
@@ -48,6 +56,12 @@ fail() { say "ERROR: $*"; exit 1; }
 [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -ge 1 ] || fail "BERTH_SLURM_GPUS must be >= 1"
 [[ "$perrack" =~ ^[0-9]+$ ]] && [ "$perrack" -ge 1 ] || fail "BERTH_SLURM_PER_RACK must be >= 1"
 [[ "$gtype" =~ ^[a-z0-9]+$ ]] || fail "BERTH_SLURM_GPU_TYPE must be lowercase letters and digits"
+[ "${#rtypes[@]}" -ge 1 ] || fail "BERTH_SLURM_RACK_GPU_TYPES is empty"
+for t in "${rtypes[@]}"; do
+  [[ "$t" =~ ^[a-z0-9]+$ ]] || fail "BERTH_SLURM_RACK_GPU_TYPES: $t: want lowercase letters and digits"
+done
+# The GPU type of node i (1-based): its rack's.
+ntype() { printf '%s' "${rtypes[$(( ($1 - 1) / perrack % ${#rtypes[@]} ))]}"; }
 t0=$(date +%s.%N)
 
 # 1. Packages (only when one is missing). A temporary policy-rc.d keeps the
@@ -145,7 +159,7 @@ PreemptType=preempt/none
 TopologyPlugin=topology/tree
 CONF
   for ((i = 1; i <= nodes; i++)); do
-    echo "NodeName=$(name "$i") NodeHostname=$host NodeAddr=127.0.0.1 Port=$((dport + i)) CPUs=$cpus Boards=1 SocketsPerBoard=2 CoresPerSocket=$((cpus / 2)) ThreadsPerCore=1 RealMemory=$mem Gres=gpu:$gtype:$gpus Features=$(name "$i"),rack$(((i - 1) / perrack + 1)) State=UNKNOWN"
+    echo "NodeName=$(name "$i") NodeHostname=$host NodeAddr=127.0.0.1 Port=$((dport + i)) CPUs=$cpus Boards=1 SocketsPerBoard=2 CoresPerSocket=$((cpus / 2)) ThreadsPerCore=1 RealMemory=$mem Gres=gpu:$(ntype "$i"):$gpus Features=$(name "$i"),rack$(((i - 1) / perrack + 1)),$(ntype "$i") State=UNKNOWN"
   done
   echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
   echo "PartitionName=berth Nodes=ALL Default=NO MaxTime=INFINITE State=DOWN PriorityTier=1"
@@ -153,7 +167,12 @@ CONF
   echo "PartitionName=berth-run Nodes=ALL Default=NO MaxTime=INFINITE State=UP Hidden=YES PriorityTier=2"
 } > "$conf"
 files="$dir/dev/nvidia[0-$((gpus - 1))]"; [ "$gpus" = 1 ] && files="$dir/dev/nvidia0"
-printf 'AutoDetect=off\nNodeName=%s Name=gpu Type=%s File=%s\n' "$all" "$gtype" "$files" > "$dir/etc/gres.conf"
+{
+  echo "AutoDetect=off"
+  for ((i = 1; i <= nodes; i++)); do
+    echo "NodeName=$(name "$i") Name=gpu Type=$(ntype "$i") File=$files"
+  done
+} > "$dir/etc/gres.conf"
 racks=()
 : > "$dir/etc/topology.conf"
 r=0
@@ -197,7 +216,8 @@ done
   echo "export BERTH_SLURM_NODES=$nodes"
   echo "export BERTH_SLURM_GPUS=$gpus"
   echo "export BERTH_SLURM_GPU_TYPE=$gtype"
+  echo "export BERTH_SLURM_RACK_GPU_TYPES='${rtypes[*]}'"
   echo "export BERTH_SLURM_RACKS='${racks[*]}'"
 } > "$dir/env"
-say "up in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s: $nodes nodes $all x gpu:$gtype:$gpus, racks ${racks[*]}"
+say "up in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s: $nodes nodes $all x gpu:${rtypes[*]}:$gpus, racks ${racks[*]}"
 say "use: source $dir/env"

@@ -29,7 +29,10 @@
 // A pending job of a managed partition becomes a queue.Job: its account is
 // its queue (Config.AccountQueues may rename), its partition gives its
 // priority and preemption policy (Partition), --time its limit, -N nodes x
-// --gres=gpu[:type]:K one gang of N members with K GPUs each, a
+// --gres=gpu[:type]:K one gang of N members with K GPUs each,
+// --constraint its allowed GPU models ("a100|h100" per node, "[a100|h100]"
+// one for the job: names that are GRES types of the nodes) or its node
+// selector (features joined with &; other forms are held), a
 // "berth:required=LEVEL,preferred=LEVEL" token in --comment its topology
 // request, and every task of a job array is a job "ARRAYID_TASK" with its
 // ArrayIndex. The topology/tree switch levels become berth's levels

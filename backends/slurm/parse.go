@@ -35,6 +35,7 @@ type jobRec struct {
 	Nodes           string   `json:"nodes"`
 	TresPerNode     string   `json:"tres_per_node"`
 	TresPerJob      string   `json:"tres_per_job"`
+	Features        string   `json:"features"` // --constraint
 	GresDetail      []string `json:"gres_detail"`
 	SubmitTime      int64    `json:"submit_time"`
 	StartTime       int64    `json:"start_time"`

@@ -17,9 +17,10 @@ import (
 // fixed text format cost what starting squeue costs (~0.1 s). So each poll
 // reads, in one squeue, only fields no user can write (listField), filtered
 // to the managed and run partitions; the fields users write (account,
-// comment) are read once, for the jobs berth has not seen yet (detailField,
-// comment last); the GPU indices of a job once, when it starts (scontrol -d
-// show job, read as lines of its own). Every read is checked so that text a
+// comment, constraint) are read once, for the jobs berth has not seen yet
+// (detailFields, comment last); the GPU indices of a job once, from the
+// second poll that sees it running (scontrol -d show job, read as lines of
+// its own). Every read is checked so that text a
 // user wrote (a job name or comment with the separator or a newline) cannot
 // pass for another job's fields: what fails a check is read again from
 // squeue --json, slow but unambiguous.
@@ -32,8 +33,22 @@ const sep = "|"
 var listFields = []string{"JobArrayID", "State", "Partition", "NumNodes", "RestartCnt", "Reason", "NodeList", "SubmitTime", "StartTime"}
 
 // detailFields are read for jobs berth has not seen: the user's text
-// (account, comment) last, the comment the very last.
-var detailFields = []string{"JobArrayID", "TimeLimit", "tres-per-node", "tres-per-job", "Account", "Comment"}
+// (account, comment) last, the comment the very last. The constraint
+// (Feature: "a100|h100" holds sep) ends with featSep instead of sep.
+var detailFields = []string{"JobArrayID", "TimeLimit", "tres-per-node", "tres-per-job", "Feature", "Account", "Comment"}
+
+// featSep ends the Feature field of detailFields: a control character no
+// feature name holds (slurmctld accepts only constraints over the nodes'
+// features, which are the site's).
+const featSep = "\x1f"
+
+// featureAt is Feature's index in detailFields.
+const featureAt = 4
+
+// detailArg is squeue's -O argument for detailFields.
+func detailArg() string {
+	return strings.Replace(formatArg(detailFields), "Feature:0"+sep, "Feature:0"+featSep, 1)
+}
 
 // formatArg is squeue's -O argument for fields.
 func formatArg(fields []string) string {
@@ -141,8 +156,10 @@ func parseDetail(out []byte, want map[string]*jobRec) bool {
 			if got[strings.TrimSpace(id)] != nil {
 				return false // two records for one job: one is forged
 			}
-			f := strings.SplitN(line, sep, len(detailFields))
-			if len(f) != len(detailFields) {
+			head, tail, ok := strings.Cut(line, featSep)
+			f := strings.SplitN(head, sep, featureAt+1)
+			f = append(f, strings.SplitN(tail, sep, len(detailFields)-featureAt-1)...)
+			if !ok || len(f) != len(detailFields) {
 				return false
 			}
 			cur = &det{f: f}
@@ -168,7 +185,8 @@ func parseDetail(out []byte, want map[string]*jobRec) bool {
 		}
 		r.TimeLimit = lim
 		r.TresPerNode, r.TresPerJob = nullable(d.f[2]), nullable(d.f[3])
-		r.Account, r.Comment = nullable(d.f[4]), nullable(d.f[5])
+		r.Features = nullable(d.f[featureAt])
+		r.Account, r.Comment = nullable(d.f[5]), nullable(d.f[6])
 		r.detail = true
 	}
 	return true
@@ -329,7 +347,7 @@ func (b *Backend) readJobs(ctx context.Context) ([]jobRec, error) {
 			want[recID(r)] = r
 			ids = append(ids, recID(r))
 		}
-		out, err := b.cli.runEnv(ctx, timeEnv, "", "squeue", "-h", "-r", "-t", "all", "-j", strings.Join(ids, ","), "-O", formatArg(detailFields))
+		out, err := b.cli.runEnv(ctx, timeEnv, "", "squeue", "-h", "-r", "-t", "all", "-j", strings.Join(ids, ","), "-O", detailArg())
 		b.mu.Lock()
 		b.stats.DetailReads++
 		b.mu.Unlock()
@@ -390,6 +408,16 @@ func (b *Backend) needsLocked(recs []jobRec) (detail, devs []*jobRec, useJSON bo
 		case t.state == inRunning && r.State == "PENDING" && !t.preempted && b.handBack(t, r):
 			detail = append(detail, r)
 		case t.state == inRunning && r.State == "RUNNING" && (t.devices == "" || r.RestartCnt != t.restarts):
+			// Read from the second poll that sees it running: most short
+			// jobs have ended by then, and each read is two RPCs that
+			// slurmctld serves under its job lock (`scontrol show job`
+			// asks the federation first), as many as the bind itself. A
+			// job's GPUs are SLURM's choice either way; the indices only
+			// correct berth's books, one poll later.
+			if t.seenRun != r.RestartCnt+1 {
+				t.seenRun = r.RestartCnt + 1
+				continue
+			}
 			devs = append(devs, r)
 		}
 	}
@@ -417,7 +445,9 @@ func (b *Backend) readDevices(ctx context.Context, recs []*jobRec) bool {
 			for _, r := range part {
 				in.WriteString("show job " + recID(r) + "\n")
 			}
-			out, err := b.cli.runInput(ctx, in.String(), "scontrol", "-d")
+			// --local: no federation lookup (REQUEST_FED_INFO) before
+			// each show job, half the RPCs of a read.
+			out, err := b.cli.runInput(ctx, in.String(), "scontrol", "--local", "-d")
 			if err == nil && !parseDevices(out, part) {
 				bad.Store(true)
 			}

@@ -34,16 +34,18 @@ func TestParseList(t *testing.T) {
 func TestParseDetail(t *testing.T) {
 	a, b := &jobRec{JobID: 7}, &jobRec{JobID: 8}
 	want := map[string]*jobRec{"7": a, "8": b}
-	out := "7|1:00:00|gres:gpu:h100:8|N/A|ml|berth:required=rack|x\nsecond line\n" +
-		"8|UNLIMITED|gres:gpu:2|N/A|(null)|(null)\n"
+	out := "7|1:00:00|gres:gpu:h100:8|N/A|[a100|h100]\x1fml|berth:required=rack|x\nsecond line\n" +
+		"8|UNLIMITED|gres:gpu:2|N/A|(null)\x1f(null)|(null)\n"
 	require.True(t, parseDetail([]byte(out), want))
 	assert.Equal(t, int64(60), a.TimeLimit)
 	assert.Equal(t, "gres:gpu:h100:8", a.TresPerNode)
 	assert.Equal(t, "ml", a.Account)
+	assert.Equal(t, "[a100|h100]", a.Features, "the constraint keeps its |")
 	assert.Equal(t, "berth:required=rack|x\nsecond line", a.Comment, "the comment keeps its separators and newlines")
 	assert.True(t, a.detail)
 	assert.Empty(t, b.Account)
 	assert.Empty(t, b.Comment)
+	assert.Empty(t, b.Features)
 	assert.Zero(t, b.TimeLimit)
 }
 
@@ -53,19 +55,20 @@ func TestParseDetail(t *testing.T) {
 // not asked for is part of the comment.
 func TestParseDetailForgedRecord(t *testing.T) {
 	a, b := &jobRec{JobID: 7}, &jobRec{JobID: 8}
-	forged := "7|1:00|gres:gpu:1|N/A|ml|hi\n8|1:00|gres:gpu:h100:8|N/A|evil|berth:required=zone\n" +
-		"8|1:00|gres:gpu:1|N/A|ml|real\n"
+	forged := "7|1:00|gres:gpu:1|N/A|(null)\x1fml|hi\n8|1:00|gres:gpu:h100:8|N/A|(null)\x1fevil|berth:required=zone\n" +
+		"8|1:00|gres:gpu:1|N/A|(null)\x1fml|real\n"
 	assert.False(t, parseDetail([]byte(forged), map[string]*jobRec{"7": a, "8": b}))
 	assert.False(t, a.detail || b.detail, "nothing filled")
 
 	c := &jobRec{JobID: 9}
-	other := "9|1:00|gres:gpu:1|N/A|ml|hi\n12|1:00|gres:gpu:h100:8|N/A|evil|x\n"
+	other := "9|1:00|gres:gpu:1|N/A|(null)\x1fml|hi\n12|1:00|gres:gpu:h100:8|N/A|(null)\x1fevil|x\n"
 	require.True(t, parseDetail([]byte(other), map[string]*jobRec{"9": c}))
-	assert.Equal(t, "hi\n12|1:00|gres:gpu:h100:8|N/A|evil|x", c.Comment)
+	assert.Equal(t, "hi\n12|1:00|gres:gpu:h100:8|N/A|(null)\x1fevil|x", c.Comment)
 
 	d := &jobRec{JobID: 10}
 	assert.False(t, parseDetail([]byte(""), map[string]*jobRec{"10": d}), "a job without a record")
 	assert.False(t, parseDetail([]byte("10|1:00|gres:gpu:1\n"), map[string]*jobRec{"10": d}), "too few fields")
+	assert.False(t, parseDetail([]byte("10|1:00|gres:gpu:1|N/A|(null)|ml|x\n"), map[string]*jobRec{"10": d}), "no feature separator")
 }
 
 func TestParseTimeLimit(t *testing.T) {
@@ -149,4 +152,25 @@ func TestCheckLevels(t *testing.T) {
 	require.NoError(t, b.checkLevels("rack", "block"))
 	assert.ErrorIs(t, b.checkLevels("galaxy", ""), ErrBadJob)
 	assert.ErrorIs(t, b.checkLevels("", "zone"), ErrBadJob)
+}
+
+// The GPU indices of a started job are read from the second poll that
+// sees it running (a short job has ended by then: no read), and again
+// after a restart.
+func TestNeedsDevicesFromSecondPoll(t *testing.T) {
+	c, err := (&Config{}).withDefaults()
+	require.NoError(t, err)
+	b := &Backend{cfg: c, jobs: map[string]*tracked{"5": {state: inRunning, nodes: 1}}}
+	rec := func(restarts int) []jobRec {
+		return []jobRec{{JobID: 5, State: "RUNNING", Partition: c.RunPartition, Nodes: "node01", RestartCnt: restarts, detail: true}}
+	}
+	_, devs, useJSON := b.needsLocked(rec(0))
+	require.False(t, useJSON)
+	assert.Empty(t, devs, "first poll that sees it running: not read yet")
+	_, devs, _ = b.needsLocked(rec(0))
+	assert.Len(t, devs, 1, "second poll: read")
+	_, devs, _ = b.needsLocked(rec(1))
+	assert.Empty(t, devs, "restarted: its new run waits a poll again")
+	_, devs, _ = b.needsLocked(rec(1))
+	assert.Len(t, devs, 1)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthsched/berth/backends"
@@ -27,9 +28,9 @@ var (
 	// be given (the backend never passes unchecked text to a command).
 	ErrBadArgument = errors.New("slurm: bad argument")
 	// ErrBadJob: a pending job berth cannot schedule (GPUs asked per job
-	// with --gpus, a malformed berth: comment, node constraints other than
-	// plain features joined with &). It is left pending in SLURM and
-	// reported through Config.OnSkip.
+	// with --gpus, a malformed berth: comment, a --constraint berth does
+	// not read: see constraint.go). It is held in SLURM with the reason in
+	// its admin comment and reported through Config.OnSkip.
 	ErrBadJob = errors.New("slurm: job not schedulable by berth")
 	// ErrClosed wraps backends.ErrClosed: Close was called.
 	ErrClosed = fmt.Errorf("slurm: closed: %w", backends.ErrClosed)
@@ -211,6 +212,10 @@ type Backend struct {
 	levels      []string
 	levelsKnown bool
 
+	// gpuModels are the GRES types of the managed nodes, as Cluster last
+	// read them (constraint.go); toJob reads them with or without mu.
+	gpuModels atomic.Pointer[map[string]bool]
+
 	// GPU indices read in the background (read.go), under mu.
 	devRead    map[string]devRead
 	devReading bool
@@ -256,6 +261,9 @@ type tracked struct {
 	running   []string
 	devices   string // the gres detail last reported
 	restarts  int
+	// seenRun is 1 + the restart count of the run a poll last saw
+	// RUNNING without its GPU indices (needsLocked), 0 for none.
+	seenRun   int
 	preempted bool      // stopped by berth: its requeue is berth's, not an end
 	launched  bool      // submitted by LaunchJob, held: BindGang releases it
 	sbatched  time.Time // when LaunchJob's sbatch returned: a poll begun earlier may miss it
@@ -348,6 +356,8 @@ func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
 		spec.Levels = append(spec.Levels, b.cfg.Levels[l])
 	}
 	seen := map[string]bool{}
+	models := map[string]bool{}
+	defer b.gpuModels.Store(&models)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.levels, b.levelsKnown = slices.Clone(spec.Levels), true
@@ -364,6 +374,9 @@ func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
 			continue // berth places GPU work only
 		}
 		ns := topo.NodeSpec{Name: r.Name, GPUs: g.Count, GPUModel: g.Type, State: nodeState(r), Labels: features(r.Features)}
+		if g.Type != "" {
+			models[g.Type] = true
+		}
 		if depth > 0 {
 			doms := under[r.Name]
 			if doms == nil || slices.Contains(doms, "") {
@@ -464,7 +477,7 @@ func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
 		part := fromPartition(r.AdminComment, b.cfg)
 		switch {
 		case r.State == "RUNNING":
-			j, err := b.toJob(id, r, part, taskIndex(r))
+			j, err := b.runningJob(id, r, part)
 			if err != nil {
 				return nil, fmt.Errorf("running job %s: %w", id, err)
 			}
@@ -526,7 +539,7 @@ func (b *Backend) RunningNow(ctx context.Context) ([]backends.RunningJob, error)
 		b.mu.Lock()
 		id := b.berthIDLocked(recID(r))
 		b.mu.Unlock()
-		j, err := b.toJob(id, r, fromPartition(r.AdminComment, b.cfg), taskIndex(r))
+		j, err := b.runningJob(id, r, fromPartition(r.AdminComment, b.cfg))
 		if err != nil {
 			return nil, fmt.Errorf("running job %s: %w", id, err)
 		}
@@ -634,7 +647,8 @@ func fromPartition(admin string, cfg Config) string {
 // toJob turns a SLURM job of a managed partition into berth's job:
 // account -> queue, partition -> priority and preemption, --time -> limit,
 // nodes x GPUs per node -> one group, the comment's berth: token -> the
-// topology request, --constraint features -> a selector.
+// topology request, --constraint -> the group's GPU models and selector
+// (constraint.go).
 func (b *Backend) toJob(id string, r *jobRec, part string, arrayIndex int) (*queue.Job, error) {
 	p := b.cfg.Partitions[part]
 	if strings.Contains(r.TresPerJob, "gpu") {
@@ -659,11 +673,15 @@ func (b *Backend) toJob(id string, r *jobRec, part string, arrayIndex int) (*que
 		}
 	}
 	n := max(r.NodeCount, 1)
+	grp := gang.Group{Members: n, GPUsPerMember: g.Count}
+	if err := b.setConstraint(&grp, g.Type, r.Features); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadJob, err)
+	}
 	j := &queue.Job{
 		ID: id, Queue: q, Priority: p.Priority, Submit: unix(r.SubmitTime), ArrayIndex: arrayIndex,
 		Preemptible: p.Preemptible, MinRuntime: p.MinRuntime, GracePeriod: p.GracePeriod,
 		Request: gang.Request{
-			Groups:   []gang.Group{{Members: n, GPUsPerMember: g.Count, GPUModel: g.Type}},
+			Groups:   []gang.Group{grp},
 			Required: cr.Required, Preferred: cr.Preferred,
 		},
 	}
@@ -671,6 +689,20 @@ func (b *Backend) toJob(id string, r *jobRec, part string, arrayIndex int) (*que
 		j.RuntimeLimit = time.Duration(r.TimeLimit) * time.Minute
 	}
 	return j, nil
+}
+
+// runningJob is toJob for a job that runs already: a --constraint berth
+// would not place by (the cluster's models changed, a job started by
+// hand) is left out rather than failing the read; it only matters to
+// a placement, and a requeued job is read again as pending.
+func (b *Backend) runningJob(id string, r *jobRec, part string) (*queue.Job, error) {
+	j, err := b.toJob(id, r, part, taskIndex(r))
+	if errors.Is(err, backends.ErrModelConstraint) {
+		c := *r
+		c.Features = ""
+		j, err = b.toJob(id, &c, part, taskIndex(r))
+	}
+	return j, err
 }
 
 // squeue reads every job (22.05's --json ignores filters: the backend
