@@ -130,6 +130,9 @@ type Config struct {
 	// Launch is the pod template of jobs a federation launches here
 	// (LaunchJob).
 	Launch LaunchConfig
+	// DRA, with a Driver, makes berth allocate the ResourceClaims of its
+	// pods (dra.go). Zero: off.
+	DRA DRAConfig
 	// Logf, if set, receives what the backend cannot report otherwise
 	// (a node it cannot model, a status write that failed).
 	Logf func(format string, args ...any)

@@ -212,9 +212,23 @@ func (b *Backend) buildJob(id string, pods []*corev1.Pod, ours bool, submit time
 		if err != nil {
 			return nil, nil, fmt.Errorf("pod %s: %w", podKey(p), err)
 		}
+		d, dra, err := b.claimDemand(p, d)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pod %s: %w", podKey(p), err)
+		}
 		g := gang.Group{Name: shapeName(d), Members: 1, GPUsPerMember: d.gpus, MIGProfile: d.mig}
 		if len(p.Spec.NodeSelector) > 0 {
 			g.Selector = maps.Clone(p.Spec.NodeSelector)
+		}
+		if b.dra != nil && (d.gpus > 0 || d.mig != "") {
+			// With DRA on, a pod gets GPUs only through the path it asks.
+			if g.Selector == nil {
+				g.Selector = map[string]string{}
+			}
+			g.Selector[LabelGPUPath] = GPUPathDevicePlugin
+			if dra {
+				g.Selector[LabelGPUPath] = GPUPathDRA
+			}
 		}
 		// A bound pod (adopted) is where it is: its constraint is not
 		// read again, so one berth cannot parse never goes unbooked.
