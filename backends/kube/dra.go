@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,9 @@ type DRAConfig struct {
 	// driver's name). A pod's claim for another class is refused.
 	DeviceClasses []string
 	// IndexAttribute is the device attribute (an int) holding a GPU's
-	// index on its node: berth's node-local GPU index. Empty: "index".
+	// index on its node: the order of berth's node-local GPU indices.
+	// Empty: "index". A device without it is ordered by the number its
+	// name ends with (the NVIDIA driver's "gpu-<minor>").
 	IndexAttribute string
 	// ProductAttribute is the device attribute (a string) naming the GPU
 	// product ("NVIDIA A100-SXM4-80GB"). Empty: "productName". A node
@@ -216,11 +219,11 @@ func (b *Backend) draNode(node string) (devs []draDevice, ok bool, err error) {
 				continue
 			}
 			x := draDevice{pool: s.Spec.Pool.Name, name: dev.Name}
-			idx, has := attr(dev, d.cfg.Driver, d.cfg.IndexAttribute)
-			if !has || idx.IntValue == nil {
-				return nil, true, fmt.Errorf("node %s: device %s of pool %s has no int attribute %q", node, dev.Name, x.pool, d.cfg.IndexAttribute)
+			if idx, has := attr(dev, d.cfg.Driver, d.cfg.IndexAttribute); has && idx.IntValue != nil {
+				x.index = *idx.IntValue
+			} else if x.index, err = nameIndex(dev.Name); err != nil {
+				return nil, true, fmt.Errorf("node %s: device %s of pool %s has no int attribute %q, and its name ends in no number", node, dev.Name, x.pool, d.cfg.IndexAttribute)
 			}
-			x.index = *idx.IntValue
 			if p, has := attr(dev, d.cfg.Driver, d.cfg.ProductAttribute); has && p.StringValue != nil {
 				x.product = *p.StringValue
 			}
@@ -250,6 +253,14 @@ func (b *Backend) draNode(node string) (devs []draDevice, ok bool, err error) {
 		return nil, true, fmt.Errorf("node %s: the driver publishes %d GPUs, more than %d", node, len(devs), topo.MaxGPUsPerNode)
 	}
 	return devs, true, nil
+}
+
+// nameIndex reads the number a device name ends with ("gpu-3": 3), the
+// order of GPUs whose driver publishes no index attribute (the NVIDIA
+// driver names its GPUs gpu-<minor>).
+func nameIndex(name string) (int64, error) {
+	i := strings.LastIndexFunc(name, func(r rune) bool { return r < '0' || r > '9' })
+	return strconv.ParseInt(name[i+1:], 10, 64)
 }
 
 // modelDRANode fills sp from the node's devices: GPU count, model (the

@@ -249,3 +249,35 @@ func TestDRARestartAndRelease(t *testing.T) {
 	})
 	require.NotNil(t, w.getClaim("b").Status.Allocation)
 }
+
+// A pod whose claim comes from a ResourceClaimTemplate waits until the
+// resource claim controller has made the claim and named it in the pod's
+// status (the test plays the controller), then is allocated like a
+// direct claim.
+func TestDRATemplateClaim(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.draConfig()
+	node := w.draNode("d0")
+	w.start(cfg, engine.Config{})
+	tmpl := "two-gpus"
+	p := w.podSpec("t", 0)
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &tmpl}}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	_, err := cs.CoreV1().Pods(w.ns).Create(context.Background(), p, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, "a reason naming the template", func() bool {
+		c, ok := condition(w.get("t"))
+		return ok && contains(c.Message, "waiting for the claim of template two-gpus")
+	})
+	require.Empty(t, w.nodeOf("t"))
+
+	w.claim("t-gpus-x1", 2)
+	got := w.get("t")
+	name := "t-gpus-x1"
+	got.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpus", ResourceClaimName: &name}}
+	_, err = cs.CoreV1().Pods(w.ns).UpdateStatus(context.Background(), got, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	w.waitBound(30*time.Second, "t")
+	require.Equal(t, node, w.nodeOf("t"))
+	require.Len(t, devicesOf(w.getClaim(name)), 2)
+}
