@@ -177,6 +177,9 @@ func (c *Config) Validate() error {
 	if d.StatusWorkers < 0 || d.ResyncPeriod < 0 {
 		return fmt.Errorf("%w: negative StatusWorkers or ResyncPeriod", ErrInvalidConfig)
 	}
+	if err := d.DRA.validate(); err != nil {
+		return err
+	}
 	found := false
 	for _, q := range d.Queues.Queues {
 		found = found || q.Name == d.DefaultQueue

@@ -90,6 +90,16 @@ func (c DRAConfig) withDefaults() DRAConfig {
 	return c
 }
 
+func (c DRAConfig) validate() error {
+	switch {
+	case c.Driver == "" && (c.DeviceClasses != nil || c.IndexAttribute != "" || c.ProductAttribute != "" || c.TypeAttribute != "" || c.IslandAttribute != ""):
+		return fmt.Errorf("%w: DRA fields set without a DRA.Driver (DRA is off without one)", ErrInvalidConfig)
+	case c.Driver != "" && c.DeviceClasses != nil && len(c.DeviceClasses) == 0:
+		return fmt.Errorf("%w: DRA.DeviceClasses is empty: no claim could be allocated (nil: the class named as the driver)", ErrInvalidConfig)
+	}
+	return nil
+}
+
 // DRAAccess lists the permissions DRA adds to RequiredAccess (checked by
 // Start when DRA is on, unless Config.SkipAccessCheck).
 func DRAAccess() []Access {

@@ -105,6 +105,16 @@ func TestDRANodeModel(t *testing.T) {
 	}
 }
 
+func TestDRAConfigValidate(t *testing.T) {
+	for _, c := range []DRAConfig{{IslandAttribute: "island"}, {DeviceClasses: []string{"x"}}, {Driver: "d", DeviceClasses: []string{}}} {
+		cfg := Config{DRA: c}
+		require.ErrorIs(t, cfg.Validate(), ErrInvalidConfig, c)
+	}
+	cfg := Config{DRA: DRAConfig{Driver: "gpu.nvidia.com"}}
+	require.NoError(t, cfg.Validate())
+	require.Equal(t, []string{"gpu.nvidia.com"}, cfg.DRA.withDefaults().DeviceClasses)
+}
+
 // A pod's claims are its GPU demand; what berth does not allocate is
 // ErrClaim, and a pod asking both nvidia.com/gpu and claims is refused.
 func TestDRAPodClaims(t *testing.T) {

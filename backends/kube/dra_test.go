@@ -3,6 +3,8 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,8 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/berthsched/berth/backends/kube"
 	"github.com/berthsched/berth/engine"
@@ -280,4 +284,20 @@ func TestDRATemplateClaim(t *testing.T) {
 	w.waitBound(30*time.Second, "t")
 	require.Equal(t, node, w.nodeOf("t"))
 	require.Len(t, devicesOf(w.getClaim(name)), 2)
+}
+
+// examples/kube-scheduler/rbac-dra.yaml grants exactly kube.DRAAccess.
+func TestRBACDRA(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "kube-scheduler", "rbac-dra.yaml"))
+	require.NoError(t, err)
+	var role rbacv1.ClusterRole
+	doc, _, _ := strings.Cut(string(raw), "\n---\n")
+	require.NoError(t, yaml.Unmarshal([]byte(doc), &role))
+	require.Equal(t, "ClusterRole", role.Kind)
+	var want []string
+	for _, a := range kube.DRAAccess() {
+		want = append(want, a.String())
+	}
+	slices.Sort(want)
+	require.Equal(t, want, roleAccess(&role))
 }
