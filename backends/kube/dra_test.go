@@ -301,3 +301,32 @@ func TestRBACDRA(t *testing.T) {
 	slices.Sort(want)
 	require.Equal(t, want, roleAccess(&role))
 }
+
+// NVLink islands from the slices reach the devices: after a 2-GPU claim
+// took part of one island, a 4-GPU claim gets the other whole island, not
+// the next four indices across both.
+func TestDRAIslands(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.draConfig()
+	w.draNode("d0")
+	w.start(cfg, engine.Config{})
+	w.claim("a", 2)
+	w.pod("a", 0, withClaim("a"))
+	w.waitBound(30*time.Second, "a")
+	w.claim("b", 4)
+	w.pod("b", 0, withClaim("b"))
+	w.waitBound(30*time.Second, "b")
+	island := func(dev string) int {
+		_, n, _ := strings.Cut(dev, "/gpu-")
+		i, err := strconv.Atoi(n)
+		require.NoError(t, err)
+		return i / 4
+	}
+	a, b := devicesOf(w.getClaim("a")), devicesOf(w.getClaim("b"))
+	t.Logf("a %v, b %v", a, b)
+	require.Len(t, b, 4)
+	for _, d := range b {
+		require.Equal(t, island(b[0]), island(d), "b spans islands: %v", b)
+		require.NotEqual(t, island(a[0]), island(d), "b shares a's island: a %v b %v", a, b)
+	}
+}
