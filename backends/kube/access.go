@@ -58,8 +58,12 @@ func RequiredAccess() []Access {
 // client's identity has every permission of RequiredAccess. The error
 // wraps ErrForbidden and names each one missing.
 func CheckAccess(ctx context.Context, cs kubernetes.Interface) error {
+	return checkAccess(ctx, cs, RequiredAccess())
+}
+
+func checkAccess(ctx context.Context, cs kubernetes.Interface, list []Access) error {
 	var missing []string
-	for _, a := range RequiredAccess() {
+	for _, a := range list {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Verb: a.Verb,

@@ -103,6 +103,17 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 	b.assumed[pr.uid] = assumedBind{node: m.Node, d: pr.d}
 	b.mu.Unlock()
 
+	// A pod with ResourceClaims gets its devices before the bind (dra.go).
+	if err := b.allocateClaims(ctx, pr, m); err != nil {
+		b.mu.Lock()
+		delete(b.assumed, pr.uid)
+		if cur := b.jobs[jobID]; cur == j {
+			delete(j.assigned, key)
+		}
+		b.mu.Unlock()
+		return err
+	}
+
 	// The Binding's annotations go onto the pod with the bind: the GPU
 	// indices the engine booked, for a restarted berth to adopt the pod on.
 	meta := metav1.ObjectMeta{Namespace: pr.ns, Name: pr.name, UID: pr.uid}
@@ -113,6 +124,9 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 		ObjectMeta: meta,
 		Target:     corev1.ObjectReference{Kind: "Node", Name: m.Node},
 	}, metav1.CreateOptions{})
+	if err != nil {
+		b.releasePodClaims(ctx, pr)
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

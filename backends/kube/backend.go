@@ -76,6 +76,7 @@ type Backend struct {
 	devs     map[string]*nodeDevs
 	logged   map[string]string
 	svc      *svcState       // services and their replica pods (service.go)
+	dra      *draState       // nil: DRA off (dra.go)
 	launched map[string]bool // jobs LaunchJob created (or is creating), by ID
 	lmu      sync.Mutex      // serialises LaunchJob and WithdrawJob
 }
@@ -206,6 +207,10 @@ func (b *Backend) Start(ctx context.Context) error {
 	if _, err := b.nodeInf.AddEventHandler(h); err != nil {
 		cancel()
 		return fmt.Errorf("kube: node handler: %w", err)
+	}
+	if err := b.startDRA(ctx, h); err != nil {
+		cancel()
+		return err
 	}
 	b.factory.Start(ctx.Done())
 	for typ, ok := range b.factory.WaitForCacheSync(ctx.Done()) {
@@ -895,7 +900,7 @@ func (b *Backend) adopt(id string, pods []*corev1.Pod, now time.Time) (backends.
 	j := &job{id: id, foreign: !ours, adopted: true, assigned: map[string]int{}, bound: map[int]engine.Member{}}
 	var members []engine.Member
 	for i, p := range pods {
-		d, _ := podDemand(p)
+		d := b.memberDemand(p)
 		t := b.nodes[p.Spec.NodeName]
 		devs := b.devs[p.Spec.NodeName]
 		if t == nil || t.gone || devs == nil {

@@ -130,6 +130,9 @@ type Config struct {
 	// Launch is the pod template of jobs a federation launches here
 	// (LaunchJob).
 	Launch LaunchConfig
+	// DRA, with a Driver, makes berth allocate the ResourceClaims of its
+	// pods (dra.go). Zero: off.
+	DRA DRAConfig
 	// Logf, if set, receives what the backend cannot report otherwise
 	// (a node it cannot model, a status write that failed).
 	Logf func(format string, args ...any)
@@ -173,6 +176,9 @@ func (c *Config) Validate() error {
 	}
 	if d.StatusWorkers < 0 || d.ResyncPeriod < 0 {
 		return fmt.Errorf("%w: negative StatusWorkers or ResyncPeriod", ErrInvalidConfig)
+	}
+	if err := d.DRA.validate(); err != nil {
+		return err
 	}
 	found := false
 	for _, q := range d.Queues.Queues {

@@ -59,6 +59,15 @@
 // MIG nodes (mixed strategy) are modelled with the same layout on every GPU
 // (nvidia.com/gpu.count GPUs); berth never reconfigures MIG.
 //
+// With Config.DRA set, berth also allocates ResourceClaims (dynamic
+// resource allocation, resource.k8s.io/v1) for the GPUs of one driver: a
+// node whose GPUs the driver's ResourceSlices publish is modelled from
+// them (count, product, NVLink islands), a pod's claims are its demand, and
+// before each bind berth writes the claim's status.allocation with the
+// exact devices the engine chose and reserves it for the pod; it releases
+// the claim when the pod ends or is deleted. Pods without claims keep the
+// device-plugin path. See docs/backends/kube.md.
+//
 // # Services
 //
 // Services (engine.Service) run with replicas as pods: SetService (with a

@@ -44,7 +44,14 @@ func (b *Backend) modelNode(n *corev1.Node) (nm nodeModel, ok bool, err error) {
 			nm.capacity[s] = q.Value()
 		}
 	}
-	if gpus <= 0 && len(migs) == 0 {
+	var devs []draDevice
+	isDRA := false
+	if b.dra != nil {
+		if devs, isDRA, err = b.draNode(n.Name); err != nil {
+			return nm, true, err
+		}
+	}
+	if gpus <= 0 && len(migs) == 0 && !isDRA {
 		return nm, false, nil
 	}
 	sp := topo.NodeSpec{
@@ -70,6 +77,13 @@ func (b *Backend) modelNode(n *corev1.Node) (nm nodeModel, ok bool, err error) {
 		sp.Domains = append(sp.Domains, parent)
 	}
 	switch {
+	case isDRA:
+		// The DRA driver's GPUs: berth allocates them by claim, and the
+		// device plugin (if it runs here too) must not hand them out.
+		b.modelDRANode(&sp, devs)
+		nm.capacity = map[string]int64{"dra:" + b.dra.cfg.Driver: int64(sp.GPUs)}
+		nm.spec = sp
+		return nm, true, nil
 	case len(migs) > 0 && gpus > 0:
 		return nm, true, fmt.Errorf("node %s has both %s and MIG resources (mixed MIG and whole GPUs on one node is not modelled)", n.Name, ResourceGPU)
 	case len(migs) > 0:
@@ -105,6 +119,7 @@ func (b *Backend) modelNode(n *corev1.Node) (nm nodeModel, ok bool, err error) {
 		sp.GPUs = int(gpus)
 		nm.capacity[ResourceGPU] = gpus
 	}
+	b.markDevicePluginNode(&sp)
 	nm.spec = sp
 	return nm, true, nil
 }

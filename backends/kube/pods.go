@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
 )
@@ -211,12 +212,34 @@ func (b *Backend) buildJob(id string, pods []*corev1.Pod, ours bool, submit time
 		if err != nil {
 			return nil, nil, fmt.Errorf("pod %s: %w", podKey(p), err)
 		}
+		d, dra, err := b.claimDemand(p, d)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pod %s: %w", podKey(p), err)
+		}
 		g := gang.Group{Name: shapeName(d), Members: 1, GPUsPerMember: d.gpus, MIGProfile: d.mig}
 		if len(p.Spec.NodeSelector) > 0 {
 			g.Selector = maps.Clone(p.Spec.NodeSelector)
 		}
+		if b.dra != nil && (d.gpus > 0 || d.mig != "") {
+			// With DRA on, a pod gets GPUs only through the path it asks.
+			if g.Selector == nil {
+				g.Selector = map[string]string{}
+			}
+			g.Selector[LabelGPUPath] = GPUPathDevicePlugin
+			if dra {
+				g.Selector[LabelGPUPath] = GPUPathDRA
+			}
+		}
+		// A bound pod (adopted) is where it is: its constraint is not
+		// read again, so one berth cannot parse never goes unbooked.
+		if p.Spec.NodeName == "" {
+			if err := setAffinityModels(&g, p, d); err != nil {
+				return nil, nil, fmt.Errorf("pod %s: %w", podKey(p), err)
+			}
+		}
 		k := slices.IndexFunc(j.Request.Groups, func(o gang.Group) bool {
-			return o.GPUsPerMember == g.GPUsPerMember && o.MIGProfile == g.MIGProfile && maps.Equal(o.Selector, g.Selector)
+			return o.GPUsPerMember == g.GPUsPerMember && o.MIGProfile == g.MIGProfile && maps.Equal(o.Selector, g.Selector) &&
+				o.GPUModel == g.GPUModel && slices.Equal(o.GPUModels, g.GPUModels)
 		})
 		if k < 0 {
 			k = len(j.Request.Groups)
@@ -230,6 +253,52 @@ func (b *Backend) buildJob(id string, pods []*corev1.Pod, ours bool, submit time
 		return nil, nil, err
 	}
 	return j, groupOfPod, nil
+}
+
+// setAffinityModels sets g's GPU models from the pod's required node
+// affinity over LabelGPUProduct (backends.AffinityModels): In [A, B] lets
+// each member land on a node of either model (gang.Group.GPUModels); one
+// model is gang.Group.GPUModel, as a single-model request always was; no
+// constraint leaves g as it is. Label values become the engine's model
+// names as nodes' do (modelNode): "NVIDIA-" trimmed, and for a MIG
+// demand the MIG model's name ("NVIDIA-A100-SXM4-80GB" -> "A100-80GB").
+// Forms that name no set (NotIn, Gt, a set left empty) are
+// backends.ErrModelConstraint.
+func setAffinityModels(g *gang.Group, p *corev1.Pod, d demand) error {
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil
+	}
+	var terms [][]backends.NodeRequirement
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		var term []backends.NodeRequirement
+		for _, r := range t.MatchExpressions {
+			term = append(term, backends.NodeRequirement{Key: r.Key, Operator: string(r.Operator), Values: r.Values})
+		}
+		terms = append(terms, term)
+	}
+	labels, err := backends.AffinityModels(LabelGPUProduct, terms)
+	if err != nil || labels == nil {
+		return err
+	}
+	var models []string
+	for _, l := range labels {
+		m := strings.TrimPrefix(l, "NVIDIA-")
+		if d.mig != "" {
+			if mm, err := lookupModel(l); err == nil {
+				m = mm.String()
+			}
+		}
+		if !slices.Contains(models, m) {
+			models = append(models, m)
+		}
+	}
+	if len(models) == 1 {
+		g.GPUModel = models[0]
+	} else {
+		g.GPUModels = models
+	}
+	return nil
 }
 
 func shapeName(d demand) string {

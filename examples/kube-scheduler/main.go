@@ -40,6 +40,8 @@ func main() {
 	leaseDur := flag.Duration("lease-duration", 15*time.Second, "how long a dead leader holds the Lease (failover takes up to this plus -retry-period)")
 	renew := flag.Duration("renew-deadline", 10*time.Second, "a leader that cannot renew within this steps down")
 	retry := flag.Duration("retry-period", 2*time.Second, "how often candidates try for the Lease and the leader renews it")
+	draDriver := flag.String("dra-driver", "", "DRA driver whose GPUs berth allocates through ResourceClaims, e.g. gpu.nvidia.com (empty: DRA off; grant kube.DRAAccess too)")
+	draIsland := flag.String("dra-island-attribute", "", "device attribute (int) naming a GPU's NVLink island (empty: none)")
 	flag.Parse()
 
 	rc, err := config(*kubeconfig)
@@ -49,8 +51,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = kube.Run(ctx, rc, kube.RunConfig{
-		Backend: kube.Config{SchedulerName: *name, Logf: log.Printf},
-		Engine:  engine.Config{Preemption: engine.PreemptionConfig{Priority: *preempt}},
+		Backend: kube.Config{SchedulerName: *name, Logf: log.Printf,
+			DRA: kube.DRAConfig{Driver: *draDriver, IslandAttribute: *draIsland}},
+		Engine: engine.Config{Preemption: engine.PreemptionConfig{Priority: *preempt}},
 		Election: kube.Election{Namespace: *ns, Name: *lease, Identity: *id,
 			LeaseDuration: *leaseDur, RenewDeadline: *renew, RetryPeriod: *retry},
 		QPS:   float32(*qps),
