@@ -142,5 +142,14 @@ export KUBEBUILDER_ASSETS
   && go test -count=1 ./...) # its tests run it end to end on the SLURM test cluster (~60 s)
 # ---- end backends/kube
 
+# ---- SLURM with three GPU models (issue 34: --constraint model sets):
+# the cluster restarted with a GRES type per rack; the other SLURM tests
+# above need the default one-model layout, so this runs last.
+if [ "$(id -u)" = 0 ]; then
+  echo "== SLURM test cluster with three GPU models (TestIntegrationGPUModelConstraint)"
+  BERTH_SLURM_RACK_GPU_TYPES="h100 a100 l40" bash hack/slurm-up.sh
+  BERTH_SLURM_REQUIRE_MODELS=1 go test -count=1 -run 'GPUModelConstraint' ./backends/slurm/
+fi
+
 rm -rf "$skips_dir"
 echo "== all passed"

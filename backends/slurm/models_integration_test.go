@@ -2,6 +2,7 @@ package slurm_test
 
 import (
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,9 @@ func gpuTypes(tb testing.TB, conf string) map[string]string {
 // berth's reason naming the set; then it runs on one model), a typed GRES narrows the set to its type, and | over a feature
 // that is not a GPU model is held with the reason. Needs a cluster of at
 // least three GPU types: BERTH_SLURM_RACK_GPU_TYPES="h100 a100 l40"
-// bash hack/slurm-up.sh (the other tests need the default layout).
+// bash hack/slurm-up.sh (the other tests need the default layout; hack/test.sh
+// starts that cluster last and sets BERTH_SLURM_REQUIRE_MODELS=1, which makes
+// a cluster of fewer types a failure).
 func TestIntegrationGPUModelConstraint(t *testing.T) {
 	conf := slurmConf(t)
 	types := gpuTypes(t, conf)
@@ -47,6 +50,9 @@ func TestIntegrationGPUModelConstraint(t *testing.T) {
 		perType[ty] = append(perType[ty], n)
 	}
 	if len(perType) < 3 {
+		if os.Getenv("BERTH_SLURM_REQUIRE_MODELS") == "1" { // hack/test.sh's three-model step
+			t.Fatalf("BERTH_SLURM_REQUIRE_MODELS=1 and the cluster has GPU types %v; want three", slices.Sorted(maps.Keys(perType)))
+		}
 		t.Skipf("the cluster has GPU types %v; this test needs three (BERTH_SLURM_RACK_GPU_TYPES=\"h100 a100 l40\" bash hack/slurm-up.sh)", slices.Sorted(maps.Keys(perType)))
 	}
 	// The set: the two types node01 does not have.
