@@ -232,6 +232,17 @@ func (r *Runner) reconcile(ctx context.Context, eng *engine.Engine, spec topo.Sp
 		if runs[id] {
 			continue
 		}
+		if run, _, binding := eng.Binding(id); binding {
+			// Saved while its bind was assumed or unknown: the backend does
+			// not run it, so the bind was not applied (or not yet: a late
+			// one is a ghost the sweep stops). Not finished: the bind is
+			// withdrawn (no try counted), its GPUs freed before any
+			// adoption, and the job is pending again.
+			if err := r.step(eng, engine.BindFailed(now, id, run, "")); err != nil {
+				return err
+			}
+			continue
+		}
 		switch j := waits[id]; {
 		case stopping[id]:
 			// Preempted: the engine requeues it at its deadline.

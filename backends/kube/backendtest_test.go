@@ -73,21 +73,8 @@ const kubeUnit = 40 * time.Millisecond
 // (StopOnTime), mid-cycle or mid-bind, as a berth process dies.
 func (s *suiteKube) Shape() backendtest.Shape {
 	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true,
-		NotApplicable: map[string]string{
-			// Intermittent (failed 1 run of 3 on main's merge, and the one
-			// with a RunningNow): "job bound again after it ended" (seed
-			// 1: j005, j015): a bind whose call timed out is issued for a
-			// job whose pods already ran to their end. Cause not found.
-			"bind-commits-after-timeout": "intermittent: a job is bound again after it ended (a late commit, then its pods ran to their end); cause not found yet",
-			// A known bug, not a limit of the suite: the last Runner keeps
-			// jobs running in its engine whose pods never run (seed 1:
-			// j004, j021), and waits for their end for ever. The backend
-			// is no RunningReporter, so nothing finds a bind the engine
-			// applied that a restart mid-call lost; a RunningNow listing
-			// the informer's bound pods made restarts fail with ghosts at
-			// a Runner stop (binds cut by the stop), so it is not in yet.
-			"late-binds-and-restarts": "late commits, binds lost mid-call and Runner restarts together leave jobs the engine runs and Kubernetes does not (no RunningNow yet): Run hangs",
-		}}
+		ReconcileInterval: time.Second, // RunningNow: a bind of unknown outcome is looked at within 1 s
+	}
 }
 
 // Reopen makes a new kube.Backend, as a restarted berth process would: it
@@ -389,6 +376,15 @@ func (s *suiteKube) Next(ctx context.Context, wake time.Time) ([]engine.Event, e
 
 func (s *suiteKube) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	rs, err := s.backend().Running(ctx)
+	for i := range rs {
+		rs[i].Job = s.renamed(rs[i].Job)
+	}
+	return rs, err
+}
+
+// RunningNow is the backend's, with the suite's names (its Running's).
+func (s *suiteKube) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
+	rs, err := s.backend().RunningNow(ctx)
 	for i := range rs {
 		rs[i].Job = s.renamed(rs[i].Job)
 	}
