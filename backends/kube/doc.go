@@ -87,9 +87,11 @@
 //
 // A bind is a pods/binding request per member; one that timed out may
 // have bound the pod anyway (the API server finished after its client gave
-// up), which the pod informer shows as spec.nodeName. The backend is not a
-// backends.RunningReporter yet: the Runner learns the truth from the
-// abandoned request's answer; with none within ReconcileInterval it calls
-// UnbindMember, which deletes the pod if it was bound, and fails the bind.
-// See docs/reliability.md.
+// up), which the pod informer shows as spec.nodeName. The backend is a
+// backends.RunningReporter (RunningNow): the gangs with pods bound now,
+// from berth's accepted Bindings and the informer's pods on a node. The
+// Runner learns the truth from the abandoned request's answer or from
+// RunningNow: a gang running where the engine bound it is adopted; one
+// that is not is unbound (UnbindMember deletes a bound pod) and its bind
+// failed. See docs/reliability.md.
 package kube
