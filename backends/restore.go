@@ -232,12 +232,18 @@ func (r *Runner) reconcile(ctx context.Context, eng *engine.Engine, spec topo.Sp
 		if runs[id] {
 			continue
 		}
-		if run, _, binding := eng.Binding(id); binding {
-			// Saved while its bind was assumed or unknown: the backend does
-			// not run it, so the bind was not applied (or not yet: a late
-			// one is a ghost the sweep stops). Not finished: the bind is
+		if run, _, binding := eng.Binding(id); binding && (!hasPending || waits[id] != nil) {
+			// Saved while its bind was assumed or unknown, and the backend
+			// does not run it: the bind was not applied (or not yet: a
+			// late one is a ghost the sweep stops), or it was and the job
+			// ended. A backend that reports its pending jobs tells which:
+			// one it lists as pending is not finished, one it lists
+			// nowhere ran and ended (below, as any job gone while no
+			// Runner ran). One that does not report them cannot tell: the
+			// job is not counted finished on a guess; the bind is
 			// withdrawn (no try counted), its GPUs freed before any
-			// adoption, and the job is pending again.
+			// adoption, and the job is pending again (an ended job is
+			// then dropped by the backend's own Cancelled, or refused).
 			if err := r.step(eng, engine.BindFailed(now, id, run, "")); err != nil {
 				return err
 			}

@@ -357,3 +357,84 @@ func TestRunnerRejectsMismatchedState(t *testing.T) {
 		})
 	}
 }
+
+// pendingFake is fake that reports its pending jobs (a PendingReporter,
+// as the SLURM backend is).
+type pendingFake struct {
+	*fake
+	pending []*queue.Job
+}
+
+func (f pendingFake) Pending(context.Context) ([]*queue.Job, error) { return f.pending, nil }
+
+// A state saved while binds were in flight (assumed) meets a backend that
+// runs none of them. A backend that lists its pending jobs tells a bind
+// that never came through (the job waits there: pending again, placed
+// again) from one that did, after which the job ran and ended while no
+// Runner ran (listed nowhere: finished, not placed a second time). One
+// that does not list them cannot tell: the bind is withdrawn, the job is
+// pending again, and nothing is counted finished on a guess.
+func TestRunnerRestoresBindsInFlight(t *testing.T) {
+	qs := queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	save := func(t *testing.T) backends.FileStore {
+		e, err := engine.New(engine.Config{Cluster: topo.Uniform(nil, nil, 2, 8, "H100"), Queues: qs, Start: t0})
+		require.NoError(t, err)
+		require.NoError(t, e.EnableJournal())
+		require.NoError(t, e.Step(engine.Submitted(t0, job("waits", 1, 8))))
+		require.NoError(t, e.Step(engine.Submitted(t0, job("ended", 1, 8))))
+		rd := e.Ready()
+		require.Len(t, rd.Binds, 2)
+		require.NoError(t, e.Advance(rd, engine.Outcome{AssumeBinds: true}))
+		for _, id := range []string{"waits", "ended"} {
+			_, _, binding := e.Binding(id)
+			require.True(t, binding, id)
+		}
+		st, err := e.Save()
+		require.NoError(t, err)
+		store := backends.FileStore{Path: filepath.Join(t.TempDir(), "state.json")}
+		require.NoError(t, store.Save(context.Background(), st))
+		return store
+	}
+	run := func(t *testing.T, be backends.Backend, f *fake, store backends.FileStore, bindsOf ...string) *backends.Runner {
+		r, err := backends.NewRunner(backends.RunnerConfig{
+			Engine:  engine.Config{Queues: qs},
+			Backend: be, Clock: &clock{}, Store: store,
+		})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang bound, not a timing
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		boundAll := func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, id := range bindsOf {
+				if len(f.bound[id]) == 0 {
+					return false
+				}
+			}
+			return true
+		}
+		for !boundAll() && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		require.True(t, boundAll(), "%v bound after the restart", bindsOf)
+		return r
+	}
+
+	t.Run("pending-reporter", func(t *testing.T) {
+		f := newFake(2, 8)
+		r := run(t, pendingFake{fake: f, pending: []*queue.Job{job("waits", 1, 8)}}, f, save(t), "waits")
+		assert.Equal(t, []string{"ended"}, r.Reconciled().Finished, "listed nowhere: its bind came through and it ended")
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		assert.Empty(t, f.bound["ended"], "an ended job is not placed again")
+	})
+	t.Run("no-pending-reporter", func(t *testing.T) {
+		f := newFake(2, 8)
+		r := run(t, f, f, save(t), "waits", "ended")
+		assert.Empty(t, r.Reconciled().Finished, "a backend that lists no pending jobs cannot tell an ended job: none counted finished")
+	})
+}
