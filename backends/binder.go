@@ -47,10 +47,12 @@ type BindResult struct {
 type resultKind uint8
 
 const (
-	resBind    resultKind = iota // a bind op ended
-	resLate                      // an abandoned call returned
-	resPoll                      // a Running poll returned
-	resStopped                   // a stop (fence or ghost) ended
+	resBind       resultKind = iota // a bind op ended
+	resLate                         // an abandoned call returned
+	resPoll                         // a Running poll returned
+	resStopped                      // a stop (fence or ghost) ended
+	resAutoscale                    // an autoscaling round planned (autoscale.go)
+	resScaledDown                   // an autoscaling round's releases ended
 )
 
 // result is what an op sends back to the loop.
@@ -68,6 +70,7 @@ type result struct {
 	ghost     bool            // resStopped
 	at        time.Time       // resPoll: when the poll began
 	polled    map[string]bool // resPoll: jobs unknown when the poll began
+	auto      *autoRound      // resAutoscale, resScaledDown
 }
 
 // inflightBind is a bind in flight: its run, and the cancel of its
@@ -453,6 +456,8 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 		}
 		a.stepped = append(a.stepped, BindResult{Job: x.job, Run: x.run, Err: errors.New(x.reason)})
 		return r.step(eng, engine.BindFailed(now, x.job, x.run, x.reason))
+	case resAutoscale, resScaledDown:
+		return r.settleAutoscale(ctx, eng, x)
 	case resPoll:
 		a.polling = false
 		switch {

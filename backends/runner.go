@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/berthsched/berth/autoscale"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/topo"
 )
@@ -114,6 +115,25 @@ type RunnerConfig struct {
 	// job's life (submission, pending reason, start, preemption, requeue,
 	// end), for accounting and audit (see package accounting). Nil: none.
 	Recorder Recorder
+	// Autoscale, if set, turns on node autoscaling (docs/autoscaling.md):
+	// every AutoscaleInterval the Runner plans with autoscale.Decide over
+	// the backend's pools (Provisioner.Provisioning) and the pending jobs
+	// that wait for capacity (engine.ReasonCapacity, and ReasonReserved:
+	// a job holding a reservation waits for GPUs too), and applies the
+	// plan through the backend, which must be a Provisioner (else
+	// NewRunner fails with ErrNotProvisioner). A domain's Room is the
+	// pool's nodes the domain holds in all (the Runner plans with what
+	// its nodes up and booting leave). The pools' BackoffUntil is the
+	// Runner's to set: a failed provisioning (a ScaleUp that failed, or
+	// a ProvisionFailure reported) backs its pool off AutoscaleBackoff,
+	// doubling with each failure in a row up to AutoscaleBackoffMax, until
+	// a node of the pool is seen up. A node is idle from the first round
+	// that sees it ready with nothing on it. Runner.AutoscaleStats counts
+	// what was done. Nil: no node autoscaling.
+	Autoscale *autoscale.Config
+	// AutoscaleInterval is the time between autoscaling rounds on the
+	// Runner's Clock. Zero: DefaultAutoscaleInterval (one minute).
+	AutoscaleInterval time.Duration
 }
 
 // Cycle is one scheduling cycle as the Runner applied it.
@@ -159,8 +179,9 @@ type Runner struct {
 	rec      Reconciled
 	jobRecs  *recorder // nil without RunnerConfig.Recorder
 	lastSave time.Time
-	saveErrs []error // interval saves that failed, for the next Cycle
-	as       *async  // binds in flight and their outcomes (binder.go)
+	saveErrs []error    // interval saves that failed, for the next Cycle
+	as       *async     // binds in flight and their outcomes (binder.go)
+	auto     *autoState // node autoscaling (autoscale.go); nil: off
 }
 
 // NewRunner checks cfg and returns a Runner. Errors wrap ErrInvalidConfig.
@@ -238,13 +259,17 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.Retry.Initial > cfg.Retry.Max {
 		return nil, bad("Retry.Initial (%v) must not exceed Retry.Max (%v, the default when zero)", cfg.Retry.Initial, cfg.Retry.Max)
 	}
+	auto, err := newAutoState(cfg)
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	_, real := cfg.Clock.(wallClock)
 	return &Runner{cfg: cfg, clock: cfg.Clock, log: log, jobRecs: newRecorder(cfg.Recorder, cfg.Backend),
-		as: newAsync(cfg.Parallelism, !real)}, nil
+		as: newAsync(cfg.Parallelism, !real), auto: auto}, nil
 }
 
 // View returns the engine's latest published view, or nil before Run has
@@ -339,6 +364,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			return err
 		}
 		r.maybePoll(ctx, eng)
+		r.maybeAutoscale(ctx, eng)
 		if got && eng.HasReady() {
 			if err := r.cycle(ctx, eng); err != nil {
 				return err
@@ -351,6 +377,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			wake = w
 		}
 		if w := r.pollWake(); !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
+			wake = w
+		}
+		if w := r.autoWake(); !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
 			wake = w
 		}
 		var evs []engine.Event
