@@ -70,6 +70,7 @@ type autoState struct {
 	next     time.Time // the next round is due
 	busy     bool      // a round is in flight
 	active   bool      // the last round left work for later (virtual clock: wake for it)
+	demand   bool      // a cycle since the last round left jobs waiting for capacity
 	idle     map[string]time.Time
 	upSeen   map[string]bool
 	fails    map[string]int // pool -> failures in a row
@@ -135,10 +136,23 @@ func (r *Runner) autoWake() time.Time {
 	if a == nil || a.busy {
 		return time.Time{}
 	}
-	if r.as.virtual && !a.active {
+	if r.as.virtual && !a.active && !a.demand {
 		return time.Time{}
 	}
 	return a.next
+}
+
+// noteDemand records, after a cycle, whether jobs wait for capacity.
+func (r *Runner) noteDemand(rd *engine.Ready) {
+	if r.auto == nil || r.auto.demand {
+		return
+	}
+	for i := range rd.Pending {
+		if demandStatus(rd.Pending[i].Reason) {
+			r.auto.demand = true
+			return
+		}
+	}
 }
 
 // demandStatus reports whether a pending job waits for capacity: no
@@ -158,7 +172,7 @@ func (r *Runner) maybeAutoscale(ctx context.Context, eng *engine.Engine) {
 	if now.Before(a.next) {
 		return
 	}
-	a.busy = true
+	a.busy, a.demand = true, false
 	a.next = now.Add(a.interval)
 	loads := map[string]engine.NodeLoad{}
 	for _, l := range eng.NodeLoads() {
@@ -279,6 +293,16 @@ func (r *Runner) autoRound(ctx context.Context, now time.Time, loads map[string]
 	return &autoRound{plan: plan, nodes: nodes}
 }
 
+// poolMin is the configured Min of pool.
+func (a *autoState) poolMin(pool string) int {
+	for _, p := range a.cfg.Pools {
+		if p.Name == pool {
+			return p.Min
+		}
+	}
+	return 0
+}
+
 // failedLocked backs pool off after a failure at now.
 func (a *autoState) failedLocked(pool string, now time.Time) {
 	a.stats.Failures++
@@ -335,8 +359,12 @@ func (r *Runner) settleAutoscale(ctx context.Context, eng *engine.Engine, x resu
 	// Work left for a later round: nodes booting, idle nodes waiting for
 	// their delay, or a plan that changed something.
 	a.active = len(rd.plan.Up)+len(rd.plan.Down) > 0 || len(a.backoff) > 0 && len(rd.plan.Unserved) > 0
+	count := map[string]int{}
 	for _, n := range rd.nodes {
-		if n.Booting || !n.IdleSince.IsZero() {
+		count[n.Pool]++
+	}
+	for _, n := range rd.nodes {
+		if n.Booting || !n.IdleSince.IsZero() && count[n.Pool] > a.poolMin(n.Pool) {
 			a.active = true
 		}
 	}

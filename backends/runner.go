@@ -391,6 +391,8 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 				if r.as.has() {
 					continue
 				}
+			} else if r.auto != nil && r.auto.busy && r.as.has() {
+				continue // an autoscaling round came back already
 			}
 			evs, err = be.Next(ctx, wake)
 		} else {
@@ -569,6 +571,7 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	if r.jobRecs != nil {
 		r.jobRecs.cycle(&rd, &out)
 	}
+	r.noteDemand(&rd)
 	took := r.clock.Now().Sub(began)
 	r.logCycle(ctx, &rd, &out, errs)
 	now := eng.Now()

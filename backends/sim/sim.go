@@ -45,6 +45,9 @@ type Config struct {
 	// whole gang. It must be deterministic. Nil: runs last their runtime.
 	// The replay's price of placement (replay.Price) is built on it.
 	RuntimeFactor func(job string, nodes []string) float64
+	// Autoscale, if set, adds autoscaling pools to Cluster: the simulator
+	// is then a backends.Provisioner (provision.go). Nil: none.
+	Autoscale *Autoscale
 }
 
 // Outcome is what happened to one job.
@@ -109,6 +112,8 @@ type Sim struct {
 
 	svcs     map[string]*engine.Service // service specs (service.go)
 	replicas []*job                     // replicas, by first bind
+
+	prov *provisioner // autoscaling pools (provision.go); nil: none
 }
 
 type node struct {
@@ -193,6 +198,9 @@ const (
 	evNodeRecover
 	evSubmit
 	evService
+	evBoot     // a pool node comes up (provision.go)
+	evBootFail // a pool node asked for never comes up
+	evRelease  // a pool node scaled down
 )
 
 type event struct {
@@ -226,6 +234,14 @@ func (h *evHeap) Pop() any {
 // New returns a simulator of cfg.Cluster with its clock at cfg.Start and
 // no jobs. Errors wrap ErrInvalid (and topo's validation error).
 func New(cfg Config) (*Sim, error) {
+	var pv *provisioner
+	if cfg.Autoscale != nil {
+		cfg.Cluster = cloneSpec(cfg.Cluster)
+		var err error
+		if pv, err = addPools(cfg.Autoscale, &cfg.Cluster, cfg.Start); err != nil {
+			return nil, err
+		}
+	}
 	if len(cfg.Cluster.Nodes) == 0 {
 		return nil, fmt.Errorf("%w: cluster has no nodes", ErrInvalid)
 	}
@@ -235,7 +251,7 @@ func New(cfg Config) (*Sim, error) {
 	s := &Sim{
 		spec: cloneSpec(cfg.Cluster), nodeIdx: map[string]int{}, now: cfg.Start,
 		jobs: map[string]*job{}, refuse: map[injKey]int{}, fail: map[injKey]int{},
-		refMIG: map[migKey]int{}, failMIG: map[migKey]int{}, factor: cfg.RuntimeFactor,
+		refMIG: map[migKey]int{}, failMIG: map[migKey]int{}, factor: cfg.RuntimeFactor, prov: pv,
 	}
 	for i, n := range s.spec.Nodes {
 		s.nodeIdx[n.Name] = i
@@ -483,7 +499,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 	defer s.mu.Unlock()
 	for {
 		if len(s.evq) == 0 {
-			if wake.IsZero() || s.finished == len(s.order) {
+			if wake.IsZero() || s.finished == len(s.order) && !s.provPending() {
 				return nil, backends.ErrClosed
 			}
 			s.advanceTo(wake)
@@ -577,6 +593,8 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		return engine.NodeFailed(s.now, e.node), true
 	case evService:
 		return s.fireService(*e.svc), true
+	case evBoot, evBootFail, evRelease:
+		return s.fireProv(e)
 	case evNodeRecover:
 		n := &s.nodes[s.nodeIdx[e.node]]
 		s.histAdd(n, -1)
