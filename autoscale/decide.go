@@ -653,6 +653,9 @@ func (p *planner) servesGroups(pi int, gs []group) string {
 }
 
 func modelsText(models []string) string {
+	if len(models) == 0 {
+		return "(any)"
+	}
 	if len(models) == 1 {
 		return models[0]
 	}

@@ -255,6 +255,7 @@ func (r *Runner) autoRound(ctx context.Context, now time.Time, loads map[string]
 		}
 		nodes = append(nodes, n)
 	}
+	nodes = append(nodes, staticNodes(loads, inPool(st.Nodes), &cfg)...)
 	a.mu.Lock()
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
@@ -301,6 +302,58 @@ func (a *autoState) poolMin(pool string) int {
 		}
 	}
 	return 0
+}
+
+func inPool(ns []autoscale.Node) map[string]bool {
+	m := make(map[string]bool, len(ns))
+	for _, n := range ns {
+		m[n.Name] = true
+	}
+	return m
+}
+
+// staticPrefix names the pools of the nodes no pool holds.
+// (a user pool must not be named so).
+const staticPrefix = "static:"
+
+// staticNodes gives the planner the nodes of the engine that no pool
+// holds (a fixed part of the cluster), so that their free GPUs count as
+// capacity: in pools of their own, one per GPU model and count, that
+// can neither grow nor shrink (Min = Max = their nodes) and whose one
+// domain is of no level (a gang that requires a domain is not planned
+// onto them: where they lie is not known to the planner).
+func staticNodes(loads map[string]engine.NodeLoad, pooled map[string]bool, cfg *autoscale.Config) []autoscale.Node {
+	names := make([]string, 0, len(loads))
+	for name := range loads {
+		if !pooled[name] {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var out []autoscale.Node
+	idx := map[string]int{}
+	for _, name := range names {
+		l := loads[name]
+		if l.GPUs == 0 || l.State == topo.Down {
+			continue // no capacity (a pool's node not provisioned, say)
+		}
+		pool := fmt.Sprintf("%s%s/%d", staticPrefix, l.GPUModel, l.GPUs)
+		i, ok := idx[pool]
+		if !ok {
+			i = len(cfg.Pools)
+			idx[pool] = i
+			cfg.Pools = append(cfg.Pools, autoscale.Pool{Name: pool, GPUModel: l.GPUModel, GPUsPerNode: l.GPUs,
+				DomainLevel: staticPrefix, Domains: []autoscale.Domain{{Name: "all"}}})
+		}
+		cfg.Pools[i].Min++
+		cfg.Pools[i].Max++
+		n := autoscale.Node{Name: name, Pool: pool, Domain: "all", Reserved: l.Reserved}
+		if l.State == topo.Ready {
+			n.FreeGPUs = l.FreeGPUs
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // failedLocked backs pool off after a failure at now.

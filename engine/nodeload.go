@@ -20,8 +20,9 @@ func (s PendingStatus) Request() (gang.Request, bool) {
 
 // NodeLoad is one node as the engine books it now.
 type NodeLoad struct {
-	Name  string
-	State topo.NodeState
+	Name     string
+	GPUModel string
+	State    topo.NodeState
 	// GPUs counts the node's GPUs; FreeGPUs its unallocated ones (whole
 	// GPUs no job, share or MIG instance holds), whatever its state.
 	GPUs, FreeGPUs int
@@ -48,7 +49,7 @@ func (e *Engine) NodeLoads() []NodeLoad {
 	for i := range out {
 		id := topo.NodeID(i)
 		_, n := c.NodeGPUs(id)
-		out[i] = NodeLoad{Name: c.NodeName(id), State: e.snap.NodeState(id), GPUs: n,
+		out[i] = NodeLoad{Name: c.NodeName(id), GPUModel: c.Node(id).GPUModel, State: e.snap.NodeState(id), GPUs: n,
 			FreeGPUs: bits.OnesCount64(e.snap.NodeFreeMask(id))}
 	}
 	for _, js := range e.jobs {

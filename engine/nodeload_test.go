@@ -53,7 +53,7 @@ func TestNodeLoadsAndPendingRequest(t *testing.T) {
 		}
 		busy := rd.Binds[0].Members[0].Node
 		for _, l := range loads {
-			if l.GPUs != 8 || l.State != topo.Ready {
+			if l.GPUs != 8 || l.State != topo.Ready || l.GPUModel != "H100" {
 				t.Fatalf("load %+v", l)
 			}
 			if l.Name == busy {
