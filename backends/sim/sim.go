@@ -33,7 +33,8 @@ var (
 
 // Config configures a simulator.
 type Config struct {
-	// Cluster is the simulated inventory. Required: at least one node.
+	// Cluster is the simulated inventory. Required: at least one node
+	// (the nodes of Autoscale's pools count).
 	Cluster topo.Spec
 	// Start is the virtual clock before the first event.
 	Start time.Time
