@@ -245,8 +245,9 @@ func (r *Runner) autoRound(ctx context.Context, now time.Time, loads map[string]
 		switch {
 		case cordoned[n.Name]:
 			n.FreeGPUs, n.IdleSince, n.Reserved = 0, time.Time{}, false
-		case n.Booting || !known:
-			// Not in the engine yet: capacity on the way.
+		case n.Booting || !known || l.State == topo.Down:
+			// Not in the engine yet, or not ready there (a node whose
+			// ready event has not come): capacity on the way.
 			n.Booting, n.FreeGPUs, n.IdleSince, n.Reserved = true, 0, time.Time{}, false
 		case l.State != topo.Ready:
 			n.FreeGPUs, n.IdleSince, n.Reserved = 0, time.Time{}, l.Reserved

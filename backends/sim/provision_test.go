@@ -158,3 +158,43 @@ func TestAutoscaleConfigErrors(t *testing.T) {
 	require.ErrorIs(t, s.ScaleUp(context.Background(), autoscale.ScaleUp{Pool: "p", Nodes: 1}), backends.ErrRefused)
 	require.ErrorIs(t, s.ScaleDown(context.Background(), "n0"), backends.ErrRefused)
 }
+
+// A gang that requires a rack, with a pool of two racks (room for 2 and
+// 4 nodes): the planner asks for 4 nodes in the rack that holds them,
+// the simulator boots nodes of that rack, and the engine places the gang
+// there.
+func TestAutoscaleRackRequiredGang(t *testing.T) {
+	s, err := sim.New(sim.Config{
+		Cluster: topo.Uniform([]string{"rack"}, []int{1}, 1, 8, "H100"), Start: t0,
+		Autoscale: &sim.Autoscale{
+			Pools: []sim.Pool{{Pool: autoscale.Pool{Name: "gpu", GPUModel: "H100", GPUsPerNode: 8, Max: 6, CostPerNodeHour: 10,
+				DomainLevel: "rack", Domains: []autoscale.Domain{{Name: "pa", Room: 2}, {Name: "pb", Room: 4}}}}},
+			BootDelay: 5 * time.Minute,
+		},
+	})
+	require.NoError(t, err)
+	g := wholeJob("g", 0, 4, 8)
+	g.Request.Required = "rack"
+	require.NoError(t, s.Submit(g, time.Hour))
+	var binds []engine.Bind
+	ac := s.AutoscaleConfig()
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine:  engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}, Policy: queue.StrictPriority()},
+		Backend: horizon{Sim: s, end: t0.Add(24 * time.Hour)}, Clock: s, Autoscale: &ac,
+		Observe: func(c backends.Cycle) { binds = append(binds, c.Ready.Binds...) },
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.Empty(t, s.Violations())
+	require.True(t, s.Outcomes()[0].Finished)
+	require.Len(t, binds, 1)
+	// The pool's nodes are gpu-0, gpu-1 (rack pa) and gpu-2..gpu-5 (pb).
+	var nodes []string
+	for _, m := range binds[0].Members {
+		nodes = append(nodes, m.Node)
+	}
+	assert.ElementsMatch(t, []string{"gpu-2", "gpu-3", "gpu-4", "gpu-5"}, nodes)
+	st := s.ProvisionStats()
+	assert.Equal(t, 4, st.NodesAsked)
+	assert.Equal(t, 4, st.ScaleDowns)
+}
