@@ -118,7 +118,8 @@ type Config struct {
 	// variant tries (hybrid.Autoscale.InferenceHeadroom); default 0, 0.1,
 	// 0.25.
 	Headrooms []float64
-	// Scaler makes the training pool's planner; default autoscale.Decide.
+	// Scaler makes the training pool's planner; default DecideScaler
+	// (autoscale.Decide).
 	Scaler Scaler
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berthsched/berth/autoscale"
-	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/replay/capacity"
 	"github.com/berthsched/berth/replay/hybrid"
 	"github.com/berthsched/berth/workload"
@@ -161,46 +160,31 @@ func TestInvalid(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
-// FitScaler: a 32-GPU gang (4 nodes) with room for 3 more nodes gets
-// none gang-aware, 3 useless ones pod by pod; a 2-node gang behind it
-// gets its 2 gang-aware. An idle node past the delay is scaled down, a
-// reserved or recently idle one is not.
-func TestFitScaler(t *testing.T) {
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	cfg := autoscale.Config{Pools: []autoscale.Pool{{Name: "training", GPUsPerNode: 8, Max: 4}}, ScaleDownDelay: 10 * time.Minute}
-	nodes := []autoscale.Node{
-		{Name: "busy", Pool: "training", FreeGPUs: 0},
-		{Name: "idle", Pool: "training", FreeGPUs: 8, IdleSince: now.Add(-time.Hour)},
-		{Name: "reserved", Pool: "training", FreeGPUs: 8, IdleSince: now.Add(-time.Hour), Reserved: true},
-		{Name: "fresh", Pool: "training", FreeGPUs: 8, IdleSince: now.Add(-time.Minute)},
+// Gang-aware against pod-by-pod node autoscaling on the training pool:
+// eight one-node jobs of ten hours hold 8 of the pool's 10 nodes when a
+// 4-node gang arrives. Pod by pod boots the 2 nodes left for 2 of its 4
+// members and pays for them, idle, until the gang can start; gang-aware
+// boots nothing for it. The gang starts at the same time either way.
+func TestGangAwarePaysLess(t *testing.T) {
+	var jobs []workload.Job
+	for i := range 8 {
+		jobs = append(jobs, workload.Job{ID: "long" + string(rune('a'+i)), Runtime: 10 * time.Hour, GPUs: 8})
 	}
-	gang32 := gang.Request{Groups: []gang.Group{{Name: "w", Members: 4, GPUsPerMember: 8}}}
-	gang16 := gang.Request{Groups: []gang.Group{{Name: "w", Members: 2, GPUsPerMember: 8}}}
-	demand := []autoscale.Demand{{Job: "big", Request: gang32}, {Job: "mid", Request: gang16}}
-
-	ga, err := capacity.FitScaler(autoscale.GangAware)(now, cfg, nodes[:1], demand)
-	require.NoError(t, err)
-	require.Len(t, ga.Up, 1)
-	assert.Equal(t, 2, ga.Up[0].Nodes, "the 4-node gang does not fit in 3 more nodes; the 2-node one does")
-	assert.Equal(t, []string{"mid"}, ga.Up[0].Jobs)
-	require.Len(t, ga.Unserved, 1)
-	assert.Equal(t, "big", ga.Unserved[0].Job)
-
-	pp, err := capacity.FitScaler(autoscale.PodByPod)(now, cfg, nodes[:1], demand)
-	require.NoError(t, err)
-	require.Len(t, pp.Up, 1)
-	assert.Equal(t, 3, pp.Up[0].Nodes, "pod by pod fills the pool with 3 of the big gang's 4 members")
-	assert.Equal(t, []string{"big"}, pp.Up[0].Jobs)
-	assert.Len(t, pp.Unserved, 2)
-
-	// Scale-down: only "idle", and only when no demand wants it.
-	down, err := capacity.FitScaler(autoscale.GangAware)(now, cfg, nodes, nil)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"idle"}, down.Down)
-	assert.Empty(t, down.Up)
-	one := []autoscale.Demand{{Job: "one", Request: gang.Request{Groups: []gang.Group{{Name: "w", Members: 1, GPUsPerMember: 8}}}}}
-	kept, err := capacity.FitScaler(autoscale.GangAware)(now, cfg, nodes, one)
-	require.NoError(t, err)
-	assert.Empty(t, kept.Down, "the idle node takes the pending job")
-	assert.Empty(t, kept.Up)
+	jobs = append(jobs, workload.Job{ID: "gang", Submit: 30 * time.Minute, Runtime: time.Hour, GPUs: 32})
+	cfg := small()
+	cfg.Training = jobs
+	run := func(p autoscale.Policy) capacity.Row {
+		c := cfg
+		c.Scaler = func(autoscale.Policy) hybrid.TrainingScaler { return capacity.DecideScaler(p) }
+		// 17 nodes: a training pool of 10.
+		r, _, err := capacity.Evaluate(context.Background(), c, hybrid.Dedicated+capacity.Autoscale, 17, 0)
+		require.NoError(t, err)
+		return r
+	}
+	ga, pp := run(autoscale.GangAware), run(autoscale.PodByPod)
+	t.Logf("gang-aware: %.0f GPU-h, %d scale-ups; pod-by-pod: %.0f GPU-h, %d scale-ups", ga.GPUHoursPaid, ga.ScaleUps, pp.GPUHoursPaid, pp.ScaleUps)
+	assert.Equal(t, ga.TrainingP95WaitS, pp.TrainingP95WaitS)
+	// Two idle nodes for about nine and a half hours.
+	assert.InDelta(t, 2*8*9.5, pp.GPUHoursPaid-ga.GPUHoursPaid, 2*8*0.5)
+	assert.Equal(t, ga.ScaleUps+2, pp.ScaleUps)
 }
