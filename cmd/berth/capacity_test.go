@@ -44,7 +44,7 @@ func TestCapacityJSON(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
-	want := []string{"dedicated", "static", "federated", "colocated", "dedicated+autoscale", "static+autoscale",
+	want := []string{"dedicated", "dedicated-sized", "static", "federated", "colocated", "dedicated+autoscale", "static+autoscale",
 		"federated+autoscale", "colocated+autoscale", "federated+autoscale-podbypod"}
 	require.Len(t, rows, len(want))
 	for i, v := range want {

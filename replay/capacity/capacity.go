@@ -49,12 +49,19 @@ const (
 	AutoscalePodByPod = "+autoscale-podbypod"
 )
 
+// DedicatedSized is the dedicated variant with each side sized on its
+// own: the fewest training nodes that meet the training level plus the
+// fewest inference nodes that meet the inference level (two dedicated
+// clusters bought to measure), instead of a 60/40 split of one size.
+const DedicatedSized = "dedicated-sized"
+
 // Variants returns every variant of the experiment, in report order: the
-// hybrid's four fixed ones, each with node autoscaling, and the federated
-// one with pod-by-pod autoscaling.
+// hybrid's four fixed ones (and DedicatedSized after dedicated), each of
+// the four with node autoscaling, and the federated one with pod-by-pod
+// autoscaling.
 func Variants() []string {
-	var out []string
-	out = append(out, hybrid.Variants()...)
+	out := []string{hybrid.Dedicated, DedicatedSized}
+	out = append(out, hybrid.Variants()[1:]...)
 	for _, v := range hybrid.Variants() {
 		out = append(out, v+Autoscale)
 	}
@@ -225,13 +232,15 @@ type Row struct {
 	InferenceHeadroom float64 `json:"inference_headroom"`
 	// Runs: simulations the search ran.
 	Runs int `json:"runs"`
+	// TrainingNodes: the training pool's nodes at the size found (fixed
+	// variants: its share; with autoscaling, the most it may have without
+	// federation).
+	TrainingNodes int `json:"training_nodes"`
 	// Series of the run at the size found (every 15 minutes).
 	Series []hybrid.Point `json:"-"`
-}
-
-// Levels are the service levels a run is judged by.
-func (c Config) meets(r hybrid.Row) bool {
-	return r.Dropped == 0 && r.TrainingP95WaitS <= c.TrainingP95Wait.Seconds() && shortfallPct(r) <= c.InferenceShortfallPct
+	// Each level met (the dedicated-sized search judges one side at a
+	// time).
+	trainingMet, inferenceMet bool
 }
 
 func shortfallPct(r hybrid.Row) float64 {
@@ -253,6 +262,8 @@ func parse(variant string) (base string, policy autoscale.Policy, err error) {
 			return strings.TrimSuffix(v, AutoscalePodByPod), autoscale.PodByPod, nil
 		case strings.HasSuffix(v, Autoscale):
 			return strings.TrimSuffix(v, Autoscale), autoscale.GangAware, nil
+		case v == DedicatedSized:
+			return hybrid.Dedicated, "", nil
 		}
 		return v, "", nil
 	}
@@ -271,14 +282,42 @@ func Evaluate(ctx context.Context, cfg Config, variant string, nodes int, headro
 	if err != nil {
 		return Row{}, false, err
 	}
-	return cfg.evaluate(ctx, variant, base, policy, nodes, headroom)
+	if variant == DedicatedSized {
+		return Row{}, false, fmt.Errorf("%w: %s has two sizes: EvaluateSized", ErrInvalid, variant)
+	}
+	return cfg.evaluate(ctx, variant, base, policy, nodes, 0, headroom)
 }
 
-func (c Config) evaluate(ctx context.Context, variant, base string, policy autoscale.Policy, nodes int, headroom float64) (Row, bool, error) {
+// EvaluateSized runs the dedicated variant with training nodes for
+// training and inference nodes for inference (DedicatedSized's two
+// sizes) and returns its row and whether it meets each service level.
+func EvaluateSized(ctx context.Context, cfg Config, training, inference int) (Row, bool, bool, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Row{}, false, false, err
+	}
+	r, tr, in, err := cfg.evaluateSized(ctx, training, inference)
+	return r, tr, in, err
+}
+
+func (c Config) evaluateSized(ctx context.Context, training, inference int) (Row, bool, bool, error) {
+	if training < 1 || inference < 1 {
+		return Row{}, false, false, fmt.Errorf("%w: %d training and %d inference nodes", ErrInvalid, training, inference)
+	}
+	n := training + inference
+	r, _, err := c.evaluate(ctx, DedicatedSized, hybrid.Dedicated, "", n, float64(training)/float64(n), 0)
+	if err != nil {
+		return Row{}, false, false, err
+	}
+	return r, r.trainingMet, r.inferenceMet, nil
+}
+
+// evaluate runs one size; share is the training pool's (0: 0.6).
+func (c Config) evaluate(ctx context.Context, variant, base string, policy autoscale.Policy, nodes int, share, headroom float64) (Row, bool, error) {
 	hc := hybrid.Config{
 		Nodes: nodes, GPUsPerNode: c.GPUsPerNode, Duration: c.Duration, Seed: c.Seed, Training: c.Training,
 		TrainingLoad: c.TrainingLoad, Services: c.Services, PeakShare: c.PeakShare, TroughShare: c.TroughShare,
-		Rebalance: c.Rebalance, ReferenceGPUs: c.ReferenceNodes * c.GPUsPerNode,
+		Rebalance: c.Rebalance, ReferenceGPUs: c.ReferenceNodes * c.GPUsPerNode, TrainingShare: share,
 	}
 	if policy != "" {
 		hc.Autoscale = &hybrid.Autoscale{Training: c.Scaler(policy), Policy: policy, BootDelay: c.BootDelay,
@@ -291,8 +330,12 @@ func (c Config) evaluate(ctx context.Context, variant, base string, policy autos
 		}
 		return Row{}, false, err
 	}
+	if share == 0 {
+		share = 0.6
+	}
 	r := Row{
 		Variant: variant, GPUs: nodes * c.GPUsPerNode, Nodes: nodes, GPUHoursPaid: hr.PaidGPUHours,
+		TrainingNodes: min(max(int(math.Round(share*float64(nodes))), 1), nodes-1),
 		TrainingP95WaitS: hr.TrainingP95WaitS, InferenceShortfallPct: shortfallPct(hr),
 		NodeMoves: hr.NodeMoves, ScaleUps: hr.ScaleUps, ScaleDowns: hr.ScaleDowns, Series: hr.Series,
 	}
@@ -302,7 +345,9 @@ func (c Config) evaluate(ctx context.Context, variant, base string, policy autos
 	if hr.PaidGPUHours > 0 {
 		r.UtilizationAtSize = hr.BusyGPUHours / hr.PaidGPUHours
 	}
-	ok := c.meets(hr)
+	r.trainingMet = hr.Dropped == 0 && hr.TrainingP95WaitS <= c.TrainingP95Wait.Seconds()
+	r.inferenceMet = shortfallPct(hr) <= c.InferenceShortfallPct
+	ok := r.trainingMet && r.inferenceMet
 	r.Met = ok
 	return r, ok, nil
 }
@@ -319,6 +364,9 @@ func Search(ctx context.Context, cfg Config, variant string) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
+	if variant == DedicatedSized {
+		return cfg.searchSized(ctx)
+	}
 	headrooms := []float64{0}
 	if policy != "" {
 		headrooms = cfg.Headrooms
@@ -326,7 +374,9 @@ func Search(ctx context.Context, cfg Config, variant string) (Row, error) {
 	var best Row
 	have, runs := false, 0
 	for _, h := range headrooms {
-		r, n, err := cfg.bisect(ctx, variant, base, policy, h)
+		r, n, err := cfg.bisect(min(max(cfg.ReferenceNodes, 2), cfg.MaxNodes), 2, func(n int) (Row, bool, error) {
+			return cfg.evaluate(ctx, variant, base, policy, n, 0, h)
+		})
 		runs += n
 		if err != nil {
 			return Row{}, err
@@ -339,26 +389,56 @@ func Search(ctx context.Context, cfg Config, variant string) (Row, error) {
 	return best, nil
 }
 
-// bisect finds the smallest node count in 2..MaxNodes that meets the
-// levels, starting at the reference cluster; it returns the row at that
-// size (the row at MaxNodes, Met false, when none does) and the runs made.
-func (c Config) bisect(ctx context.Context, variant, base string, policy autoscale.Policy, headroom float64) (Row, int, error) {
+// searchSized sizes the dedicated sides one at a time: the fewest
+// training nodes meeting the training level (with the reference cluster's
+// count of inference nodes beside them), then the fewest inference nodes
+// meeting the inference level beside those.
+func (c Config) searchSized(ctx context.Context) (Row, error) {
+	inf := c.ReferenceNodes
+	t, runs, err := c.bisect(max(c.ReferenceNodes*6/10, 1), 1, func(n int) (Row, bool, error) {
+		r, ok, _, err := c.evaluateSized(ctx, n, inf)
+		return r, ok, err
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	if !t.trainingMet {
+		t.Runs = runs
+		return t, nil
+	}
+	train := t.TrainingNodes
+	r, more, err := c.bisect(max(c.ReferenceNodes*4/10, 1), 1, func(n int) (Row, bool, error) {
+		r, _, ok, err := c.evaluateSized(ctx, train, n)
+		return r, ok, err
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	r.Runs = runs + more
+	return r, nil
+}
+
+// bisect finds the smallest n in least..MaxNodes for which eval's level
+// holds, starting at start; it returns the row at that n (the row at
+// MaxNodes, Met false, when none does) and the runs made.
+func (c Config) bisect(start, least int, eval func(n int) (Row, bool, error)) (Row, int, error) {
 	runs := 0
 	memo := map[int]Row{}
+	met := map[int]bool{}
 	try := func(n int) (bool, error) {
-		if r, ok := memo[n]; ok {
-			return r.Met, nil
+		if _, ok := memo[n]; ok {
+			return met[n], nil
 		}
-		r, ok, err := c.evaluate(ctx, variant, base, policy, n, headroom)
+		r, ok, err := eval(n)
 		if err != nil {
 			return false, err
 		}
 		runs++
-		memo[n] = r
+		memo[n], met[n] = r, ok
 		return ok, nil
 	}
-	// lo fails (or is 1, below any cluster), hi meets.
-	lo, hi := 1, min(max(c.ReferenceNodes, 2), c.MaxNodes)
+	// lo fails (or is below least), hi meets.
+	lo, hi := least-1, start
 	ok, err := try(hi)
 	if err != nil {
 		return Row{}, runs, err
@@ -366,7 +446,7 @@ func (c Config) bisect(ctx context.Context, variant, base string, policy autosca
 	if ok {
 		for {
 			m := hi / 2
-			if m < 2 {
+			if m < least {
 				break
 			}
 			ok, err := try(m)

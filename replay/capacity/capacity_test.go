@@ -46,6 +46,36 @@ func TestSearchFindsSmallest(t *testing.T) {
 	}
 }
 
+// The dedicated clusters sized each on its own: one training node less
+// fails the training level, one inference node less the inference level.
+func TestDedicatedSized(t *testing.T) {
+	ctx := context.Background()
+	cfg := small()
+	r, err := capacity.Search(ctx, cfg, capacity.DedicatedSized)
+	require.NoError(t, err)
+	require.True(t, r.Met, "%+v", r)
+	tr, in := r.TrainingNodes, r.Nodes-r.TrainingNodes
+	at, trOK, inOK, err := capacity.EvaluateSized(ctx, cfg, tr, in)
+	require.NoError(t, err)
+	assert.True(t, trOK && inOK)
+	at.Runs = r.Runs
+	assert.Equal(t, r, at)
+	_, trOK, _, err = capacity.EvaluateSized(ctx, cfg, tr-1, in)
+	require.NoError(t, err)
+	assert.False(t, trOK, "%d training nodes meet the training level", tr-1)
+	_, _, inOK, err = capacity.EvaluateSized(ctx, cfg, tr, in-1)
+	require.NoError(t, err)
+	assert.False(t, inOK, "%d inference nodes meet the inference level", in-1)
+	ded, err := capacity.Search(ctx, cfg, hybrid.Dedicated)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, r.Nodes, ded.Nodes, "sizing each side is never worse than a 60/40 split")
+	t.Logf("sized %d+%d nodes, 60/40 %d nodes", tr, in, ded.Nodes)
+	_, _, _, err = capacity.EvaluateSized(ctx, cfg, 0, 3)
+	require.ErrorIs(t, err, capacity.ErrInvalid)
+	_, _, err = capacity.Evaluate(ctx, cfg, capacity.DedicatedSized, 10, 0)
+	require.ErrorIs(t, err, capacity.ErrInvalid)
+}
+
 // Stricter levels need at least as large a cluster.
 func TestStricterLevelsNeedMore(t *testing.T) {
 	ctx := context.Background()
