@@ -335,7 +335,7 @@ func (c Config) evaluate(ctx context.Context, variant, base string, policy autos
 	}
 	r := Row{
 		Variant: variant, GPUs: nodes * c.GPUsPerNode, Nodes: nodes, GPUHoursPaid: hr.PaidGPUHours,
-		TrainingNodes: min(max(int(math.Round(share*float64(nodes))), 1), nodes-1),
+		TrainingNodes:    min(max(int(math.Round(share*float64(nodes))), 1), nodes-1),
 		TrainingP95WaitS: hr.TrainingP95WaitS, InferenceShortfallPct: shortfallPct(hr),
 		NodeMoves: hr.NodeMoves, ScaleUps: hr.ScaleUps, ScaleDowns: hr.ScaleDowns, Series: hr.Series,
 	}
