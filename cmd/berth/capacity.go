@@ -198,10 +198,10 @@ func runCapacity(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 		for _, r := range rows {
 			recs = append(recs, []string{r.Variant, strconv.Itoa(r.GPUs), fmtFloat(r.GPUHoursPaid), fmtFloat(r.SpendVsDedicatedPct), fmtFloat(r.UtilizationAtSize),
 				fmtFloat(r.TrainingP95WaitS), fmtFloat(r.InferenceShortfallPct), strconv.Itoa(r.NodeMoves), strconv.Itoa(r.ScaleUps), strconv.Itoa(r.ScaleDowns),
-				strconv.Itoa(r.Nodes), strconv.FormatBool(r.Met), fmtFloat(r.InferenceHeadroom), strconv.Itoa(r.Runs)})
+				strconv.Itoa(r.Nodes), strconv.Itoa(r.TrainingNodes), strconv.FormatBool(r.Met), fmtFloat(r.InferenceHeadroom), strconv.Itoa(r.Runs)})
 		}
 		if err := writeRecords(stdout, []string{"variant", "gpus", "gpu_hours_paid", "spend_vs_dedicated_pct", "utilization_at_size", "training_p95_wait_s",
-			"inference_shortfall_pct", "node_moves", "scale_ups", "scale_downs", "nodes", "met", "inference_headroom", "runs"}, recs); err != nil {
+			"inference_shortfall_pct", "node_moves", "scale_ups", "scale_downs", "nodes", "training_nodes", "met", "inference_headroom", "runs"}, recs); err != nil {
 			return err
 		}
 	default:
@@ -218,13 +218,13 @@ func runCapacity(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 			"service levels: training p95 wait <= %v, inference shortfall <= %g%% of replica-minutes\n\n",
 			what, ref, o.gpn, days, o.seeds[0], o.capacity.p95Wait, o.capacity.shortfallPct)
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "variant\tGPUs (max)\tGPU-h paid\tspend vs dedicated\tutilization\ttraining p95 wait\tinference shortfall\tnode moves\tscale-ups/downs\tmet")
+		fmt.Fprintln(tw, "variant\tGPUs (max)\tnodes (training)\tGPU-h paid\tspend vs dedicated\tutilization\ttraining p95 wait\tinference shortfall\tnode moves\tscale-ups/downs\tmet")
 		for _, r := range rows {
 			met := "yes"
 			if !r.Met {
 				met = "NO (at the search's max)"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%+.1f%%\t%.1f%%\t%.0f min\t%.2f%%\t%d\t%d/%d\t%s\n", r.Variant, r.GPUs, r.GPUHoursPaid, r.SpendVsDedicatedPct,
+			fmt.Fprintf(tw, "%s\t%d\t%d (%d)\t%.0f\t%+.1f%%\t%.1f%%\t%.0f min\t%.2f%%\t%d\t%d/%d\t%s\n", r.Variant, r.GPUs, r.Nodes, r.TrainingNodes, r.GPUHoursPaid, r.SpendVsDedicatedPct,
 				100*r.UtilizationAtSize, r.TrainingP95WaitS/60, r.InferenceShortfallPct, r.NodeMoves, r.ScaleUps, r.ScaleDowns, met)
 		}
 		if err := tw.Flush(); err != nil {
