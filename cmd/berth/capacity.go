@@ -176,6 +176,7 @@ func runCapacity(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 	}
 	cfg := o.capacity.cfg
 	cfg.Training, cfg.GPUsPerNode, cfg.ReferenceNodes, cfg.Seed = training, o.gpn, o.nodes, o.seeds[0]
+	cfg.PreemptOnReclaim = o.preemptOnReclaim
 	variants := capacity.Variants()
 	res, err := runSweep(ctx, o, stderr, len(variants), func(ctx context.Context, v int, seed int64) (capacity.Row, error) {
 		return capacity.Search(ctx, cfg, variants[v])
@@ -198,10 +199,11 @@ func runCapacity(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 		for _, r := range rows {
 			recs = append(recs, []string{r.Variant, strconv.Itoa(r.GPUs), fmtFloat(r.GPUHoursPaid), fmtFloat(r.SpendVsDedicatedPct), fmtFloat(r.UtilizationAtSize),
 				fmtFloat(r.TrainingP95WaitS), fmtFloat(r.InferenceShortfallPct), strconv.Itoa(r.NodeMoves), strconv.Itoa(r.ScaleUps), strconv.Itoa(r.ScaleDowns),
-				strconv.Itoa(r.Nodes), strconv.Itoa(r.TrainingNodes), strconv.FormatBool(r.Met), fmtFloat(r.InferenceHeadroom), strconv.Itoa(r.Runs)})
+				strconv.Itoa(r.Nodes), strconv.Itoa(r.TrainingNodes), strconv.FormatBool(r.Met), fmtFloat(r.InferenceHeadroom), strconv.Itoa(r.Runs),
+				strconv.Itoa(r.TrainingPreemptions), fmtFloat(r.TrainingLostGPUH)})
 		}
 		if err := writeRecords(stdout, []string{"variant", "gpus", "gpu_hours_paid", "spend_vs_dedicated_pct", "utilization_at_size", "training_p95_wait_s",
-			"inference_shortfall_pct", "node_moves", "scale_ups", "scale_downs", "nodes", "training_nodes", "met", "inference_headroom", "runs"}, recs); err != nil {
+			"inference_shortfall_pct", "node_moves", "scale_ups", "scale_downs", "nodes", "training_nodes", "met", "inference_headroom", "runs", "training_preemptions", "training_lost_gpu_h"}, recs); err != nil {
 			return err
 		}
 	default:
@@ -210,13 +212,17 @@ func runCapacity(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 			ref = 40
 		}
 		c := cfg
+		pre := ""
+		if c.PreemptOnReclaim {
+			pre = "; federated reclaims preempt training"
+		}
 		days := 2.0
 		if c.Duration > 0 {
 			days = c.Duration.Hours() / 24
 		}
 		fmt.Fprintf(stdout, "Capacity experiment: %s + inference services on a day/night curve, demand of a %d x %d-GPU reference cluster, %g days, seed %d;\n"+
-			"service levels: training p95 wait <= %v, inference shortfall <= %g%% of replica-minutes\n\n",
-			what, ref, o.gpn, days, o.seeds[0], o.capacity.p95Wait, o.capacity.shortfallPct)
+			"service levels: training p95 wait <= %v, inference shortfall <= %g%% of replica-minutes%s\n\n",
+			what, ref, o.gpn, days, o.seeds[0], o.capacity.p95Wait, o.capacity.shortfallPct, pre)
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "variant\tGPUs (max)\tnodes (training)\tGPU-h paid\tspend vs dedicated\tutilization\ttraining p95 wait\tinference shortfall\tnode moves\tscale-ups/downs\tmet")
 		for _, r := range rows {

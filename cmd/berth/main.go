@@ -189,7 +189,7 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 			"for berth account and berth audit")
 		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
 		o.capacity.flags(fs)
-		fs.BoolVar(&o.preemptOnReclaim, "preempt-on-reclaim", false, "with --experiment hybrid, the federated variant requeues the training jobs on a busy node\n"+
+		fs.BoolVar(&o.preemptOnReclaim, "preempt-on-reclaim", false, "with --experiment hybrid or capacity, the federated variants requeue the training jobs on a busy node\n"+
 			"the inference pool reclaims (their work is lost) instead of waiting for them to end")
 	}
 	placement := ""
@@ -338,8 +338,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	if o.accounting != "" && o.experiment != "" {
 		return nil, usagef("--accounting is for replays, not --experiment %s", o.experiment)
 	}
-	if o.preemptOnReclaim && o.experiment != "hybrid" {
-		return nil, usagef("--preempt-on-reclaim is for --experiment hybrid")
+	if o.preemptOnReclaim && o.experiment != "hybrid" && o.experiment != "capacity" {
+		return nil, usagef("--preempt-on-reclaim is for --experiment hybrid or capacity")
 	}
 	if o.gpuModels != "" && o.experiment != "fgd" {
 		return nil, usagef("--gpu-models is for --experiment fgd")

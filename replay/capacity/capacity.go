@@ -125,6 +125,10 @@ type Config struct {
 	// variant tries (hybrid.Autoscale.InferenceHeadroom); default 0, 0.1,
 	// 0.25.
 	Headrooms []float64
+	// PreemptOnReclaim: in the federated variants, a pool reclaiming a
+	// busy training node requeues its jobs at once instead of waiting for
+	// them (hybrid.Config.PreemptOnReclaim); Row.TrainingPreemptions.
+	PreemptOnReclaim bool
 	// Scaler makes the training pool's planner; default DecideScaler
 	// (autoscale.Decide).
 	Scaler Scaler
@@ -236,6 +240,10 @@ type Row struct {
 	// variants: its share; with autoscaling, the most it may have without
 	// federation).
 	TrainingNodes int `json:"training_nodes"`
+	// TrainingPreemptions and TrainingLostGPUH: jobs requeued by a
+	// reclaim and the GPU-hours they had run (Config.PreemptOnReclaim).
+	TrainingPreemptions int     `json:"training_preemptions"`
+	TrainingLostGPUH    float64 `json:"training_lost_gpu_h"`
 	// Series of the run at the size found (every 15 minutes).
 	Series []hybrid.Point `json:"-"`
 	// Each level met (the dedicated-sized search judges one side at a
@@ -318,6 +326,7 @@ func (c Config) evaluate(ctx context.Context, variant, base string, policy autos
 		Nodes: nodes, GPUsPerNode: c.GPUsPerNode, Duration: c.Duration, Seed: c.Seed, Training: c.Training,
 		TrainingLoad: c.TrainingLoad, Services: c.Services, PeakShare: c.PeakShare, TroughShare: c.TroughShare,
 		Rebalance: c.Rebalance, ReferenceGPUs: c.ReferenceNodes * c.GPUsPerNode, TrainingShare: share,
+		PreemptOnReclaim: c.PreemptOnReclaim,
 	}
 	if policy != "" {
 		hc.Autoscale = &hybrid.Autoscale{Training: c.Scaler(policy), Policy: policy, BootDelay: c.BootDelay,
@@ -338,6 +347,7 @@ func (c Config) evaluate(ctx context.Context, variant, base string, policy autos
 		TrainingNodes:    min(max(int(math.Round(share*float64(nodes))), 1), nodes-1),
 		TrainingP95WaitS: hr.TrainingP95WaitS, InferenceShortfallPct: shortfallPct(hr),
 		NodeMoves: hr.NodeMoves, ScaleUps: hr.ScaleUps, ScaleDowns: hr.ScaleDowns, Series: hr.Series,
+		TrainingPreemptions: hr.TrainingPreemptions, TrainingLostGPUH: hr.TrainingLostGPUH,
 	}
 	if policy != "" {
 		r.InferenceHeadroom = headroom
