@@ -128,9 +128,12 @@ type options struct {
 	curve      bool
 	// preemptOnReclaim: --preempt-on-reclaim (--experiment hybrid).
 	preemptOnReclaim bool
-	parallel         int
-	progress         string
-	accounting       string // --accounting FILE: the replay's records into a new SQLite file
+	// capacity: --training-p95-wait, --inference-shortfall-pct and
+	// --demand (--experiment capacity; capacity.go).
+	capacity   capacityOptions
+	parallel   int
+	progress   string
+	accounting string // --accounting FILE: the replay's records into a new SQLite file
 	// shardK of shardN: --shard (shard.go); shardN 0: the whole sweep.
 	shardK, shardN int
 	// placements are --placement's (nil: the engine's default only);
@@ -173,7 +176,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		fs.StringVar(&o.experiment, "experiment", "", "run an experiment instead of a replay: fgd (needs --trace openb[:DIR]), hybrid\n"+
 			"(training + inference on one cluster: dedicated, static, federated, colocated; --trace synthetic or itp[:PATH]), or serving\n"+
 			"(HPA-scaled inference services + training; --policy no-colocation,colocation,colocation-packing, default all;\n"+
-			"--trace synthetic or itp[:PATH])")
+			"--trace synthetic or itp[:PATH]), or capacity (the smallest cluster, or fewest GPU-hours with node autoscaling, that\n"+
+			"serves a fixed training + inference demand at --training-p95-wait and --inference-shortfall-pct, per variant of hybrid;\n"+
+			"--trace synthetic or itp[:PATH]; --nodes is the reference cluster the demand is drawn for)")
 		fs.StringVar(&o.via, "via", "placer", "with --experiment fgd, how pods are placed: placer (a gang.Placer with the policy's scorer) or engine\n"+
 			"(each pod submitted to an engine.Engine configured with that scorer, one cycle per arrival; same numbers for the\n"+
 			"deterministic policies, random draws from its own stream, clustering is not available)")
@@ -183,7 +188,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		fs.StringVar(&o.accounting, "accounting", "", "write the replay's accounting records (one policy, one seed) into this new SQLite file,\n"+
 			"for berth account and berth audit")
 		fs.BoolVar(&o.curve, "curve", false, "with --experiment fgd and the table format, also print the mean curve at 50, 55, ... 130% arrived")
-		fs.BoolVar(&o.preemptOnReclaim, "preempt-on-reclaim", false, "with --experiment hybrid, the federated variant requeues the training jobs on a busy node\n"+
+		o.capacity.flags(fs)
+		fs.BoolVar(&o.preemptOnReclaim, "preempt-on-reclaim", false, "with --experiment hybrid or capacity, the federated variants requeue the training jobs on a busy node\n"+
 			"the inference pool reclaims (their work is lost) instead of waiting for them to end")
 	}
 	placement := ""
@@ -219,6 +225,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 			o.policySet = true
 		case "nodes", "gpus-per-node", "racks":
 			shapeSet = f.Name
+		case "training-p95-wait", "inference-shortfall-pct", "demand":
+			o.capacity.set = true
 		}
 	})
 	if len(traces) == 0 {
@@ -317,14 +325,21 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		if err := checkServing(o, *policy); err != nil {
 			return nil, err
 		}
+	case "capacity":
+		if err := checkCapacity(o); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, usagef("--experiment %q: want fgd, hybrid or serving", o.experiment)
+		return nil, usagef("--experiment %q: want fgd, hybrid, serving or capacity", o.experiment)
+	}
+	if o.capacity.set && o.experiment != "capacity" {
+		return nil, usagef("--training-p95-wait, --inference-shortfall-pct and --demand are for --experiment capacity")
 	}
 	if o.accounting != "" && o.experiment != "" {
 		return nil, usagef("--accounting is for replays, not --experiment %s", o.experiment)
 	}
-	if o.preemptOnReclaim && o.experiment != "hybrid" {
-		return nil, usagef("--preempt-on-reclaim is for --experiment hybrid")
+	if o.preemptOnReclaim && o.experiment != "hybrid" && o.experiment != "capacity" {
+		return nil, usagef("--preempt-on-reclaim is for --experiment hybrid or capacity")
 	}
 	if o.gpuModels != "" && o.experiment != "fgd" {
 		return nil, usagef("--gpu-models is for --experiment fgd")
@@ -354,6 +369,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, com
 	}
 	if o.experiment == "serving" {
 		return runServing(ctx, o, stdout, stderr)
+	}
+	if o.experiment == "capacity" {
+		return runCapacity(ctx, o, stdout, stderr)
 	}
 	return runReplays(ctx, o, stdout, stderr)
 }

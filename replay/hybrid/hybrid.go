@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/berthsched/berth/autoscale"
 	"github.com/berthsched/berth/backends/federation"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
@@ -94,7 +95,58 @@ type Config struct {
 	// queue, keeping their submit time) and the node moves now, instead of
 	// draining until they end (federation.Config.PreemptOnReclaim).
 	PreemptOnReclaim bool
+	// ReferenceGPUs is the cluster size, in GPUs, that TrainingLoad,
+	// PeakShare and TroughShare are shares of; 0: this cluster's own
+	// (Nodes x GPUsPerNode). A fixed ReferenceGPUs makes the demand the
+	// same whatever the cluster's size (replay/capacity).
+	ReferenceGPUs int
+	// Autoscale, when not nil, turns on node autoscaling: Nodes is then
+	// the most nodes the cluster may have, nodes boot when demand asks
+	// and are turned off when idle, and only nodes up or booting are paid
+	// (Row.PaidGPUHours).
+	Autoscale *Autoscale
 }
+
+// Autoscale is the node autoscaling of a run (Config.Autoscale).
+//
+// Every minute: a node asked for boots for BootDelay (paid, not usable)
+// and then joins its pool; the inference pool asks for the nodes its
+// replicas wanted (plus InferenceHeadroom) need beyond those it has, and
+// turns off the nodes left without replicas for ScaleDownDelay; the
+// training pool asks Training for a plan (autoscale.Decide's shape) from
+// its jobs pending and its nodes, and applies it: the nodes a scale-up
+// asks for, and the idle ones it scales down. Without federation, each
+// pool grows within its own share of the nodes (TrainingShare); in the
+// federated variant a pool that needs nodes first takes idle ones of the
+// other pool (a node move, at once), then boots any node of the cluster
+// that is off. In the colocated variant the inference pool counts the
+// idle GPUs of training nodes before asking for nodes. A run starts with
+// the inference nodes its first minute wants up and every training node
+// off.
+type Autoscale struct {
+	// Training plans the training pool's scale-ups and scale-downs;
+	// required.
+	Training TrainingScaler
+	// Policy is passed to Training in autoscale.Config (GangAware if
+	// empty).
+	Policy autoscale.Policy
+	// BootDelay: from asking for a node to its joining its pool; default
+	// 10 minutes.
+	BootDelay time.Duration
+	// ScaleDownDelay: an idle node is turned off after this long; default
+	// 10 minutes (cluster-autoscaler's scale-down-unneeded-time).
+	ScaleDownDelay time.Duration
+	// InferenceHeadroom: the inference pool keeps nodes for this share of
+	// replicas beyond those wanted (0.1: 10% more), so that a rise within
+	// the boot delay is served; 0..1, default 0.
+	InferenceHeadroom float64
+}
+
+// TrainingScaler plans one round of the training pool's node autoscaling
+// at now: cfg has one pool (the training pool, its Max the nodes it may
+// have at most now), nodes are its nodes up or booting, demand its
+// pending jobs in submission order. autoscale.Decide has this shape.
+type TrainingScaler func(now time.Time, cfg autoscale.Config, nodes []autoscale.Node, demand []autoscale.Demand) (autoscale.Plan, error)
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Nodes == 0 {
@@ -122,7 +174,27 @@ func (c Config) withDefaults() (Config, error) {
 		c.TroughShare = 0.12
 	}
 	c.Rebalance = c.Rebalance.WithDefaults()
+	if c.Autoscale != nil {
+		a := *c.Autoscale
+		if a.BootDelay == 0 {
+			a.BootDelay = 10 * time.Minute
+		}
+		if a.ScaleDownDelay == 0 {
+			a.ScaleDownDelay = 10 * time.Minute
+		}
+		switch {
+		case a.Training == nil:
+			return c, fmt.Errorf("%w: autoscaling without a training scaler", ErrInvalid)
+		case a.BootDelay < 0 || a.BootDelay > 24*time.Hour || a.ScaleDownDelay < 0 || a.ScaleDownDelay > 24*time.Hour:
+			return c, fmt.Errorf("%w: boot delay %v, scale-down delay %v (0..24h)", ErrInvalid, a.BootDelay, a.ScaleDownDelay)
+		case !(a.InferenceHeadroom >= 0 && a.InferenceHeadroom <= 1):
+			return c, fmt.Errorf("%w: inference headroom %v not in [0,1]", ErrInvalid, a.InferenceHeadroom)
+		}
+		c.Autoscale = &a
+	}
 	switch {
+	case c.ReferenceGPUs < 0 || c.ReferenceGPUs > 10000*topo.MaxGPUsPerNode:
+		return c, fmt.Errorf("%w: reference GPUs %d", ErrInvalid, c.ReferenceGPUs)
 	case c.Nodes < 2 || c.Nodes > 10000, c.GPUsPerNode < 1 || c.GPUsPerNode > topo.MaxGPUsPerNode:
 		return c, fmt.Errorf("%w: %d nodes x %d GPUs", ErrInvalid, c.Nodes, c.GPUsPerNode)
 	case c.TrainingShare <= 0 || c.TrainingShare >= 1:
@@ -142,6 +214,9 @@ type Point struct {
 	InferenceGPUs    int     // GPUs the inference pool owns (with borrowed ones for colocated)
 	InferenceWanted  int     // replicas wanted
 	TrainingBusyGPUs int
+	// UpGPUs: GPUs of nodes up or booting (paid); all of them without
+	// autoscaling.
+	UpGPUs int
 }
 
 // Row is one variant's result.
@@ -171,6 +246,20 @@ type Row struct {
 	TrainingStarted int     `json:"training_started"`
 	Dropped         int     `json:"dropped"`
 	Series          []Point `json:"-"`
+	// TrainingP95WaitS: the 95th percentile (nearest rank) of the waits
+	// TrainingAvgWaitS averages.
+	TrainingP95WaitS float64 `json:"-"`
+	// InferenceWantedReplicaMin: replica-minutes wanted in the horizon.
+	InferenceWantedReplicaMin float64 `json:"-"`
+	// BusyGPUHours: GPU-hours of training jobs and running replicas;
+	// PaidGPUHours: GPU-hours of the nodes up or booting (all the
+	// cluster's without autoscaling).
+	BusyGPUHours float64 `json:"-"`
+	PaidGPUHours float64 `json:"-"`
+	// ScaleUps and ScaleDowns count nodes booted and turned off
+	// (autoscaling only).
+	ScaleUps   int `json:"-"`
+	ScaleDowns int `json:"-"`
 }
 
 // SyntheticTraining draws a default training workload over d: Poisson
@@ -221,6 +310,9 @@ type services struct {
 
 func newServices(cfg Config, rng *rand.Rand) services {
 	total := float64(cfg.Nodes * cfg.GPUsPerNode)
+	if cfg.ReferenceGPUs > 0 {
+		total = float64(cfg.ReferenceGPUs)
+	}
 	hi, lo := cfg.PeakShare*total, cfg.TroughShare*total
 	s := services{}
 	slots := int(cfg.Duration/(15*time.Minute)) + 1
@@ -292,7 +384,11 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 	svc := newServices(cfg, rng)
 	train := cfg.Training
 	if train == nil {
-		train = SyntheticTraining(cfg.Seed, cfg.Duration, cfg.Nodes*cfg.GPUsPerNode, cfg.TrainingLoad)
+		ref := cfg.Nodes * cfg.GPUsPerNode
+		if cfg.ReferenceGPUs > 0 {
+			ref = cfg.ReferenceGPUs
+		}
+		train = SyntheticTraining(cfg.Seed, cfg.Duration, ref, cfg.TrainingLoad)
 	}
 	per := cfg.GPUsPerNode
 	trainNodes := int(math.Round(cfg.TrainingShare * float64(cfg.Nodes)))
@@ -313,6 +409,17 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 	owner := make([]string, cfg.Nodes)
 	lastMove := make([]time.Time, cfg.Nodes)
 	draining := make([]string, cfg.Nodes) // pool a draining training node moves to
+	as := cfg.Autoscale
+	// Autoscaling: each node's power state, when a booting one is up, when
+	// an idle one became idle, whether a reservation holds GPUs of it.
+	power := make([]nodePower, cfg.Nodes)
+	bootAt := make([]time.Time, cfg.Nodes)
+	idleSince := make([]time.Time, cfg.Nodes)
+	reserved := make([]bool, cfg.Nodes)
+	initInfer := cfg.Nodes
+	if as != nil {
+		initInfer = nodesFor(int(math.Ceil(float64(svc.wanted(0))*(1+as.InferenceHeadroom))), per)
+	}
 	spec := topo.Spec{}
 	for i := range cfg.Nodes {
 		names[i] = fmt.Sprintf("n%03d", i)
@@ -321,6 +428,9 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 		if i >= trainNodes {
 			owner[i] = poolInfer
 			st = topo.Cordoned
+		}
+		if as != nil && (i < trainNodes || i-trainNodes >= initInfer) {
+			power[i], st = powerOff, topo.Cordoned
 		}
 		spec.Nodes = append(spec.Nodes, topo.NodeSpec{Name: names[i], GPUs: per, GPUModel: "H100", State: st})
 	}
@@ -370,7 +480,7 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 	end := start.Add(cfg.Duration)
 	next := 0
 	minute := start
-	var busyGPUMin, shortfall float64
+	var busyGPUMin, shortfall, wantedMin, paidGPUMin float64
 	total := float64(cfg.Nodes * per)
 	step := func(ev engine.Event) error {
 		if err := e.Step(ev); err != nil {
@@ -417,31 +527,47 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 			}
 		}
 		if t.Equal(minute) {
+			// Booted nodes join their pool.
+			for i := range power {
+				if power[i] == powerBooting && !bootAt[i].After(t) {
+					power[i], idleSince[i] = powerOn, t
+					if owner[i] == poolTrain {
+						if err := step(engine.NodeChanged(t, names[i], topo.Ready, nil)); err != nil {
+							return Row{}, err
+						}
+					}
+				}
+			}
 			if err := step(engine.Tick(t)); err != nil {
 				return Row{}, err
 			}
 			offset := t.Sub(start)
 			wanted := svc.wanted(offset)
-			inferOwned := 0
+			inferOwned, up := 0, 0
 			for i := range owner {
-				if owner[i] == poolInfer {
+				if power[i] != powerOff {
+					up += per
+				}
+				if owner[i] == poolInfer && power[i] == powerOn {
 					inferOwned += per
 				}
 			}
 			capacity := inferOwned
 			if variant == Colocated {
 				for i := range owner {
-					if owner[i] == poolTrain {
+					if owner[i] == poolTrain && power[i] == powerOn {
 						capacity += per - used[i]
 					}
 				}
 			}
 			running := min(wanted, capacity)
 			shortfall += float64(wanted - running)
+			wantedMin += float64(wanted)
 			busyGPUMin += float64(trainBusy + running)
+			paidGPUMin += float64(up)
 			if offset%(15*time.Minute) == 0 {
 				row.Series = append(row.Series, Point{Hours: offset.Hours(), Utilization: float64(trainBusy+running) / total,
-					InferenceGPUs: capacity, InferenceWanted: wanted, TrainingBusyGPUs: trainBusy})
+					InferenceGPUs: capacity, InferenceWanted: wanted, TrainingBusyGPUs: trainBusy, UpGPUs: up})
 			}
 			// Drained training nodes move once empty.
 			for i := range draining {
@@ -451,7 +577,7 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 				}
 			}
 			if variant == Federated && offset > 0 && offset%cfg.Rebalance.Interval == 0 {
-				moves := rebalance(cfg, t, owner, lastMove, draining, used, names, pending, wanted, running, lastReserved)
+				moves := rebalance(cfg, t, owner, power, lastMove, draining, used, names, pending, wanted, running, lastReserved)
 				for _, mv := range moves {
 					i := nodeIdx[mv.Host]
 					if mv.Drain && owner[i] == poolTrain && used[i] > 0 && cfg.PreemptOnReclaim {
@@ -498,9 +624,32 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 					row.NodeMoves++
 				}
 			}
+			if as != nil {
+				a := autoscaler{cfg: cfg, variant: variant, trainNodes: trainNodes, t: t, owner: owner, power: power, bootAt: bootAt,
+					idleSince: idleSince, reserved: reserved, used: used, draining: draining, lastMove: lastMove, names: names, row: &row, step: step}
+				if err := a.inference(wanted, running); err != nil {
+					return Row{}, err
+				}
+				if err := a.training(pending); err != nil {
+					return Row{}, err
+				}
+			}
 			minute = minute.Add(time.Minute)
 		}
 		rd := e.Ready()
+		if as != nil {
+			clear(reserved)
+			for _, r := range rd.Reservations {
+				if r.GPUs == nil {
+					continue
+				}
+				for it := r.GPUs.Iterator(); it.HasNext(); {
+					if n, err := e.Cluster().NodeOfGPU(it.Next()); err == nil && int(n) < len(reserved) {
+						reserved[n] = true
+					}
+				}
+			}
+		}
 		lastReserved = 0
 		for _, r := range rd.Reservations {
 			if r.GPUs != nil && r.Start.Before(t.Add(cfg.Rebalance.Interval)) {
@@ -514,7 +663,7 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 			}
 			for _, m := range b.Members {
 				i, ok := nodeIdx[m.Node]
-				if !ok || owner[i] != poolTrain {
+				if !ok || owner[i] != poolTrain || power[i] != powerOn {
 					return Row{}, fmt.Errorf("hybrid: %s: job %s bound on %s, not a training node", variant, b.Job, m.Node)
 				}
 				used[i] += len(m.GPUs)
@@ -534,17 +683,27 @@ func Run(ctx context.Context, cfg Config, variant string) (Row, error) {
 	minutes := cfg.Duration.Minutes()
 	row.Utilization = busyGPUMin / (total * minutes)
 	row.InferenceShortfallReplicaMin = shortfall
+	row.InferenceWantedReplicaMin = wantedMin
+	row.BusyGPUHours = busyGPUMin / 60
+	row.PaidGPUHours = paidGPUMin / 60
 	var wait, slow float64
+	waits := make([]float64, 0, len(order))
 	for _, j := range order {
 		sub := start.Add(j.w.Submit)
 		if j.started {
 			row.TrainingStarted++
 			w := j.start.Sub(sub).Seconds()
 			wait += w
+			waits = append(waits, w)
 			slow += (w + j.w.Runtime.Seconds()) / math.Max(j.w.Runtime.Seconds(), 10)
 		} else {
 			wait += end.Sub(sub).Seconds()
+			waits = append(waits, end.Sub(sub).Seconds())
 		}
+	}
+	if len(waits) > 0 {
+		slices.Sort(waits)
+		row.TrainingP95WaitS = waits[int(math.Ceil(0.95*float64(len(waits))))-1]
 	}
 	if len(order) > 0 {
 		row.TrainingAvgWaitS = wait / float64(len(order))
@@ -585,7 +744,7 @@ func request(g, per int) gang.Request {
 
 // rebalance builds the rebalancer's inputs from the run's state and
 // returns federation.Plan's moves.
-func rebalance(cfg Config, now time.Time, owner []string, lastMove []time.Time, draining []string, used []int, names []string,
+func rebalance(cfg Config, now time.Time, owner []string, power []nodePower, lastMove []time.Time, draining []string, used []int, names []string,
 	pending map[string]*tjob, wanted, running int, reserved float64) []federation.Move {
 	per := cfg.GPUsPerNode
 	var pendH float64
@@ -599,9 +758,12 @@ func rebalance(cfg Config, now time.Time, owner []string, lastMove []time.Time, 
 	// Replicas are packed onto the inference nodes in name order: the
 	// first ceil(replicas/per) are busy.
 	busyInfer := (running + per - 1) / per
-	hosts := make([]federation.HostView, len(names))
+	hosts := make([]federation.HostView, 0, len(names))
 	k := 0
 	for i, n := range names {
+		if power[i] != powerOn {
+			continue // off or booting: not a host to move
+		}
 		h := federation.HostView{Host: n, Owner: owner[i], Pools: []string{poolTrain, poolInfer}, GPUs: per, LastMove: lastMove[i], MovingTo: draining[i]}
 		if owner[i] == poolTrain {
 			h.Busy = used[i] > 0
@@ -609,7 +771,7 @@ func rebalance(cfg Config, now time.Time, owner []string, lastMove []time.Time, 
 			h.Busy = k < busyInfer
 			k++
 		}
-		hosts[i] = h
+		hosts = append(hosts, h)
 	}
 	return federation.Plan(now, cfg.Rebalance, []federation.PoolDemand{
 		{Pool: poolTrain, Quota: cfg.TrainingShare, PendingGPUHours: pendH, ReservedGPUs: reserved},
