@@ -178,9 +178,9 @@ type provState struct {
 	inf     cache.SharedIndexInformer
 
 	mu sync.Mutex
-	// asked: job -> the request (namespace/name) asking capacity for it,
-	// for requests created since the informer's last view.
-	asked map[string]string
+	// created: requests ScaleUp made that the informer may not list yet
+	// (by namespace/name), with when they were made.
+	created map[string]createdReq
 	// finished: requests (by UID) berth deleted or reported failed; the
 	// informer may still list them.
 	finished map[types.UID]bool
@@ -200,6 +200,11 @@ type provRequest struct {
 	templates []string
 	// conditions True now, by type, with when and why.
 	conds map[string]provCond
+}
+
+type createdReq struct {
+	r  provRequest
+	at time.Time
 }
 
 type provCond struct {
@@ -231,7 +236,7 @@ func (b *Backend) startProvisioning(ctx context.Context, h cache.ResourceEventHa
 		return fmt.Errorf("%w: Provisioning needs %s provisioningrequests (cluster-autoscaler's CRD), which the API server does not serve: %v", ErrInvalidConfig, gv, err)
 	}
 	sel := labels.Set{LabelProvisionedBy: b.cfg.SchedulerName}.String()
-	p := &provState{cfg: b.cfg.Provisioning, asked: map[string]string{}, finished: map[types.UID]bool{}}
+	p := &provState{cfg: b.cfg.Provisioning, created: map[string]createdReq{}, finished: map[types.UID]bool{}}
 	p.cfg.ClassName = cmp.Or(p.cfg.ClassName, ProvisioningClassAtomic)
 	p.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(b.dyn, b.cfg.ResyncPeriod, metav1.NamespaceAll,
 		func(o *metav1.ListOptions) { o.LabelSelector = sel })
@@ -253,17 +258,29 @@ func (b *Backend) startProvisioning(ctx context.Context, h cache.ResourceEventHa
 	return nil
 }
 
-// requests returns berth's ProvisioningRequests the informer holds, in
-// creation order.
+// requests returns berth's ProvisioningRequests the informer holds and
+// those ScaleUp made that it does not list yet, in creation order.
 func (p *provState) requests() []provRequest {
 	var out []provRequest
+	have := map[string]bool{}
 	for _, o := range p.inf.GetStore().List() {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
 		out = append(out, readRequest(u))
+		have[out[len(out)-1].key()] = true
 	}
+	p.mu.Lock()
+	for key, c := range p.created {
+		switch {
+		case have[key] || time.Since(c.at) > time.Minute:
+			delete(p.created, key) // listed, or deleted before it ever was
+		default:
+			out = append(out, c.r)
+		}
+	}
+	p.mu.Unlock()
 	slices.SortFunc(out, func(x, y provRequest) int {
 		if c := x.created.Compare(y.created); c != 0 {
 			return c
@@ -466,14 +483,14 @@ func (b *Backend) ScaleUp(ctx context.Context, up autoscale.ScaleUp) error {
 		},
 		"spec": spec,
 	}}
-	if _, err := b.dyn.Resource(ProvisioningRequestResource).Namespace(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+	got, err := b.dyn.Resource(ProvisioningRequestResource).Namespace(ns).Create(ctx, req, metav1.CreateOptions{})
+	if err != nil {
 		b.deleteTemplates(ctx, ns, made)
 		return fmt.Errorf("kube: ProvisioningRequest %s/%s: %w", ns, name, err)
 	}
+	r := readRequest(got)
 	p.mu.Lock()
-	for _, j := range jobs {
-		p.asked[j] = ns + "/" + name
-	}
+	p.created[r.key()] = createdReq{r: r, at: time.Now()}
 	p.mu.Unlock()
 	return nil
 }
@@ -494,24 +511,7 @@ func (b *Backend) coveredJobs() map[string]bool {
 			out[j] = true
 		}
 	}
-	for j, key := range p.asked {
-		if !p.finishedKey(key, reqs) {
-			out[j] = true
-		}
-	}
 	return out
-}
-
-// finishedKey: the request key names is one the informer lists as
-// finished (berth deleted it, or it failed). One the informer does not
-// list yet is taken as live (just created). Caller holds p.mu.
-func (p *provState) finishedKey(key string, reqs []provRequest) bool {
-	for _, r := range reqs {
-		if r.key() == key {
-			return p.finished[r.uid] || failedCond(r) != ""
-		}
-	}
-	return false
 }
 
 // failedCond says why a request failed ("" it did not): Failed,
@@ -611,11 +611,6 @@ func (b *Backend) reconcileProvisioning(ctx context.Context, now time.Time) {
 			continue
 		}
 		p.finished[v.r.uid] = true
-		for j, key := range p.asked {
-			if key == v.r.key() {
-				delete(p.asked, j)
-			}
-		}
 		if v.fail != "" {
 			at := now
 			if c, ok := v.r.conds["Failed"]; ok && !c.at.IsZero() {
