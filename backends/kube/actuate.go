@@ -153,6 +153,11 @@ func (b *Backend) BindMember(ctx context.Context, jobID string, m engine.Member)
 	if d := b.devs[m.Node]; d != nil {
 		d.book(jobID, bm)
 	}
+	if b.prov != nil && len(j.bound) == len(j.pods) {
+		// The gang is bound: its ProvisioningRequest can go (the sync
+		// loop may have looked before this bind was recorded).
+		b.poke()
+	}
 	return nil
 }
 

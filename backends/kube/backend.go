@@ -77,6 +77,7 @@ type Backend struct {
 	logged   map[string]string
 	svc      *svcState       // services and their replica pods (service.go)
 	dra      *draState       // nil: DRA off (dra.go)
+	prov     *provState      // nil: node autoscaling off (provision.go)
 	launched map[string]bool // jobs LaunchJob created (or is creating), by ID
 	lmu      sync.Mutex      // serialises LaunchJob and WithdrawJob
 }
@@ -106,6 +107,11 @@ type job struct {
 	// selectors are the nodeSelectors of its groups (nil: any node), to
 	// say which nodes that are not Ready it could have used.
 	selectors []map[string]string
+	// neverFits: the engine refused its submission as never fitting the
+	// cluster (engine.ErrNeverFits); retry: a node joined or became Ready
+	// since, so it is submitted again (node autoscaling brings the nodes
+	// such a gang waits for).
+	neverFits, retry bool
 }
 
 type podRef struct {
@@ -145,6 +151,9 @@ func New(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Backend, 
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Provisioning.on() && dyn == nil {
+		return nil, fmt.Errorf("%w: Provisioning needs a dynamic client (ProvisioningRequests)", ErrInvalidConfig)
 	}
 	c := cfg.withDefaults()
 	b := &Backend{
@@ -223,6 +232,11 @@ func (b *Backend) Start(ctx context.Context) error {
 			return fmt.Errorf("kube: %v informer did not sync", typ)
 		}
 	}
+	if err := b.startProvisioning(ctx, h); err != nil {
+		cancel()
+		b.factory.Shutdown()
+		return err
+	}
 	b.bcast = record.NewBroadcaster(record.WithContext(ctx))
 	b.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: b.cs.CoreV1().Events("")})
 	rec := b.bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: b.cfg.SchedulerName})
@@ -243,6 +257,9 @@ func (b *Backend) Close() {
 	b.cancel()
 	b.wg.Wait()
 	b.factory.Shutdown()
+	if b.prov != nil {
+		b.prov.factory.Shutdown()
+	}
 	b.bcast.Shutdown()
 	b.feed.Close()
 }
@@ -292,6 +309,7 @@ func (b *Backend) loop(ctx context.Context) {
 				return
 			}
 		}
+		b.reconcileProvisioning(ctx, time.Now())
 	}
 }
 
@@ -395,7 +413,7 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var evs []engine.Event
-	added := false
+	added, grew := false, false
 	for _, n := range list {
 		nm, ok := models[n.Name]
 		if !ok {
@@ -413,7 +431,7 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 			b.nodes[n.Name] = &toldNode{model: nm, state: sp.State, cause: nm.cause, labels: nm.spec.Labels}
 			b.spec.Nodes = append(b.spec.Nodes, sp)
 			b.devs[n.Name] = newNodeDevs(nm.spec)
-			added = true
+			added, grew = true, grew || sp.State == topo.Ready
 			if b.started {
 				evs = append(evs, engine.NodeAdded(now, sp))
 			}
@@ -424,6 +442,7 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 		}
 		t.cause = nm.cause
 		if t.gone || t.state != nm.spec.State || !maps.Equal(t.labels, nm.spec.Labels) {
+			grew = grew || nm.spec.State == topo.Ready && (t.gone || t.state != topo.Ready)
 			t.gone, t.state, t.labels = false, nm.spec.State, nm.spec.Labels
 			if b.started {
 				evs = append(evs, engine.NodeChanged(now, n.Name, nm.spec.State, nm.spec.Labels))
@@ -441,6 +460,11 @@ func (b *Backend) syncNodes(now time.Time) []engine.Event {
 	}
 	if added {
 		b.rebuildCluster()
+	}
+	if grew && b.started {
+		for _, j := range b.jobs {
+			j.retry = j.retry || j.neverFits
+		}
 	}
 	return evs
 }
@@ -785,6 +809,17 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 	// Complete gangs of pending pods: submit them.
 	for _, id := range pendingOrder {
 		pg := pending[id]
+		if j := b.jobs[id]; j != nil && j.retry {
+			// Refused as never fitting, and the cluster grew since: the
+			// same job again (the engine does not know it).
+			j.retry, j.neverFits = false, false
+			if !j.launched && len(j.bound) == 0 && len(pg.pods) == len(j.pods) && pg.err == nil {
+				if qj, _, err := b.buildJob(id, pg.pods, true, submitTime(pg.pods, pg.created, now)); err == nil {
+					submits = append(submits, engine.Submitted(now, qj))
+				}
+			}
+			continue
+		}
 		// Pods already members of a job the engine knows (a gang being
 		// bound right now, or waiting) are not new work.
 		pg.pods = slices.DeleteFunc(pg.pods, func(p *corev1.Pod) bool {
@@ -1111,6 +1146,7 @@ func (b *Backend) OnStepError(ev engine.Event, err error) error {
 		b.mu.Lock()
 		var pods []*corev1.Pod
 		if j := b.jobs[id]; j != nil && ev.Kind == engine.EventJobSubmitted {
+			j.neverFits = errors.Is(err, engine.ErrNeverFits)
 			for _, pr := range j.pods {
 				pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pr.ns, Name: pr.name, UID: pr.uid}})
 			}

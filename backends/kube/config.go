@@ -133,6 +133,10 @@ type Config struct {
 	// DRA, with a Driver, makes berth allocate the ResourceClaims of its
 	// pods (dra.go). Zero: off.
 	DRA DRAConfig
+	// Provisioning, with pools, makes the backend a backends.Provisioner:
+	// node autoscaling through cluster-autoscaler's ProvisioningRequests
+	// (provision.go). Zero: off.
+	Provisioning ProvisioningConfig
 	// Logf, if set, receives what the backend cannot report otherwise
 	// (a node it cannot model, a status write that failed).
 	Logf func(format string, args ...any)
@@ -178,6 +182,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: negative StatusWorkers or ResyncPeriod", ErrInvalidConfig)
 	}
 	if err := d.DRA.validate(); err != nil {
+		return err
+	}
+	if err := d.Provisioning.validate(d.SchedulerName); err != nil {
 		return err
 	}
 	found := false

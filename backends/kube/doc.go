@@ -77,6 +77,19 @@
 // LabelService, annotation AnnotationReplica). See service.go and
 // docs/serving.md, section Backends.
 //
+// # Node autoscaling
+//
+// With Config.Provisioning (pools of nodes by label), the backend is a
+// backends.Provisioner: ScaleUp asks cluster-autoscaler for capacity for
+// gangs through a ProvisioningRequest (autoscaling.x-k8s.io/v1, class
+// best-effort-atomic-scale-up) with a PodTemplate per member shape; the
+// nodes that join bind the gang through the usual path; a request that
+// failed is reported by Provisioning and deleted, one whose gangs are
+// bound is deleted. ScaleDown cordons an idle node and removes
+// cluster-autoscaler's scale-down-disabled annotation (berth sets it on
+// its pools' nodes), so that cluster-autoscaler removes the machine. See
+// provision.go and docs/backends/kube.md, "Node autoscaling".
+//
 // # Concurrency
 //
 // Start runs the informers, a sync goroutine that turns their changes into

@@ -148,8 +148,17 @@ func (w *world) node(name string, gpus int64, opts ...nodeOpt) string {
 		// The TaintNodesByCondition admission plugin taints a new node
 		// not-ready; the node lifecycle controller (absent here) would
 		// lift it once the kubelet reports Ready.
-		created.Spec.Taints = nil
-		_, err = cs.CoreV1().Nodes().Update(context.Background(), created, metav1.UpdateOptions{})
+		// A scheduler may patch the node meanwhile (berth's autoscaling
+		// annotates the nodes of its pools): retry on a conflict.
+		for {
+			created.Spec.Taints = nil
+			_, err = cs.CoreV1().Nodes().Update(context.Background(), created, metav1.UpdateOptions{})
+			if !apierrors.IsConflict(err) {
+				break
+			}
+			created, err = cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+			require.NoError(w.t, err)
+		}
 		require.NoError(w.t, err)
 	}
 	return name
