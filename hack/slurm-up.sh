@@ -316,6 +316,8 @@ done
   echo "export BERTH_SLURM_GPU_TYPE=$gtype"
   echo "export BERTH_SLURM_RACK_GPU_TYPES='${rtypes[*]}'"
   echo "export BERTH_SLURM_RACKS='${racks[*]}'"
+  echo "export BERTH_SLURM_CLOUD_NODES=$cloud"
 } > "$dir/env"
 say "up in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s: $nodes nodes $all x gpu:${rtypes[*]}:$gpus, racks ${racks[*]}"
+[ "$cloud" = 0 ] || say "power saving: the last $cloud nodes State=CLOUD, powered down (SuspendTime=$suspend_time ResumeTimeout=$resume_timeout SuspendTimeout=$suspend_timeout; scripts and fail-resume in $dir/power)"
 say "use: source $dir/env"
