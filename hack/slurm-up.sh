@@ -28,6 +28,21 @@
 # the r-th type of the list, cycled (rack1 h100, rack2 a100, rack3 h100...):
 # for the GPU-model tests; the other tests need the default layout.
 #
+# Power saving (node autoscaling, docs/backends/slurm.md "Node autoscaling
+# (power saving)"): BERTH_SLURM_CLOUD_NODES=N (default 0: off, the cluster
+# exactly as without it) makes the last N nodes State=CLOUD: they start
+# powered down (IDLE+CLOUD+POWERED_DOWN, no slurmd), and SLURM's power
+# saving runs the ResumeProgram / SuspendProgram this script writes into
+# $BERTH_SLURM_DIR/power/ (resume.sh starts the node's slurmd, suspend.sh
+# stops it) when a node is powered up or down (scontrol update
+# NodeName=... State=POWER_UP / POWER_DOWN, or a job SLURM itself
+# allocates there). The other nodes are SuspendExcNodes: never suspended.
+# A node named in $BERTH_SLURM_DIR/power/fail-resume (one per line) is not
+# started by resume.sh: its resume times out (ResumeTimeout) and SLURM marks
+# it DOWN, for the tests of a failed provisioning. Timings, short for tests:
+# BERTH_SLURM_SUSPEND_TIME (60 s idle before SLURM powers a node down by
+# itself), BERTH_SLURM_RESUME_TIMEOUT (10 s), BERTH_SLURM_SUSPEND_TIMEOUT (3 s).
+#
 # Settings: BERTH_SLURM_DIR (/tmp/berth-slurm), BERTH_SLURM_NODES (16),
 # BERTH_SLURM_GPUS (8 per node), BERTH_SLURM_GPU_TYPE (h100),
 # BERTH_SLURM_RACK_GPU_TYPES (unset: every rack BERTH_SLURM_GPU_TYPE),
@@ -44,6 +59,10 @@ perrack="${BERTH_SLURM_PER_RACK:-4}"
 ctldport="${BERTH_SLURM_CTLD_PORT:-6817}"
 dport="${BERTH_SLURM_SLURMD_PORT:-6900}"
 wait_s="${BERTH_SLURM_WAIT_S:-120}"
+cloud="${BERTH_SLURM_CLOUD_NODES:-0}"
+suspend_time="${BERTH_SLURM_SUSPEND_TIME:-60}"
+resume_timeout="${BERTH_SLURM_RESUME_TIMEOUT:-10}"
+suspend_timeout="${BERTH_SLURM_SUSPEND_TIMEOUT:-3}"
 read -r -a rtypes <<< "${BERTH_SLURM_RACK_GPU_TYPES:-$gtype}"
 cpus=64
 mem=512000
@@ -55,6 +74,10 @@ fail() { say "ERROR: $*"; exit 1; }
 [[ "$nodes" =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le 99 ] || fail "BERTH_SLURM_NODES must be 1..99"
 [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -ge 1 ] || fail "BERTH_SLURM_GPUS must be >= 1"
 [[ "$perrack" =~ ^[0-9]+$ ]] && [ "$perrack" -ge 1 ] || fail "BERTH_SLURM_PER_RACK must be >= 1"
+[[ "$cloud" =~ ^[0-9]+$ ]] && [ "$cloud" -le "$nodes" ] || fail "BERTH_SLURM_CLOUD_NODES must be 0..BERTH_SLURM_NODES"
+for v in "$suspend_time" "$resume_timeout" "$suspend_timeout"; do
+  [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -ge 1 ] || fail "BERTH_SLURM_SUSPEND_TIME, _RESUME_TIMEOUT, _SUSPEND_TIMEOUT must be whole seconds >= 1"
+done
 [[ "$gtype" =~ ^[a-z0-9]+$ ]] || fail "BERTH_SLURM_GPU_TYPE must be lowercase letters and digits"
 [ "${#rtypes[@]}" -ge 1 ] || fail "BERTH_SLURM_RACK_GPU_TYPES is empty"
 for t in "${rtypes[@]}"; do
@@ -100,6 +123,13 @@ printf '%s\n' "$token" > "$dir/berth-test-cluster"
 name() { printf 'node%02d' "$1"; }
 all="node[01-$(printf '%02d' "$nodes")]"; [ "$nodes" = 1 ] && all=node01
 host="$(hostname -s)"
+# Power saving: nodes 1..nfixed are always on, the rest State=CLOUD.
+nfixed=$((nodes - cloud))
+fixed=""
+if [ "$nfixed" -ge 1 ]; then
+  fixed="node[01-$(printf '%02d' "$nfixed")]"; [ "$nfixed" = 1 ] && fixed=node01
+fi
+nstate() { if [ "$1" -gt "$nfixed" ]; then printf CLOUD; else printf UNKNOWN; fi; }
 conf="$dir/etc/slurm.conf"
 sock="$dir/munge/munged.sock"
 
@@ -158,8 +188,23 @@ Waittime=0
 PreemptType=preempt/none
 TopologyPlugin=topology/tree
 CONF
+  if [ "$cloud" -gt 0 ]; then
+    cat <<CONF
+# power saving (BERTH_SLURM_CLOUD_NODES=$cloud): the last $cloud nodes are State=CLOUD
+SuspendProgram=$dir/power/suspend.sh
+ResumeProgram=$dir/power/resume.sh
+SuspendTime=$suspend_time
+SuspendTimeout=$suspend_timeout
+ResumeTimeout=$resume_timeout
+ResumeRate=0
+SuspendRate=0
+SlurmctldParameters=power_save_interval=1,power_save_min_interval=0
+PrivateData=cloud
+CONF
+    [ "$cloud" -lt "$nodes" ] && echo "SuspendExcNodes=$fixed"
+  fi
   for ((i = 1; i <= nodes; i++)); do
-    echo "NodeName=$(name "$i") NodeHostname=$host NodeAddr=127.0.0.1 Port=$((dport + i)) CPUs=$cpus Boards=1 SocketsPerBoard=2 CoresPerSocket=$((cpus / 2)) ThreadsPerCore=1 RealMemory=$mem Gres=gpu:$(ntype "$i"):$gpus Features=$(name "$i"),rack$(((i - 1) / perrack + 1)),$(ntype "$i") State=UNKNOWN"
+    echo "NodeName=$(name "$i") NodeHostname=$host NodeAddr=127.0.0.1 Port=$((dport + i)) CPUs=$cpus Boards=1 SocketsPerBoard=2 CoresPerSocket=$((cpus / 2)) ThreadsPerCore=1 RealMemory=$mem Gres=gpu:$(ntype "$i"):$gpus Features=$(name "$i"),rack$(((i - 1) / perrack + 1)),$(ntype "$i") State=$(nstate "$i")"
   done
   echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
   echo "PartitionName=berth Nodes=ALL Default=NO MaxTime=INFINITE State=DOWN PriorityTier=1"
@@ -186,6 +231,59 @@ done
 [ "$r" -gt 1 ] && echo "SwitchName=spine Switches=rack[1-$r]" >> "$dir/etc/topology.conf"
 export SLURM_CONF="$conf"
 
+# 5b. Power saving: SLURM's ResumeProgram and SuspendProgram, called by
+#     slurmctld (as root) with a hostlist. resume.sh starts each node's
+#     slurmd (unless the node is named in power/fail-resume), suspend.sh
+#     stops it (only a pid whose command line names this state dir).
+if [ "$cloud" -gt 0 ]; then
+  mkdir -p "$dir/power"
+  : > "$dir/power/fail-resume"
+  slurmd_bin="$(command -v slurmd)"
+  scontrol_bin="$(command -v scontrol)"
+  perl_bin="$(command -v perl)" || fail "perl is needed by the ResumeProgram (to clear slurmctld's signal mask)"
+  cat > "$dir/power/resume.sh" <<SCRIPT
+#!/bin/bash
+# ResumeProgram written by berth's hack/slurm-up.sh: start the slurmd of each node of \$1.
+export SLURM_CONF=$conf
+log=$dir/log/power.log
+for n in \$($scontrol_bin show hostnames "\$1"); do
+  [[ "\$n" =~ ^node[0-9]+\$ ]] || continue
+  if grep -qxF -- "\$n" $dir/power/fail-resume 2>/dev/null; then
+    echo "\$(date +%T.%N) resume \$n: not started (listed in power/fail-resume)" >> "\$log"
+    continue
+  fi
+  mkdir -p "$dir/spool/\$n"
+  echo "\$(date +%T.%N) resume \$n" >> "\$log"
+  # -b: report a reboot now (slurmctld takes a powering-up node for up only
+  # once its boot time is after the power-up request; this host never reboots).
+  # slurmctld runs this script with most signals blocked (SIGTERM too), which
+  # slurmd and its jobs would inherit: perl clears the mask first.
+  setsid $perl_bin -MPOSIX -e 'sigprocmask(SIG_SETMASK, POSIX::SigSet->new) or die "sigprocmask: \$!"; exec @ARGV or die "exec: \$!"' -- $slurmd_bin -b -f $conf -N "\$n" < /dev/null >> "\$log" 2>&1 || echo "\$(date +%T.%N) resume \$n: slurmd failed" >> "\$log"
+done
+exit 0
+SCRIPT
+  cat > "$dir/power/suspend.sh" <<SCRIPT
+#!/bin/bash
+# SuspendProgram written by berth's hack/slurm-up.sh: stop the slurmd of each node of \$1.
+export SLURM_CONF=$conf
+log=$dir/log/power.log
+ours() { [ -n "\$1" ] && tr '\\0' ' ' < "/proc/\$1/cmdline" 2>/dev/null | grep -qF -- "$dir/"; }
+for n in \$($scontrol_bin show hostnames "\$1"); do
+  [[ "\$n" =~ ^node[0-9]+\$ ]] || continue
+  f=$dir/run/slurmd-\$n.pid
+  p=\$(tr -dc '0-9' < "\$f" 2>/dev/null)
+  echo "\$(date +%T.%N) suspend \$n (pid \${p:-none})" >> "\$log"
+  ours "\$p" || continue
+  kill -TERM "\$p" 2>/dev/null
+  for ((t = 0; t < 50; t++)); do ours "\$p" || break; sleep 0.1; done
+  ours "\$p" && kill -KILL "\$p" 2>/dev/null
+  rm -f "\$f"
+done
+exit 0
+SCRIPT
+  chmod 755 "$dir/power/resume.sh" "$dir/power/suspend.sh"
+fi
+
 # 6. Daemons.
 munged -S "$sock" --key-file="$dir/munge/munge.key" --log-file="$dir/munge/munged.log" \
   --pid-file="$dir/run/munged.pid" --seed-file="$dir/munge/munged.seed" ||
@@ -196,7 +294,7 @@ for ((t = 0; t < 100; t++)); do
   sleep 0.2
 done
 scontrol ping 2>/dev/null | grep -q 'is UP' || fail "slurmctld does not answer: $(tail -5 "$dir/log/slurmctld.log")"
-for ((i = 1; i <= nodes; i++)); do
+for ((i = 1; i <= nfixed; i++)); do
   mkdir -p "$dir/spool/$(name "$i")"
   slurmd -f "$conf" -N "$(name "$i")" || fail "slurmd $(name "$i"): $(tail -5 "$dir/log/slurmd-$(name "$i").log")"
 done
@@ -218,6 +316,8 @@ done
   echo "export BERTH_SLURM_GPU_TYPE=$gtype"
   echo "export BERTH_SLURM_RACK_GPU_TYPES='${rtypes[*]}'"
   echo "export BERTH_SLURM_RACKS='${racks[*]}'"
+  echo "export BERTH_SLURM_CLOUD_NODES=$cloud"
 } > "$dir/env"
 say "up in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s: $nodes nodes $all x gpu:${rtypes[*]}:$gpus, racks ${racks[*]}"
+[ "$cloud" = 0 ] || say "power saving: the last $cloud nodes State=CLOUD, powered down (SuspendTime=$suspend_time ResumeTimeout=$resume_timeout SuspendTimeout=$suspend_timeout; scripts and fail-resume in $dir/power)"
 say "use: source $dir/env"

@@ -151,5 +151,23 @@ if [ "$(id -u)" = 0 ]; then
   BERTH_SLURM_REQUIRE_MODELS=1 go test -count=1 -run 'GPUModelConstraint' ./backends/slurm/
 fi
 
+# ---- SLURM power saving (issue 32: node autoscaling on SLURM): a cluster of
+# its own (own state dir and ports, beside the default one) whose last rack
+# is State=CLOUD nodes, powered down, with the ResumeProgram/SuspendProgram
+# of hack/slurm-up.sh; BERTH_SLURM_REQUIRE_POWER_SAVE=1 makes the
+# power-saving tests fail, not skip, on a cluster without cloud nodes.
+if [ "$(id -u)" = 0 ]; then
+  echo "== SLURM power-saving cluster (TestIntegrationPowerSave*)"
+  ps_env="BERTH_SLURM_DIR=/tmp/berth-slurm-power BERTH_SLURM_CTLD_PORT=6847 BERTH_SLURM_SLURMD_PORT=6960"
+  ps_prev_trap=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
+  trap "env $ps_env bash hack/slurm-down.sh; ${ps_prev_trap:-:}" EXIT
+  env $ps_env BERTH_SLURM_NODES=8 BERTH_SLURM_CLOUD_NODES=4 bash hack/slurm-up.sh
+  env $ps_env BERTH_REQUIRE_INTEGRATION=1 BERTH_SLURM_REQUIRE_POWER_SAVE=1 \
+    go test -count=1 -run 'PowerSave' ./backends/slurm/
+  env $ps_env bash hack/slurm-down.sh
+  trap "${ps_prev_trap:-:}" EXIT
+fi
+# ---- end SLURM power saving
+
 rm -rf "$skips_dir"
 echo "== all passed"

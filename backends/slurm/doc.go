@@ -62,6 +62,21 @@
 // See docs/backends/slurm.md for the slurm.conf lines a site needs and what is
 // not supported.
 //
+// # Node autoscaling
+//
+// The backend is a backends.Provisioner over SLURM's power saving
+// (power.go): Config.PowerPools name the nodes berth may power up and down
+// (a hostlist or a feature; domains from the topology's switches). Pools
+// gives the autoscaler its pools with the room left (powered-down nodes
+// per domain), ScaleUp powers up that many nodes of a domain in one
+// scontrol update State=POWER_UP (refused, nothing powered, when fewer are
+// powered down there), ScaleDown powers an idle node down
+// (POWER_DOWN_ASAP), and Provisioning lists the pools' nodes up or booting
+// and, once each, the resumes SLURM gave up on (ResumeTimeout). A node
+// that is powered down or powering up or down is Down in the engine; it
+// comes in as a NodeChanged Ready event once SLURM has it up. See
+// docs/backends/slurm.md, "Node autoscaling (power saving)".
+//
 // # After a timeout
 //
 // A bind is one scontrol update (BindGang); a timed-out one may have

@@ -67,6 +67,10 @@ type nodeRec struct {
 	Partitions []string `json:"partitions"`
 	CPUs       int64    `json:"cpus"`
 	Memory     int64    `json:"real_memory"` // MB
+	// Reason is the reason an admin or SLURM gave for the node's state
+	// ("ResumeTimeout reached"), set at ReasonChangedAt (Unix seconds).
+	Reason          string `json:"reason"`
+	ReasonChangedAt int64  `json:"reason_changed_at"`
 }
 
 func parseSqueue(b []byte) ([]jobRec, error) {

@@ -100,6 +100,10 @@ type Config struct {
 	// and 16; a negative ReasonInterval writes none.
 	ReasonInterval time.Duration
 	ReasonBatch    int
+	// PowerPools are the pools of nodes berth powers up and down through
+	// SLURM's power saving (node autoscaling: ScaleUp, ScaleDown,
+	// Provisioning, Pools; see power.go). Empty: none.
+	PowerPools []PowerPool
 	// OnSkip, if set, is told once of every pending job berth cannot
 	// schedule (ErrBadJob) and of failures no caller sees (a stop after a
 	// grace period, moving a requeued job back). Called from the
@@ -164,6 +168,9 @@ func (c *Config) withDefaults() (Config, error) {
 			return bad("level name %q", l)
 		}
 	}
+	if err := checkPowerPools(&out); err != nil {
+		return Config{}, err
+	}
 	if err := out.launchDefaults(); err != nil {
 		return Config{}, err
 	}
@@ -221,6 +228,12 @@ type Backend struct {
 	devReading bool
 	devJSON    bool
 
+	// Power saving (power.go), under mu: the topology's switches per
+	// node (read once), and the resume failures reported, by node (the
+	// time SLURM set the reason).
+	underSw  map[string][]string
+	failSeen map[string]int64
+
 	svc *svcState // services and replica jobs (service.go); under mu
 	// Jobs LaunchJob submitted: berth ID <-> SLURM ID (b.mu).
 	lmu     sync.Mutex // serialises LaunchJob and WithdrawJob
@@ -243,6 +256,8 @@ type Stats struct {
 	JSONReads   int // polls that read squeue --json (a check failed, or a job berth does not know in RunPartition)
 	Reasons     int // reasons written (ShowReasons)
 	Rejects     int // jobs held as never runnable
+	PowerUps    int // nodes ScaleUp asked SLURM to power up
+	PowerDowns  int // nodes ScaleDown asked SLURM to power down
 }
 
 // job states as the backend told the engine.
@@ -425,6 +440,20 @@ func nodeState(r nodeRec) topo.NodeState {
 	switch {
 	case strings.HasPrefix(st, "down"), strings.HasPrefix(st, "fail"), st == "unknown", strings.Contains(flags, "NOT_RESPONDING"):
 		return topo.Down
+	}
+	// Power saving: a node powered down, powering up or powering down is
+	// not up (nothing may be placed there); one asked to power down that
+	// still runs jobs keeps them (POWER_DOWN_ASAP also drains it).
+	switch powerOf(r) {
+	case powerOff, powerFailed, powerBooting:
+		return topo.Down
+	case powerGoing:
+		if slices.Contains(r.StateFlags, "POWERING_DOWN") {
+			return topo.Down
+		}
+		return topo.Draining
+	}
+	switch {
 	case strings.Contains(flags, "DRAIN"), strings.HasPrefix(st, "drain"):
 		return topo.Draining
 	}
