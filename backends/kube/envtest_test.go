@@ -552,7 +552,10 @@ func TestRefusedBindRollsBackGang(t *testing.T) {
 			require.NoError(t, b.Start(ctx))
 			defer b.Close()
 			fb := &failingBackend{Backend: b}
-			fb.after = func(ctx context.Context, m engine.Member) {
+			// The hook acts as another client would, with the test's context:
+			// the bind call's own may be cancelled (its timeout, the Runner
+			// withdrawing it) while the hook waits for the informer.
+			fb.after = func(_ context.Context, m engine.Member) {
 				zero := int64(0)
 				if tc == "pod deleted" {
 					// The other member's pod goes: the API server refuses its bind.

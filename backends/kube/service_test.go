@@ -205,7 +205,7 @@ func TestServiceReplicaPreempted(t *testing.T) {
 	id := w.get(victim).Annotations[kube.AnnotationReplica]
 	require.NotEmpty(t, id)
 	w.finishDeletes()
-	w.waitBound(30*time.Second, "high")
+	w.waitBound(90*time.Second, "high") // a hang bound: the preemption, the grace and the bind on a loaded machine
 	eventually(t, 10*time.Second, "the replica requeued", func() bool {
 		s, ok := serviceView(r, "be")
 		return ok && s.Running == 1 && s.Pending == 1
