@@ -64,7 +64,8 @@ const replayExamples = `  berth replay                                   the def
   berth replay --trace synthetic-mig:500 --format json
   berth replay --experiment fgd --trace openb --policy fgd,berth
   berth replay --experiment hybrid --format json --out plots
-  berth replay --experiment capacity --training-p95-wait 30m --inference-shortfall-pct 0.5 --out plots
+  berth replay --experiment capacity --training-p95-wait 30m \
+      --inference-shortfall-pct 0.5 --out plots
   berth replay --experiment serving --policy no-colocation,colocation-packing --seeds 1-3
   berth replay --trace itp --policy easy --placement berth,blind,kueue --price on
 `
