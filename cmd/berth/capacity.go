@@ -140,24 +140,19 @@ func checkCapacity(o *options) error {
 	if o.policySet {
 		return usagef("--policy is not for --experiment capacity (it runs the variants %v)", capacity.Variants())
 	}
-	t := o.traces[0]
-	switch {
-	case t.kind == "synthetic" && t.jobs == 0, t.kind == "itp":
-	default:
-		return usagef("--experiment capacity takes --trace synthetic (the built-in workload) or itp[:PATH] (training jobs of ITP cluster04)")
+	if err := checkTrainingTrace(o, "capacity", "the built-in workload"); err != nil {
+		return err
 	}
-	switch {
-	case len(o.seeds) != 1:
+	if len(o.seeds) != 1 {
 		return usagef("--experiment capacity takes one seed (each variant's search is a run of its own)")
-	case o.racks != 0:
-		return usagef("--racks is not for --experiment capacity (its nodes have no racks)")
-	case o.estimates != "exact":
-		return usagef("--estimates is not for --experiment capacity (training jobs keep their own estimates)")
-	case len(o.placements) > 0 || o.price.On():
-		return usagef("--placement and --price are for time replays, not --experiment capacity")
-	case o.nodes == 1:
+	}
+	if err := checkNoTimeReplayFlags(o, "capacity"); err != nil {
+		return err
+	}
+	if o.nodes == 1 {
 		return usagef("--experiment capacity needs a reference cluster of at least 2 nodes")
 	}
+	t := o.traces[0]
 	if err := o.capacity.parse(); err != nil {
 		return err
 	}

@@ -18,11 +18,32 @@ func checkHybrid(o *options) error {
 	if o.policySet {
 		return usagef("--policy is not for --experiment hybrid (it runs the variants %v)", hybrid.Variants())
 	}
+	return checkTrainingTrace(o, "hybrid", "the built-in workload")
+}
+
+// checkTrainingTrace checks that an experiment with training and
+// inference (hybrid, serving, capacity) is given a trace it can read its
+// training jobs from: the built-in synthetic workload (builtin says what
+// that is to it) or ITP cluster04.
+func checkTrainingTrace(o *options, exp, builtin string) error {
 	t := o.traces[0]
 	switch {
 	case t.kind == "synthetic" && t.jobs == 0, t.kind == "itp":
-	default:
-		return usagef("--experiment hybrid takes --trace synthetic (the built-in workload) or itp[:PATH] (training jobs of ITP cluster04)")
+		return nil
+	}
+	return usagef("--experiment %s takes --trace synthetic (%s) or itp[:PATH] (training jobs of ITP cluster04)", exp, builtin)
+}
+
+// checkNoTimeReplayFlags refuses the flags of time replays that an
+// experiment with training and inference does not take.
+func checkNoTimeReplayFlags(o *options, exp string) error {
+	switch {
+	case o.racks != 0:
+		return usagef("--racks is not for --experiment %s (its nodes have no racks)", exp)
+	case o.estimates != "exact":
+		return usagef("--estimates is not for --experiment %s (training jobs keep their own estimates)", exp)
+	case len(o.placements) > 0 || o.price.On():
+		return usagef("--placement and --price are for time replays, not --experiment %s", exp)
 	}
 	return nil
 }

@@ -19,20 +19,13 @@ import (
 // checkServing validates the options of --experiment serving and sets
 // o.policies (default: every policy).
 func checkServing(o *options, policy string) error {
-	t := o.traces[0]
-	switch {
-	case t.kind == "synthetic" && t.jobs == 0, t.kind == "itp":
-	default:
-		return usagef("--experiment serving takes --trace synthetic (the built-in training workload) or itp[:PATH] (training jobs of ITP cluster04)")
+	if err := checkTrainingTrace(o, "serving", "the built-in training workload"); err != nil {
+		return err
 	}
-	switch {
-	case o.racks != 0:
-		return usagef("--racks is not for --experiment serving (its nodes have no racks)")
-	case o.estimates != "exact":
-		return usagef("--estimates is not for --experiment serving (training jobs keep their own estimates)")
-	case len(o.placements) > 0 || o.price.On():
-		return usagef("--placement and --price are for time replays, not --experiment serving")
-	case o.nodes == 1:
+	if err := checkNoTimeReplayFlags(o, "serving"); err != nil {
+		return err
+	}
+	if o.nodes == 1 {
 		return usagef("--experiment serving needs at least 2 nodes (training and inference)")
 	}
 	if !o.policySet {
