@@ -101,7 +101,7 @@ func (st *gpuState) shareFits(r Request) (units, mem uint32, ok bool) {
 
 // candidate is GPU g's best choice for rs, if any.
 func (p *Pool) candidate(g uint32, rs *resolved, mode AllocMode) (choice, bool) {
-	st := &p.gpus[g]
+	st := p.gpus.at(int(g))
 	if st.mig() {
 		pr := rs.prof[st.layout.model]
 		if !pr.Valid() {
@@ -139,8 +139,8 @@ func (p *Pool) AllocateInRange(lo, hi uint32, r Request, mode AllocMode) (Grant,
 	if err != nil {
 		return Grant{}, err
 	}
-	if hi > uint32(len(p.gpus)) {
-		hi = uint32(len(p.gpus))
+	if hi > uint32(p.gpus.len()) {
+		hi = uint32(p.gpus.len())
 	}
 	var best choice
 	found := false
@@ -203,7 +203,7 @@ func (p *Pool) bestIndexed(set *roaring.Bitmap, rs *resolved, mode AllocMode) (c
 			var best choice
 			found := false
 			eachIn(x.share[lv], set, func(g uint32) bool {
-				if _, _, ok := p.gpus[g].shareFits(rs.r); ok {
+				if _, _, ok := p.gpus.at(int(g)).shareFits(rs.r); ok {
 					best, found = choice{phase: phaseShare, class: int(lv), gpu: g}, true
 					return false
 				}
@@ -221,7 +221,7 @@ func (p *Pool) bestIndexed(set *roaring.Bitmap, rs *resolved, mode AllocMode) (c
 }
 
 func (p *Pool) commit(c choice, r Request) (Grant, error) {
-	st := p.gpus[c.gpu]
+	st := *p.gpus.at(int(c.gpu))
 	switch c.phase {
 	case phaseIdle:
 		t := st.layout.model.tables()
@@ -274,8 +274,8 @@ func (p *Pool) Release(g Grant) error {
 func shareID(slot int32, gen uint32) ShareID { return ShareID(uint64(gen)<<32 | uint64(slot+1)) }
 
 func (p *Pool) shareOf(i int32) Share {
-	r := &p.shares[i]
-	st := &p.gpus[r.gpu]
+	r := p.shares.at(int(i))
+	st := p.gpus.at(int(r.gpu))
 	s := Share{ID: shareID(i, r.gen), GPU: r.gpu}
 	switch st.mode {
 	case TimeSlicing:
@@ -291,7 +291,7 @@ func (p *Pool) shareOf(i int32) Share {
 }
 
 func (p *Pool) takeShare(g uint32, r Request) (Share, error) {
-	st := p.gpus[g]
+	st := *p.gpus.at(int(g))
 	units, mem, ok := st.shareFits(r)
 	if !ok {
 		return Share{}, fmt.Errorf("%w: %v on GPU %d", ErrNoFit, r, g)
@@ -299,16 +299,15 @@ func (p *Pool) takeShare(g uint32, r Request) (Share, error) {
 	var i int32
 	if p.freeShare >= 0 {
 		i = p.freeShare
-		p.freeShare = p.shares[i].next
+		p.freeShare = p.shares.at(int(i)).next
 	} else {
-		i = int32(len(p.shares))
-		p.shares = append(p.shares, shareRec{})
+		i = int32(p.shares.push(p, shareRec{}))
 	}
-	rec := &p.shares[i]
+	rec := p.shares.w(p, int(i))
 	*rec = shareRec{gpu: g, gen: rec.gen + 1, milli: uint16(r.Milli), units: uint16(units),
 		memMiB: mem, prev: -1, next: st.head, live: true}
 	if st.head >= 0 {
-		p.shares[st.head].prev = i
+		p.shares.w(p, int(st.head)).prev = i
 	}
 	st.head = i
 	st.free -= uint16(units)
@@ -335,21 +334,21 @@ func (p *Pool) AllocateShare(g uint32, r Request) (Share, error) {
 // never issued) gives an error wrapping ErrNotHeld and changes nothing.
 func (p *Pool) ReleaseShare(id ShareID) error {
 	slot := int64(uint32(id)) - 1
-	if slot < 0 || slot >= int64(len(p.shares)) {
+	if slot < 0 || slot >= int64(p.shares.len()) {
 		return fmt.Errorf("%w: share %#x", ErrNotHeld, uint64(id))
 	}
-	rec := &p.shares[slot]
-	if !rec.live || rec.gen != uint32(id>>32) {
+	if r := p.shares.at(int(slot)); !r.live || r.gen != uint32(id>>32) {
 		return fmt.Errorf("%w: share %#x", ErrNotHeld, uint64(id))
 	}
-	st := p.gpus[rec.gpu]
+	rec := p.shares.w(p, int(slot))
+	st := *p.gpus.at(int(rec.gpu))
 	if rec.prev >= 0 {
-		p.shares[rec.prev].next = rec.next
+		p.shares.w(p, int(rec.prev)).next = rec.next
 	} else {
 		st.head = rec.next
 	}
 	if rec.next >= 0 {
-		p.shares[rec.next].prev = rec.prev
+		p.shares.w(p, int(rec.next)).prev = rec.prev
 	}
 	st.free += rec.units
 	st.clients--

@@ -59,7 +59,7 @@ func TestAllocateOneGPUBruteForce(t *testing.T) {
 
 			pool := NewPool(1)
 			require.NoError(t, pool.Configure(0, GPUConfig{Model: m, MIG: true, Layout: l}))
-			st := pool.gpus[0]
+			st := *pool.gpus.at(0)
 			pool.set(0, gpuState{head: -1})
 			for _, in := range inUse {
 				st.inUse |= 1 << in.Start // set up in-use directly; set reindexes
@@ -173,7 +173,7 @@ func refChoose(p *Pool, gpus []uint32, r Request, mode AllocMode) (uint32, uint8
 		if info.Sharing.Mode == Exclusive || r.Profile != "" || r.Milli == 0 || info.Shares >= info.Sharing.Replicas {
 			continue
 		}
-		st := p.gpus[g]
+		st := *p.gpus.at(int(g))
 		if _, _, ok := st.shareFits(r); ok {
 			consider(g, phaseShare, info.FreeMilli)
 		}

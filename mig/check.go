@@ -14,10 +14,10 @@ import (
 func (p *Pool) Check() error {
 	var want poolIndex
 	var migGPUs [len(modelTable)]int
-	seen := make([]bool, len(p.shares))
-	for gi := range p.gpus {
+	seen := make([]bool, p.shares.len())
+	for gi := range p.gpus.len() {
 		g := uint32(gi)
-		st := &p.gpus[gi]
+		st := p.gpus.at(gi)
 		if err := st.layout.Validate(); err != nil {
 			return fmt.Errorf("GPU %d: %w", g, err)
 		}
@@ -37,12 +37,12 @@ func (p *Pool) Check() error {
 		}
 		var units, clients, mem uint32
 		prev := int32(-1)
-		for i := st.head; i >= 0; i = p.shares[i].next {
-			if int(i) >= len(p.shares) || seen[i] {
+		for i := st.head; i >= 0; i = p.shares.at(int(i)).next {
+			if int(i) >= p.shares.len() || seen[i] {
 				return fmt.Errorf("GPU %d: share list broken at %d", g, i)
 			}
 			seen[i] = true
-			r := &p.shares[i]
+			r := p.shares.at(int(i))
 			if !r.live || r.gpu != g || r.prev != prev {
 				return fmt.Errorf("GPU %d: share %d not live, foreign or mislinked", g, i)
 			}
@@ -60,8 +60,8 @@ func (p *Pool) Check() error {
 		}
 		want.update(g, (&gpuState{head: -1}).key(), st.key())
 	}
-	for i := range p.shares {
-		if p.shares[i].live && !seen[i] {
+	for i := range p.shares.len() {
+		if p.shares.at(i).live && !seen[i] {
 			return fmt.Errorf("share %d live but on no GPU list", i)
 		}
 	}

@@ -117,8 +117,8 @@ func (p *Pool) index() *poolIndex {
 	if p.idx == nil {
 		x := new(poolIndex)
 		empty := (&gpuState{head: -1}).key()
-		for g := range p.gpus {
-			x.update(uint32(g), empty, p.gpus[g].key())
+		for g := range p.gpus.len() {
+			x.update(uint32(g), empty, p.gpus.at(g).key())
 		}
 		p.idx = x
 	}

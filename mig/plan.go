@@ -163,10 +163,10 @@ func (p *Pool) Plan(demand []Demand, o PlanOptions) (Plan, error) {
 	// Candidates, ascending GPU index.
 	var cands []planGPU
 	visit := func(g uint32) {
-		if int64(g) >= int64(len(p.gpus)) {
+		if int64(g) >= int64(p.gpus.len()) {
 			return
 		}
-		st := &p.gpus[g]
+		st := p.gpus.at(int(g))
 		m := st.layout.model
 		switch {
 		case st.mig():
@@ -182,7 +182,7 @@ func (p *Pool) Plan(demand []Demand, o PlanOptions) (Plan, error) {
 			visit(it.Next())
 		}
 	} else {
-		for g := range p.gpus {
+		for g := range p.gpus.len() {
 			visit(uint32(g))
 		}
 	}
@@ -267,7 +267,7 @@ func (p *Pool) Plan(demand []Demand, o PlanOptions) (Plan, error) {
 				}
 			}
 		}
-		st := &p.gpus[c.g]
+		st := p.gpus.at(int(c.g))
 		to := Layout{pl: c.fixedPl | L.pl, used: c.fixedUsed | L.used, model: c.model}
 		from := st.layout
 		if c.enable {
@@ -438,7 +438,7 @@ func (p *Pool) Apply(pl Plan) error {
 		}
 	}
 	for _, ch := range pl.Changes {
-		ns := p.gpus[ch.GPU]
+		ns := *p.gpus.at(int(ch.GPU))
 		ns.layout = ch.To
 		if ch.EnableMIG {
 			ns = gpuState{layout: ch.To, flags: flagMIG, head: -1}

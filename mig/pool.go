@@ -3,6 +3,7 @@ package mig
 import (
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 )
 
 // AllocMode says whether an allocation may change a MIG layout.
@@ -118,8 +119,9 @@ func (st *gpuState) inUseMask() uint8 {
 // milli, each bucketed by how tight the GPU is) makes a tightest-fit choice
 // over a large set cost a few bitmap probes instead of a scan.
 type Pool struct {
-	gpus      []gpuState
-	shares    []shareRec
+	gpus      paged[gpuState]
+	shares    paged[shareRec]
+	gen       atomic.Uint64 // the generation of the pages this pool owns (cow.go)
 	freeShare int32
 	idx       *poolIndex // nil until an indexed allocation needs it (see index)
 	// migGPUs counts GPUs in MIG mode per model, so queries skip absent
@@ -141,19 +143,19 @@ func NewPool(n int) *Pool {
 
 // Grow appends GPUs up to n in total (unconfigured); it never shrinks.
 func (p *Pool) Grow(n int) {
-	for len(p.gpus) < n {
-		p.gpus = append(p.gpus, gpuState{head: -1})
+	for p.gpus.len() < n {
+		p.gpus.push(p, gpuState{head: -1})
 	}
 }
 
 // Len is the number of GPUs.
-func (p *Pool) Len() int { return len(p.gpus) }
+func (p *Pool) Len() int { return p.gpus.len() }
 
 func (p *Pool) gpu(g uint32) (*gpuState, error) {
-	if int64(g) >= int64(len(p.gpus)) {
-		return nil, fmt.Errorf("%w: %d of %d", ErrBadGPU, g, len(p.gpus))
+	if int64(g) >= int64(p.gpus.len()) {
+		return nil, fmt.Errorf("%w: %d of %d", ErrBadGPU, g, p.gpus.len())
 	}
-	return &p.gpus[g], nil
+	return p.gpus.at(int(g)), nil
 }
 
 // Configure sets up GPU g. It is refused with ErrBusy while the GPU holds
@@ -192,7 +194,7 @@ func (p *Pool) Configure(g uint32, c GPUConfig) error {
 
 // set replaces GPU g's state and keeps the index in step.
 func (p *Pool) set(g uint32, ns gpuState) {
-	st := &p.gpus[g]
+	st := p.gpus.w(p, int(g))
 	ok, nk := st.key(), ns.key()
 	if st.mig() {
 		p.migGPUs[st.layout.model]--
@@ -238,7 +240,7 @@ func (p *Pool) GPU(g uint32) (GPUInfo, error) {
 		info.Sharing = Sharing{Mode: st.mode, Replicas: int(st.maxClients), MemoryMiB: int(st.memTotal)}
 		info.FreeMilli = st.freeMilli()
 	}
-	for i := st.head; i >= 0; i = p.shares[i].next {
+	for i := st.head; i >= 0; i = p.shares.at(int(i)).next {
 		info.Shares++
 	}
 	return info, nil
@@ -289,17 +291,21 @@ func (p *Pool) Shares(g uint32) []Share {
 		return nil
 	}
 	var out []Share
-	for i := st.head; i >= 0; i = p.shares[i].next {
+	for i := st.head; i >= 0; i = p.shares.at(int(i)).next {
 		out = append(out, p.shareOf(i))
 	}
 	return out
 }
 
-// Clone returns an independent deep copy (for what-if work).
+// Clone returns an independent copy (for what-if work). The copy shares
+// the pool's pages until either side writes one (cow.go): a clone costs
+// a page table, not the pool. Clone may be called by several readers of
+// one pool at once.
 func (p *Pool) Clone() *Pool {
+	p.gen.Add(1) // p no longer owns the pages it now shares
 	c := &Pool{
-		gpus:      append([]gpuState(nil), p.gpus...),
-		shares:    append([]shareRec(nil), p.shares...),
+		gpus:      p.gpus.clone(),
+		shares:    p.shares.clone(),
 		freeShare: p.freeShare,
 		migGPUs:   p.migGPUs,
 	}
