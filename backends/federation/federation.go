@@ -77,10 +77,12 @@ type Config struct {
 	Demand func() map[string]PoolDemand
 	// Autoscale is the node autoscaling config the Runner is given
 	// (RunnerConfig.Autoscale, pools named AutoscalePool(pool,
-	// memberpool)): the shape, GPU model and domain level of each pool,
-	// which a scale-up needs to borrow a node of another pool that fits
-	// (Federation.ScaleUp). Nil, or a pool not in it: its scale-ups
-	// borrow nothing and go to its member's system.
+	// memberpool), labelled by PinAutoscalePools): the shape, GPU model
+	// and domain level of each pool, which a scale-up needs to borrow a
+	// node of another pool that fits (Federation.ScaleUp). Nil, or a pool
+	// not in it: its scale-ups borrow nothing and go to its member's
+	// system. A pool not named after a pool of the federation is an
+	// error.
 	Autoscale *autoscale.Config
 }
 
@@ -180,6 +182,12 @@ func New(cfg Config) (*Federation, error) {
 		ac.Pools = slices.Clone(ac.Pools)
 		if _, err := autoscale.Decide(ac, time.Time{}, nil, nil); err != nil {
 			return nil, fmt.Errorf("%w: Autoscale: %w", ErrInvalidConfig, err)
+		}
+		for _, ap := range ac.Pools {
+			pool, mp, ok := strings.Cut(ap.Name, "/")
+			if !ok || mp == "" || !slices.ContainsFunc(cfg.Pools, func(p Pool) bool { return p.Name == pool }) {
+				return nil, fmt.Errorf("%w: Autoscale: pool %q is not named pool/memberpool after a pool of the federation", ErrInvalidConfig, ap.Name)
+			}
 		}
 		cfg.Autoscale = &ac
 	}

@@ -25,6 +25,29 @@ import (
 // pools of RunnerConfig.Autoscale (and Config.Autoscale) are named so.
 func AutoscalePool(pool, memberPool string) string { return pool + "/" + memberPool }
 
+// PinAutoscalePools returns c with every pool named "pool/memberpool"
+// declaring the label LabelPool=pool (autoscale.Pool.Labels; the pools'
+// other labels kept), so that the planner does not plan a job pinned to
+// one pool on another pool's nodes, nor count their free GPUs for it.
+// Give the result to both RunnerConfig.Autoscale and Config.Autoscale.
+func PinAutoscalePools(c autoscale.Config) autoscale.Config {
+	c.Pools = slices.Clone(c.Pools)
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		pool, _, ok := strings.Cut(p.Name, "/")
+		if !ok {
+			continue
+		}
+		l := make(map[string]string, len(p.Labels)+1)
+		for k, v := range p.Labels {
+			l[k] = v
+		}
+		l[LabelPool] = pool
+		p.Labels = l
+	}
+	return c
+}
+
 // ProvisionStats counts what the federation's node autoscaling did
 // (Federation.ProvisionStats).
 type ProvisionStats struct {

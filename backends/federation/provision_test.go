@@ -14,6 +14,7 @@ import (
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/federation"
 	"github.com/berthsched/berth/backends/sim"
+	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/topo"
 )
 
@@ -210,6 +211,12 @@ func TestScaleUpErrors(t *testing.T) {
 		Autoscale: &autoscale.Config{Pools: []autoscale.Pool{{Name: "a/gpu", GPUsPerNode: 8, Min: 3, Max: 2}}}})
 	require.ErrorIs(t, err, federation.ErrInvalidConfig)
 	require.ErrorIs(t, err, autoscale.ErrInvalid)
+	// An autoscaling pool not named after a pool of the federation.
+	for _, name := range []string{"gpu", "other/gpu", "a/"} {
+		_, err = federation.New(federation.Config{Pools: []federation.Pool{{Name: "a", Backend: newFake(t, "a", 1)}},
+			Autoscale: &autoscale.Config{Pools: []autoscale.Pool{{Name: name, GPUsPerNode: 8, Max: 2}}}})
+		require.ErrorIs(t, err, federation.ErrInvalidConfig, name)
+	}
 	// The member's own refusal comes back (kube's pool has Max 4).
 	require.ErrorIs(t, f.ScaleUp(ctx, autoscale.ScaleUp{Pool: "kube/gpu", Nodes: 6}), backends.ErrRefused)
 	assert.Equal(t, "kube", f.Owners()["n0"], "borrowed first, and kept when the member refuses the rest")
@@ -324,4 +331,26 @@ func TestLendInsteadRules(t *testing.T) {
 	assert.False(t, ok, "busy")
 	_, ok = federation.LendInstead(now, cfg, pools, hosts, "nope")
 	assert.False(t, ok)
+}
+
+// PinAutoscalePools labels each "pool/memberpool" pool with its pool, so
+// that the planner keeps a pinned job in its pool (autoscale.Pool.Labels).
+func TestPinAutoscalePools(t *testing.T) {
+	in := autoscale.Config{Pools: []autoscale.Pool{
+		{Name: "kube/h100", GPUsPerNode: 8, Max: 2, Labels: map[string]string{"zone": "a"}},
+		{Name: "slurm/h100", GPUsPerNode: 8, Max: 2},
+		{Name: "plain", GPUsPerNode: 8, Max: 2},
+	}}
+	out := federation.PinAutoscalePools(in)
+	assert.Equal(t, map[string]string{"zone": "a", federation.LabelPool: "kube"}, out.Pools[0].Labels)
+	assert.Equal(t, map[string]string{federation.LabelPool: "slurm"}, out.Pools[1].Labels)
+	assert.Nil(t, out.Pools[2].Labels)
+	assert.Equal(t, map[string]string{"zone": "a"}, in.Pools[0].Labels, "the input is not changed")
+	assert.Nil(t, in.Pools[1].Labels)
+	// The planner then keeps a job pinned to kube off slurm's free node.
+	d := autoscale.Demand{Job: "infer", Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 8,
+		Selector: map[string]string{federation.LabelPool: "kube"}}}}}
+	plan, err := autoscale.Decide(out, t0, []autoscale.Node{{Name: "slurm/c0", Pool: "slurm/h100", FreeGPUs: 8}}, []autoscale.Demand{d})
+	require.NoError(t, err)
+	assert.Equal(t, []autoscale.ScaleUp{{Pool: "kube/h100", Nodes: 1, Jobs: []string{"infer"}}}, plan.Up)
 }
