@@ -81,7 +81,10 @@ func (f *Federation) provisioner(name string) (*member, string, error) {
 // Provisioning merges the members' reports (those that are
 // backends.Provisioner): every node under its federation name
 // ("pool/node") in its autoscaling pool's ("pool/memberpool"), and the
-// failed provisionings likewise.
+// failed provisionings likewise. A member whose report is an error
+// wrapping autoscale.ErrInvalid has no provisioning configured (a
+// backends/kube without Config.Provisioning): it reports no node, and
+// its pools only borrow. Any other error fails the report.
 func (f *Federation) Provisioning(ctx context.Context) (backends.ProvisionState, error) {
 	var out backends.ProvisionState
 	for _, m := range f.members {
@@ -90,6 +93,9 @@ func (f *Federation) Provisioning(ctx context.Context) (backends.ProvisionState,
 			continue
 		}
 		st, err := p.Provisioning(ctx)
+		if errors.Is(err, autoscale.ErrInvalid) {
+			continue
+		}
 		if err != nil {
 			return backends.ProvisionState{}, fmt.Errorf("federation: pool %s: %w", m.Name, err)
 		}

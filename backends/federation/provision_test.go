@@ -2,6 +2,8 @@ package federation_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -353,4 +355,39 @@ func TestPinAutoscalePools(t *testing.T) {
 	plan, err := autoscale.Decide(out, t0, []autoscale.Node{{Name: "slurm/c0", Pool: "slurm/h100", FreeGPUs: 8}}, []autoscale.Demand{d})
 	require.NoError(t, err)
 	assert.Equal(t, []autoscale.ScaleUp{{Pool: "kube/h100", Nodes: 1, Jobs: []string{"infer"}}}, plan.Up)
+}
+
+// provErr is a member whose provisioning report fails with err.
+type provErr struct {
+	*fakeMember
+	err error
+}
+
+func (p provErr) Provisioning(context.Context) (backends.ProvisionState, error) {
+	return backends.ProvisionState{}, p.err
+}
+
+// A member without provisioning configured (its report wraps
+// autoscale.ErrInvalid, as backends/kube's does without
+// Config.Provisioning) reports no node; any other error fails the report.
+func TestProvisioningSkipsMembersWithoutIt(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		fail bool
+	}{
+		{fmt.Errorf("kube: %w: Config.Provisioning has no pools", autoscale.ErrInvalid), false},
+		{errors.New("kube: listing nodes: connection refused"), true},
+	} {
+		f, _, _ := provFixture(t, func(c *federation.Config) {
+			c.Pools[1].Backend = provErr{fakeMember: c.Pools[1].Backend.(*fakeMember), err: tc.err}
+		})
+		st, err := f.Provisioning(context.Background())
+		if tc.fail {
+			require.ErrorContains(t, err, "pool kube: kube: listing nodes")
+			continue
+		}
+		require.NoError(t, err)
+		require.Len(t, st.Nodes, 1)
+		assert.Equal(t, "slurm/slurm-c0", st.Nodes[0].Name)
+	}
 }

@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/berthsched/berth/autoscale"
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/federation"
 	"github.com/berthsched/berth/backends/kube"
@@ -594,4 +595,102 @@ func TestHybridDayNight(t *testing.T) {
 	assert.Empty(t, smp.violations)
 	assert.Contains(t, smp.seen[lent], "kube", "the lent node was seen Kubernetes'")
 	assert.Equal(t, "slurm", smp.seen[lent][0])
+}
+
+// TestHybridScaleUpBorrows: the federation's node autoscaling on the real
+// systems. A scale-up of Kubernetes' pool first borrows SLURM's idle node
+// (drained in SLURM, uncordoned in Kubernetes); SLURM keeps half its
+// quota, so a second scale-up borrows nothing and goes to Kubernetes' own
+// provisioning (not configured here: refused). A scale-down of the
+// borrowed node while SLURM is short lends it back instead of releasing
+// it. Each step is checked from both systems' own views.
+func TestHybridScaleUpBorrows(t *testing.T) {
+	needAPI(t)
+	conf := hybridSlurm(t)
+	w := newWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes := hybridNodes(t, ctx, conf, w)
+	sb, err := slurm.New(slurm.Config{Partitions: map[string]slurm.Partition{"berth": {}}, Env: []string{"SLURM_CONF=" + conf}})
+	require.NoError(t, err)
+	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: w.sched, NodeSelector: map[string]string{"pool": w.pool}, Logf: t.Logf})
+	require.NoError(t, err)
+	require.NoError(t, kb.Start(ctx))
+	defer kb.Close()
+	ac := federation.PinAutoscalePools(autoscale.Config{Pools: []autoscale.Pool{
+		{Name: federation.AutoscalePool("kube", "gpu"), GPUsPerNode: 8, Max: 8},
+	}})
+	var mu sync.Mutex
+	slurmShort := false
+	fed, err := federation.New(federation.Config{
+		Pools:        []federation.Pool{{Name: "slurm", Backend: sb, Quota: 0.5}, {Name: "kube", Backend: kb, Quota: 0.5}},
+		DrainTimeout: time.Minute, PollInterval: 200 * time.Millisecond,
+		Rebalance: federation.RebalanceConfig{Cooldown: time.Millisecond},
+		Autoscale: &ac,
+		Demand: func() map[string]federation.PoolDemand {
+			mu.Lock()
+			defer mu.Unlock()
+			if !slurmShort {
+				return nil
+			}
+			return map[string]federation.PoolDemand{"slurm": {Pool: "slurm", ReservedGPUs: 32}}
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, "the kube backend's informer to see the nodes", func() bool {
+		sp, err := kb.Cluster(ctx)
+		return err == nil && len(sp.Nodes) == len(nodes)
+	})
+	_, err = fed.Cluster(ctx)
+	require.NoError(t, err)
+	views := func() (map[string]nodeSide, map[string]nodeSide) {
+		t.Helper()
+		s, err := readSlurmNodes(conf, nodes)
+		require.NoError(t, err)
+		k, err := readKubeNodes(ctx, w, nodes)
+		require.NoError(t, err)
+		for _, n := range nodes {
+			require.False(t, s[n].sched && k[n].sched, "%s schedulable in both", n)
+		}
+		require.NoError(t, fed.CheckExclusive(ctx))
+		return s, k
+	}
+	s, k := views()
+	for i, n := range nodes {
+		assert.Equal(t, i < 2, s[n].sched, "%s in SLURM at the start", n)
+		assert.Equal(t, i >= 2, k[n].sched, "%s in Kubernetes at the start", n)
+	}
+
+	require.NoError(t, fed.ScaleUp(ctx, autoscale.ScaleUp{Pool: "kube/gpu", Nodes: 1, Jobs: []string{"infer"}}))
+	s, k = views()
+	assert.False(t, s[nodes[0]].sched, "borrowed: drained in SLURM")
+	assert.True(t, k[nodes[0]].sched, "borrowed: uncordoned in Kubernetes")
+	assert.Contains(t, slurmNode(t, conf, nodes[0]), "drain")
+	assert.True(t, s[nodes[1]].sched, "SLURM keeps its other node")
+	assert.Equal(t, federation.ProvisionStats{Borrowed: 1}, fed.ProvisionStats())
+
+	// Nothing more to borrow: Kubernetes' own provisioning is asked, and
+	// refuses (no ProvisioningRequest pools configured); nothing moved.
+	err = fed.ScaleUp(ctx, autoscale.ScaleUp{Pool: "kube/gpu", Nodes: 1, Jobs: []string{"infer"}})
+	require.Error(t, err)
+	t.Logf("second scale-up: %v", err)
+	s, _ = views()
+	assert.True(t, s[nodes[1]].sched)
+	assert.Len(t, fed.Moves(), 1)
+
+	// SLURM is short: the borrowed node, released by Kubernetes' pool, goes
+	// back to SLURM instead.
+	mu.Lock()
+	slurmShort = true
+	mu.Unlock()
+	require.NoError(t, fed.ScaleDown(ctx, federation.NodeName("kube", nodes[0])))
+	s, k = views()
+	assert.True(t, s[nodes[0]].sched, "lent back: resumed in SLURM")
+	assert.False(t, k[nodes[0]].sched, "lent back: cordoned in Kubernetes")
+	assert.Equal(t, federation.ProvisionStats{Borrowed: 1, Lent: 1}, fed.ProvisionStats())
+	mv := fed.Moves()
+	require.Len(t, mv, 2)
+	t.Logf("moves: %s; %s", mv[0].Reason, mv[1].Reason)
+	assert.Contains(t, mv[1].Reason, "lent instead of released")
 }
