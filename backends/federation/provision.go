@@ -81,15 +81,19 @@ func (f *Federation) provisioner(name string) (*member, string, error) {
 // Provisioning merges the members' reports (those that are
 // backends.Provisioner): every node under its federation name
 // ("pool/node") in its autoscaling pool's ("pool/memberpool"), and the
-// failed provisionings likewise. A member whose report is an error
-// wrapping autoscale.ErrInvalid has no provisioning configured (a
-// backends/kube without Config.Provisioning): it reports no node, and
-// its pools only borrow. Any other error fails the report.
+// failed provisionings likewise. With Config.Autoscale, only the
+// members with a pool in it are asked (a backends/slurm without power
+// pools is not). A member whose report is an error wrapping
+// autoscale.ErrInvalid has no provisioning configured (a backends/kube
+// without Config.Provisioning): it reports no node, and its pools only
+// borrow. Any other error fails the report.
 func (f *Federation) Provisioning(ctx context.Context) (backends.ProvisionState, error) {
 	var out backends.ProvisionState
 	for _, m := range f.members {
 		p, ok := m.Backend.(backends.Provisioner)
-		if !ok {
+		if !ok || f.cfg.Autoscale != nil && !slices.ContainsFunc(f.cfg.Autoscale.Pools, func(ap autoscale.Pool) bool {
+			return strings.HasPrefix(ap.Name, m.Name+"/")
+		}) {
 			continue
 		}
 		st, err := p.Provisioning(ctx)

@@ -390,4 +390,13 @@ func TestProvisioningSkipsMembersWithoutIt(t *testing.T) {
 		require.Len(t, st.Nodes, 1)
 		assert.Equal(t, "slurm/slurm-c0", st.Nodes[0].Name)
 	}
+	// With Config.Autoscale, a member with no pool in it is not asked
+	// (whatever its report would be).
+	f, _, _ := provFixture(t, func(c *federation.Config) {
+		c.Pools[0].Backend = provErr{fakeMember: c.Pools[0].Backend.(*fakeMember), err: errors.New("slurm: no PowerPools")}
+		c.Autoscale = &autoscale.Config{Pools: []autoscale.Pool{{Name: "kube/gpu", GPUsPerNode: 8, Max: 4}}}
+	})
+	st, err := f.Provisioning(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, st.Nodes)
 }

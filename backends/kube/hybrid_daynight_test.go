@@ -318,6 +318,15 @@ func (tr *trainer) submitted() []string {
 	return slices.Clone(tr.ids)
 }
 
+// traceOut is where the hybrid tests' logs go: stderr with
+// BERTH_HYBRID_TRACE set, else nowhere.
+func traceOut() io.Writer {
+	if os.Getenv("BERTH_HYBRID_TRACE") != "" {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
 func TestHybridDayNight(t *testing.T) {
 	needAPI(t)
 	conf := hybridSlurm(t)
@@ -343,10 +352,7 @@ func TestHybridDayNight(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, kb.Start(ctx))
 	defer kb.Close()
-	logOut := io.Discard
-	if os.Getenv("BERTH_HYBRID_TRACE") != "" {
-		logOut = os.Stderr
-	}
+	logOut := traceOut()
 	// The rebalancer's settings, for a test that lasts seconds: a round
 	// every minute (demand is pending GPU-hours over that minute), a check
 	// for a short pool every second, a node moved at most every 5 s.
@@ -693,4 +699,98 @@ func TestHybridScaleUpBorrows(t *testing.T) {
 	require.Len(t, mv, 2)
 	t.Logf("moves: %s; %s", mv[0].Reason, mv[1].Reason)
 	assert.Contains(t, mv[1].Reason, "lent instead of released")
+}
+
+// TestHybridRunnerAutoscaleBorrows: a Runner autoscaling over the
+// federation on the real systems, no rebalancer running. Kubernetes' two
+// nodes run two inference replicas; a third waits for capacity. The
+// Runner's round plans a node of kube/gpu for it (SLURM's free nodes are
+// not its capacity: their copies are labelled berth.io/pool=slurm and the
+// pool declares berth.io/pool=kube), the federation's ScaleUp borrows
+// SLURM's idle node (Kubernetes has no provisioning configured here), and
+// the replica binds there.
+func TestHybridRunnerAutoscaleBorrows(t *testing.T) {
+	needAPI(t)
+	conf := hybridSlurm(t)
+	w := newWorld(t)
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes := hybridNodes(t, ctx, conf, w)
+	sb, err := slurm.New(slurm.Config{Partitions: map[string]slurm.Partition{"berth": {}}, PollInterval: 200 * time.Millisecond,
+		Env: []string{"SLURM_CONF=" + conf}, DefaultQueue: "default"})
+	require.NoError(t, err)
+	kb, err := kube.New(cs, dyn, kube.Config{SchedulerName: w.sched, NodeSelector: map[string]string{"pool": w.pool}, Logf: t.Logf})
+	require.NoError(t, err)
+	require.NoError(t, kb.Start(ctx))
+	defer kb.Close()
+	ac := federation.PinAutoscalePools(autoscale.Config{Pools: []autoscale.Pool{
+		{Name: federation.AutoscalePool("kube", "gpu"), GPUsPerNode: 8, Max: 8},
+	}})
+	fed, err := federation.New(federation.Config{
+		Pools:        []federation.Pool{{Name: "slurm", Backend: sb, Quota: 0.5}, {Name: "kube", Backend: kb, Quota: 0.5}},
+		DrainTimeout: time.Minute, PollInterval: 200 * time.Millisecond,
+		Autoscale: &ac,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	runner, err := backends.NewRunner(backends.RunnerConfig{
+		Engine: engine.Config{
+			Queues:           queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "default"}}},
+			Policy:           queue.StrictPriority(),
+			MIG:              engine.MIGConfig{Disabled: true},
+			BindRetryBackoff: time.Second,
+		},
+		Backend: fed, TickInterval: time.Second, Parallelism: 16,
+		Observe: fed.Observe, OnStepError: fed.OnStepError,
+		Autoscale: &ac, AutoscaleInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(traceOut(), nil)),
+	})
+	require.NoError(t, err)
+	rctx, stopRunner := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(rctx) }()
+	defer func() {
+		stopRunner()
+		<-done
+	}()
+	eventually(t, 30*time.Second, "the federation's inventory", func() bool { _, _, ok := fed.Owner(nodes[0]); return ok })
+
+	for _, p := range []string{"infer-0", "infer-1"} {
+		w.pod(p, 8)
+	}
+	w.waitBound(60*time.Second, "infer-0", "infer-1")
+	for _, p := range []string{"infer-0", "infer-1"} {
+		setRunning(t, w, p)
+	}
+	assert.ElementsMatch(t, nodes[2:], []string{w.nodeOf("infer-0"), w.nodeOf("infer-1")})
+	require.Empty(t, fed.Moves())
+
+	w.pod("infer-2", 8)
+	w.waitBound(90*time.Second, "infer-2")
+	lent := w.nodeOf("infer-2")
+	require.Contains(t, nodes[:2], lent, "the replica runs on the node SLURM lent")
+	s, err := readSlurmNodes(conf, nodes)
+	require.NoError(t, err)
+	k, err := readKubeNodes(ctx, w, nodes)
+	require.NoError(t, err)
+	assert.False(t, s[lent].sched, "drained in SLURM")
+	assert.True(t, k[lent].sched, "uncordoned in Kubernetes")
+	for _, n := range nodes {
+		assert.False(t, s[n].sched && k[n].sched, "%s schedulable in both", n)
+	}
+	require.NoError(t, fed.CheckExclusive(ctx))
+	mv := fed.Moves()
+	require.Len(t, mv, 1)
+	assert.NoError(t, mv[0].Err)
+	assert.True(t, strings.HasPrefix(mv[0].Reason, "autoscale: kube/gpu is short of 1 nodes (jobs ["), mv[0].Reason)
+	t.Logf("move: %s", mv[0].Reason)
+	assert.Equal(t, federation.ProvisionStats{Borrowed: 1}, fed.ProvisionStats())
+	st := runner.AutoscaleStats()
+	assert.GreaterOrEqual(t, st.ScaleUps, 1)
+	assert.Zero(t, st.Failures)
+	t.Logf("autoscale: %+v", st)
 }
