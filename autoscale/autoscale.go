@@ -49,6 +49,14 @@ type Pool struct {
 	// Shape of every node of the pool.
 	GPUModel    string
 	GPUsPerNode int
+	// Labels are node labels every node of the pool carries (or will,
+	// once up), as far as the pool declares them: a group whose node
+	// selector (gang.Group.Selector) names one of these keys with another
+	// value is not served by the pool. Keys not here are not checked
+	// (nil: the pool serves any selector). A federation's pools declare
+	// their pool label (backends/federation.LabelPool) so that a job
+	// pinned to one pool is not planned on another's nodes.
+	Labels map[string]string
 	// Min and Max bound the pool's nodes (booting ones count).
 	Min, Max int
 	// CostPerNodeHour is what a node costs while it is up or booting

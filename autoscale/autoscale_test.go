@@ -208,6 +208,45 @@ func TestModelSetsChooseCheaperPool(t *testing.T) {
 	wantUnserved(t, p, "wide", "pool a100 has 8 GPUs per node, a member needs 16")
 }
 
+// A pool's Labels against a group's node selector: two pools of one
+// shape, each declaring its pool label (as a federation's members'
+// pools do); a job pinned to one pool is planned there, on its free
+// capacity only, even when the other pool is cheaper or has free GPUs. A
+// key a pool does not declare is not checked; a selector no pool agrees
+// with is unserved, with why.
+func TestLabelsAgainstSelectors(t *testing.T) {
+	pool := func(name, label string, cost float64) autoscale.Pool {
+		return autoscale.Pool{Name: name, GPUModel: "H100", GPUsPerNode: 8, Max: 4, CostPerNodeHour: cost,
+			Labels: map[string]string{"berth.io/pool": label}}
+	}
+	cfg := autoscale.Config{Pools: []autoscale.Pool{pool("kube/h100", "kube", 20), pool("slurm/h100", "slurm", 10)}}
+	pinned := func(job, label string) autoscale.Demand {
+		d := whole(job, 1, 8)
+		d.Request.Groups[0].Selector = map[string]string{"berth.io/pool": label, "rack": "r1"}
+		return d
+	}
+	// slurm's node is free, but kube's job cannot run there: one kube node.
+	free := []autoscale.Node{{Name: "slurm/n0", Pool: "slurm/h100", FreeGPUs: 8}}
+	p := decide(t, cfg, free, pinned("infer", "kube"))
+	wantUp(t, p, autoscale.ScaleUp{Pool: "kube/h100", Nodes: 1, Jobs: []string{"infer"}})
+	// slurm's job takes the free node: nothing to buy.
+	p = decide(t, cfg, free, pinned("train", "slurm"))
+	wantUp(t, p)
+	// Pod by pod too.
+	cfg.Policy = autoscale.PodByPod
+	p = decide(t, cfg, free, pinned("infer", "kube"))
+	wantUp(t, p, autoscale.ScaleUp{Pool: "kube/h100", Nodes: 1, Jobs: []string{"infer"}})
+	cfg.Policy = ""
+	// No pool agrees: unserved, with why.
+	p = decide(t, cfg, free, pinned("x", "other"))
+	wantUp(t, p)
+	wantUnserved(t, p, "x", "no pool has GPU model (any) and labels that agree with its node selector")
+	// A pool without Labels serves any selector (the cheapest wins).
+	cfg.Pools = append(cfg.Pools, autoscale.Pool{Name: "any", GPUModel: "H100", GPUsPerNode: 8, Max: 4, CostPerNodeHour: 1})
+	p = decide(t, cfg, nil, pinned("x", "other"))
+	wantUp(t, p, autoscale.ScaleUp{Pool: "any", Nodes: 1, Jobs: []string{"x"}})
+}
+
 func TestFractionalAndMultiGroup(t *testing.T) {
 	cfg := autoscale.Config{Pools: []autoscale.Pool{a100(10)}}
 	frac := autoscale.Demand{Job: "frac", Request: gang.Request{Groups: []gang.Group{{Members: 9, GPUMilli: 250}}}}

@@ -36,9 +36,11 @@ const MaxPoolNodes = 1 << 20
 // only) are not planned for: the autoscaler adds GPU nodes, and a gang
 // that asks for no GPU at all is Unserved. A pool serves a group when its
 // GPUModel is one of the group's models (gang.Group.Models; none: any)
-// and its GPUsPerNode holds a member. Capacity is used in demand order
-// and tracked as it is assigned, so that two gangs never count the same
-// GPUs, and the room left on nodes planned for one gang serves the next.
+// and its GPUsPerNode holds a member, and its Labels agree with the
+// group's node selector (a key the pool does not declare is not
+// checked). Capacity is used in demand order and tracked as it is
+// assigned, so that two gangs never count the same GPUs, and the room
+// left on nodes planned for one gang serves the next.
 // It is taken first-fit: pools by name, nodes up before nodes booting,
 // each by name, then nodes planned, in the order planned.
 //
@@ -493,10 +495,11 @@ func (p *planner) scaleDown() {
 
 // group is a demand's group as planned: its GPU need per member.
 type group struct {
-	idx     int
-	members int
-	gpm     int
-	models  []string
+	idx      int
+	members  int
+	gpm      int
+	models   []string
+	selector map[string]string
 }
 
 func gpuGroups(r *gang.Request) []group {
@@ -510,13 +513,45 @@ func gpuGroups(r *gang.Request) []group {
 		if gpm == 0 {
 			continue // CPU only
 		}
-		gs = append(gs, group{idx: i, members: g.Members, gpm: gpm, models: g.Models()})
+		gs = append(gs, group{idx: i, members: g.Members, gpm: gpm, models: g.Models(), selector: g.Selector})
 	}
 	return gs
 }
 
 func modelOK(models []string, model string) bool {
 	return len(models) == 0 || slices.Contains(models, model)
+}
+
+// poolOK reports whether pool pl's nodes may hold a member of g: its GPU
+// model is one g accepts, and g's node selector agrees with the labels
+// the pool declares (Pool.Labels; a key the pool does not declare is not
+// checked).
+func poolOK(g group, pl *Pool) bool {
+	return modelOK(g.models, pl.GPUModel) && labelsOK(g.selector, pl.Labels)
+}
+
+func labelsOK(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if have, ok := labels[k]; ok && have != v {
+			return false
+		}
+	}
+	return true
+}
+
+// labelText names the first selector term of g that pl's labels refuse.
+func labelText(g group, pl *Pool) string {
+	keys := make([]string, 0, len(g.selector))
+	for k := range g.selector {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if have, ok := pl.Labels[k]; ok && have != g.selector[k] {
+			return fmt.Sprintf("pool %s has label %s=%s, group %d selects %s=%s", pl.Name, k, have, g.idx, k, g.selector[k])
+		}
+	}
+	return ""
 }
 
 func (p *planner) unserved(d int, reason string) {
@@ -645,6 +680,9 @@ func (p *planner) servesGroups(pi int, gs []group) string {
 		if !modelOK(g.models, pl.GPUModel) {
 			return fmt.Sprintf("pool %s has model %s, group %d accepts %s", pl.Name, pl.GPUModel, g.idx, modelsText(g.models))
 		}
+		if !labelsOK(g.selector, pl.Labels) {
+			return labelText(g, pl)
+		}
 		if pl.GPUsPerNode < g.gpm {
 			return fmt.Sprintf("pool %s has %d GPUs per node, group %d needs %d per member", pl.Name, pl.GPUsPerNode, g.idx, g.gpm)
 		}
@@ -729,6 +767,9 @@ func (p *planner) limitText(l limit, gpm int) string {
 
 func (p *planner) failureText(f *failure) string {
 	if len(f.lims) == 0 {
+		if len(f.g.selector) > 0 {
+			return fmt.Sprintf("group %d: no pool has GPU model %s and labels that agree with its node selector", f.g.idx, modelsText(f.g.models))
+		}
 		return fmt.Sprintf("group %d: no pool has GPU model %s", f.g.idx, modelsText(f.g.models))
 	}
 	why := make([]string, len(f.lims))
@@ -748,7 +789,7 @@ func (p *planner) placeGroup(d int, g group, pool, b int) *failure {
 		rem = p.takeFree(d, g, pool, b, rem)
 	} else {
 		for pi := range p.pools {
-			if !modelOK(g.models, p.pools[pi].p.GPUModel) {
+			if !poolOK(g, p.pools[pi].p) {
 				continue
 			}
 			for bk := range p.pools[pi].buckets {
@@ -775,7 +816,7 @@ func (p *planner) placeGroup(d int, g group, pool, b int) *failure {
 	for pi := lo; pi < hi; pi++ {
 		ps := &pools[pi]
 		pl := ps.p
-		if !modelOK(g.models, pl.GPUModel) {
+		if !poolOK(g, pl) {
 			continue
 		}
 		if pl.GPUsPerNode < g.gpm {
@@ -854,7 +895,7 @@ func (p *planner) podByPod(d int) {
 			if rem == 0 {
 				break
 			}
-			if !modelOK(g.models, p.pools[pi].p.GPUModel) {
+			if !poolOK(g, p.pools[pi].p) {
 				continue
 			}
 			for bk := range p.pools[pi].buckets {
@@ -870,7 +911,7 @@ func (p *planner) podByPod(d int) {
 			for pi := range p.pools {
 				ps := &p.pools[pi]
 				pl := ps.p
-				if !modelOK(g.models, pl.GPUModel) || pl.GPUsPerNode < g.gpm || ps.backoff || ps.count+ps.planned >= pl.Max {
+				if !poolOK(g, pl) || pl.GPUsPerNode < g.gpm || ps.backoff || ps.count+ps.planned >= pl.Max {
 					continue
 				}
 				b := p.firstRoom(pi, 1)

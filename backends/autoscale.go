@@ -202,15 +202,44 @@ func (r *Runner) maybeAutoscale(ctx context.Context, eng *engine.Engine) {
 		}
 	}
 	idle := maps.Clone(a.idle)
+	labels := selectorLabels(eng, demand)
 	r.goOp(ctx, "\x00autoscale", func(ctx context.Context) result {
-		return result{kind: resAutoscale, auto: r.autoRound(ctx, now, loads, idle, demand)}
+		return result{kind: resAutoscale, auto: r.autoRound(ctx, now, loads, labels, idle, demand)}
 	})
+}
+
+// selectorLabels returns, for every node of the engine, its labels of the
+// keys the demand's node selectors name (nil: no selector), so that the
+// nodes no pool holds are told apart by them (staticNodes).
+func selectorLabels(eng *engine.Engine, demand []autoscale.Demand) map[string]map[string]string {
+	keys := map[string]bool{}
+	for _, d := range demand {
+		for _, g := range d.Request.Groups {
+			for k := range g.Selector {
+				keys[k] = true
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	c := eng.Cluster()
+	out := map[string]map[string]string{}
+	for id := range c.NumNodes() {
+		n := c.Node(topo.NodeID(id))
+		l := make(map[string]string, len(keys))
+		for k := range keys {
+			l[k] = n.Labels[k] // "": the node has no such label
+		}
+		out[n.Name] = l
+	}
+	return out
 }
 
 // autoRound reads the pools, plans and applies the scale-ups (on the
 // round's goroutine). The scale-downs are the loop's: it cordons the
 // nodes in the engine first.
-func (r *Runner) autoRound(ctx context.Context, now time.Time, loads map[string]engine.NodeLoad, idle map[string]time.Time, demand []autoscale.Demand) *autoRound {
+func (r *Runner) autoRound(ctx context.Context, now time.Time, loads map[string]engine.NodeLoad, labels map[string]map[string]string, idle map[string]time.Time, demand []autoscale.Demand) *autoRound {
 	a := r.auto
 	var st ProvisionState
 	if err := r.call(ctx, func(ctx context.Context) (err error) { st, err = a.prov.Provisioning(ctx); return err }); err != nil {
@@ -256,7 +285,7 @@ func (r *Runner) autoRound(ctx context.Context, now time.Time, loads map[string]
 		}
 		nodes = append(nodes, n)
 	}
-	nodes = append(nodes, staticNodes(loads, inPool(st.Nodes), &cfg)...)
+	nodes = append(nodes, staticNodes(loads, labels, inPool(st.Nodes), &cfg)...)
 	a.mu.Lock()
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
@@ -319,11 +348,14 @@ const staticPrefix = "static:"
 
 // staticNodes gives the planner the nodes of the engine that no pool
 // holds (a fixed part of the cluster), so that their free GPUs count as
-// capacity: in pools of their own, one per GPU model and count, that
-// can neither grow nor shrink (Min = Max = their nodes) and whose one
-// domain is of no level (a gang that requires a domain is not planned
-// onto them: where they lie is not known to the planner).
-func staticNodes(loads map[string]engine.NodeLoad, pooled map[string]bool, cfg *autoscale.Config) []autoscale.Node {
+// capacity: in pools of their own, one per GPU model and count (and per
+// value of the labels the demand's node selectors name: labels, the
+// pool's Labels, so that a job pinned by a selector counts only the
+// nodes it may use), that can neither grow nor shrink (Min = Max =
+// their nodes) and whose one domain is of no level (a gang that requires
+// a domain is not planned onto them: where they lie is not known to the
+// planner).
+func staticNodes(loads map[string]engine.NodeLoad, labels map[string]map[string]string, pooled map[string]bool, cfg *autoscale.Config) []autoscale.Node {
 	names := make([]string, 0, len(loads))
 	for name := range loads {
 		if !pooled[name] {
@@ -339,12 +371,16 @@ func staticNodes(loads map[string]engine.NodeLoad, pooled map[string]bool, cfg *
 			continue // no capacity (a pool's node not provisioned, say)
 		}
 		pool := fmt.Sprintf("%s%s/%d", staticPrefix, l.GPUModel, l.GPUs)
+		nl := labels[name]
+		for _, k := range slices.Sorted(maps.Keys(nl)) {
+			pool += fmt.Sprintf(",%s=%s", k, nl[k])
+		}
 		i, ok := idx[pool]
 		if !ok {
 			i = len(cfg.Pools)
 			idx[pool] = i
 			cfg.Pools = append(cfg.Pools, autoscale.Pool{Name: pool, GPUModel: l.GPUModel, GPUsPerNode: l.GPUs,
-				DomainLevel: staticPrefix, Domains: []autoscale.Domain{{Name: "all"}}})
+				DomainLevel: staticPrefix, Domains: []autoscale.Domain{{Name: "all"}}, Labels: maps.Clone(nl)})
 		}
 		cfg.Pools[i].Min++
 		cfg.Pools[i].Max++

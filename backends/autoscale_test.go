@@ -59,7 +59,13 @@ func (p *provFake) Next(ctx context.Context, wake time.Time) ([]engine.Event, er
 	evs := []engine.Event{}
 	for _, n := range p.arriving {
 		p.nodes[n].Booting = false
-		evs = append(evs, engine.NodeChanged(p.now, n, topo.Ready, nil))
+		var labels map[string]string
+		for _, sn := range p.spec.Nodes {
+			if sn.Name == n {
+				labels = sn.Labels
+			}
+		}
+		evs = append(evs, engine.NodeChanged(p.now, n, topo.Ready, labels))
 	}
 	p.arriving = nil
 	return evs, nil
@@ -178,6 +184,37 @@ func TestRunnerAutoscalesAGang(t *testing.T) {
 	assert.Empty(t, p.downs, "n0 and n1 run the gang")
 	require.Len(t, r.View().Running(), 1)
 	assert.Equal(t, "g", r.View().Running()[0].Job)
+}
+
+// A job pinned by a node selector counts only the capacity it may use:
+// n0, a free node no pool holds, is labelled pool=a; the job selects
+// pool=b, the label of the pool's nodes (Pool.Labels). The Runner asks a
+// node of the pool for it and it runs there, not on n0 (which the
+// planner used to count as the job's capacity: nothing was asked and the
+// job waited for ever).
+func TestRunnerAutoscaleHonoursSelectors(t *testing.T) {
+	p := newProvFake()
+	delete(p.nodes, "n0") // n0: no pool's
+	p.spec.Nodes[0].Labels = map[string]string{"pool": "a"}
+	for i := 1; i < 4; i++ {
+		p.spec.Nodes[i].Labels = map[string]string{"pool": "b"}
+	}
+	j := job("g", 1, 8)
+	j.Request.Groups[0].Selector = map[string]string{"pool": "b"}
+	p.script = [][]engine.Event{{engine.Submitted(t0, j)}}
+	cfg := provConfig(p)
+	cfg.Autoscale.Pools[0].Min = 0
+	cfg.Autoscale.Pools[0].Labels = map[string]string{"pool": "b"}
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(context.Background()))
+	require.NotEmpty(t, p.ups)
+	assert.Equal(t, autoscale.ScaleUp{Pool: "p", Nodes: 1, Jobs: []string{"g"}}, p.ups[0])
+	running := r.View().Running()
+	require.Len(t, running, 1)
+	assert.Equal(t, "g", running[0].Job)
+	require.Len(t, p.bound["g"], 1)
+	assert.Equal(t, "n1", p.bound["g"][0].Node)
 }
 
 // Idle nodes above Min are released after the delay, by name, never

@@ -138,6 +138,10 @@ export KUBEBUILDER_ASSETS
 (cd examples/kube-scheduler && go vet ./... && go build -o /dev/null .)
 # hybrid federation (issue 13): backends/kube's TestHybridFederation above
 # needs the SLURM cluster too (up until EXIT); examples/hybrid is its own module.
+# Issue 32: the federation left to its own rebalancer over both real systems
+# through a day and a night (TestHybridDayNight, also run once above), five
+# runs in a row (20-45 s each on a loaded 2-core machine).
+(cd backends/kube && go test -json -count=5 -run '^TestHybridDayNight$' . 2>&1 | "$skips_dir/testskips")
 (cd examples/hybrid && go vet ./... && go build -o /dev/null . && go run . -config site.json -check >/dev/null \
   && go test -count=1 ./...) # its tests run it end to end on the SLURM test cluster (~60 s)
 # ---- end backends/kube

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthsched/berth/autoscale"
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
@@ -74,6 +75,15 @@ type Config struct {
 	// Demand, when set, adds what only the engine knows to each round
 	// (reserved starts), by pool. It may read a Runner's View.
 	Demand func() map[string]PoolDemand
+	// Autoscale is the node autoscaling config the Runner is given
+	// (RunnerConfig.Autoscale, pools named AutoscalePool(pool,
+	// memberpool), labelled by PinAutoscalePools): the shape, GPU model
+	// and domain level of each pool, which a scale-up needs to borrow a
+	// node of another pool that fits (Federation.ScaleUp). Nil, or a pool
+	// not in it: its scale-ups borrow nothing and go to its member's
+	// system. A pool not named after a pool of the federation is an
+	// error.
+	Autoscale *autoscale.Config
 }
 
 type member struct {
@@ -92,6 +102,8 @@ type host struct {
 	jobs     map[string]bool // jobs on it, in the owner's system
 	lastMove time.Time
 	labels   map[string]map[string]string // pool -> labels of its copy
+	model    map[string]string            // pool -> GPU model of its copy
+	domains  map[string]map[string]string // pool -> level -> domain of its copy
 }
 
 // Federation is a backends.Backend over member backends, each a named
@@ -119,6 +131,7 @@ type Federation struct {
 	errs    []error
 	started bool
 	last    time.Time
+	prov    ProvisionStats // guarded by mu
 }
 
 type pendingJob struct {
@@ -164,6 +177,20 @@ func New(cfg Config) (*Federation, error) {
 	}
 	cfg.Rebalance = cfg.Rebalance.WithDefaults()
 	cfg.Pools = slices.Clone(cfg.Pools)
+	if cfg.Autoscale != nil {
+		ac := *cfg.Autoscale
+		ac.Pools = slices.Clone(ac.Pools)
+		if _, err := autoscale.Decide(ac, time.Time{}, nil, nil); err != nil {
+			return nil, fmt.Errorf("%w: Autoscale: %w", ErrInvalidConfig, err)
+		}
+		for _, ap := range ac.Pools {
+			pool, mp, ok := strings.Cut(ap.Name, "/")
+			if !ok || mp == "" || !slices.ContainsFunc(cfg.Pools, func(p Pool) bool { return p.Name == pool }) {
+				return nil, fmt.Errorf("%w: Autoscale: pool %q is not named pool/memberpool after a pool of the federation", ErrInvalidConfig, ap.Name)
+			}
+		}
+		cfg.Autoscale = &ac
+	}
 	var sum float64
 	for _, p := range cfg.Pools {
 		if p.Quota < 0 || p.Quota > 1 || math.IsNaN(p.Quota) {
@@ -278,7 +305,8 @@ func (f *Federation) Cluster(ctx context.Context) (topo.Spec, error) {
 		for k, n := range sp.Nodes {
 			h := hosts[n.Name]
 			if h == nil {
-				h = &host{name: n.Name, jobs: map[string]bool{}, labels: map[string]map[string]string{}, gpus: n.GPUs}
+				h = &host{name: n.Name, jobs: map[string]bool{}, labels: map[string]map[string]string{}, gpus: n.GPUs,
+					model: map[string]string{}, domains: map[string]map[string]string{}}
 				hosts[n.Name] = h
 			}
 			h.pools = append(h.pools, f.members[i].Name)
@@ -334,7 +362,15 @@ func (f *Federation) Cluster(ctx context.Context) (topo.Spec, error) {
 		if !sameGPU {
 			ns.GPUDomains = nil
 		}
-		f.hosts[n.Name].labels[m.Name] = ns.Labels
+		h := f.hosts[n.Name]
+		h.labels[m.Name] = ns.Labels
+		h.model[m.Name] = n.GPUModel
+		h.domains[m.Name] = map[string]string{}
+		for j, l := range src.Levels {
+			if j < len(n.Domains) {
+				h.domains[m.Name][l] = n.Domains[j]
+			}
+		}
 		out.Nodes = append(out.Nodes, ns)
 	}
 	return out, nil
@@ -416,6 +452,9 @@ func jobGPUs(r gang.Request) float64 {
 
 func (f *Federation) notePending(pool string, j *queue.Job) {
 	est := j.RuntimeEstimate
+	if est <= 0 {
+		est = j.RuntimeLimit // a SLURM job's time limit: it runs no longer
+	}
 	if est <= 0 {
 		est = time.Hour
 	}

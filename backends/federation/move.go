@@ -200,6 +200,13 @@ func (f *Federation) PlanRound(now time.Time) []Move {
 
 // planRound is PlanRound, with the rule that decided each move.
 func (f *Federation) planRound(now time.Time) ([]Move, []moveKind) {
+	pools, hosts := f.view()
+	return plan(now, f.cfg.Rebalance, pools, hosts)
+}
+
+// view gathers the federation's books for Plan: each pool's demand
+// (pending jobs, plus Config.Demand) and every shared host.
+func (f *Federation) view() ([]PoolDemand, []HostView) {
 	var extra map[string]PoolDemand
 	if f.cfg.Demand != nil {
 		extra = f.cfg.Demand()
@@ -227,7 +234,7 @@ func (f *Federation) planRound(now time.Time) ([]Move, []moveKind) {
 			Busy: len(h.jobs) > 0, LastMove: h.lastMove, MovingTo: h.movingTo})
 	}
 	f.mu.Unlock()
-	return plan(now, f.cfg.Rebalance, pools, hosts)
+	return pools, hosts
 }
 
 // Rebalance runs one round: it plans at the clock's now and applies the

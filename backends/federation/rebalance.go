@@ -74,7 +74,8 @@ type PoolDemand struct {
 	// Quota is the pool's target share of all GPUs (0..1).
 	Quota float64
 	// PendingGPUHours: GPUs x estimated runtime of the pool's pending
-	// jobs (a job without an estimate counts one hour).
+	// jobs (a job without an estimate counts its time limit, one hour
+	// without either).
 	PendingGPUHours float64
 	// ReservedGPUs: GPUs the pool's scheduler holds for reserved starts
 	// (backfill or preemption reservations), or the replicas an inference
@@ -157,42 +158,7 @@ func Plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 // plan is Plan, with the rule that decided each move.
 func plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostView) ([]Move, []moveKind) {
 	cfg = cfg.WithDefaults()
-	books := map[string]*poolBook{}
-	names := make([]string, 0, len(pools))
-	for _, d := range pools {
-		if _, dup := books[d.Pool]; dup {
-			continue
-		}
-		books[d.Pool] = &poolBook{d: d}
-		names = append(names, d.Pool)
-	}
-	slices.Sort(names)
-	hs := slices.Clone(hosts)
-	slices.SortFunc(hs, func(a, b HostView) int { return cmp.Compare(a.Host, b.Host) })
-	var total, nodeGPUs float64
-	for _, h := range hs {
-		total += float64(h.GPUs)
-		nodeGPUs = math.Max(nodeGPUs, float64(h.GPUs))
-		if t := books[h.MovingTo]; h.MovingTo != "" && t != nil {
-			t.owned += float64(h.GPUs)
-			t.coming += float64(h.GPUs)
-			continue
-		}
-		b := books[h.Owner]
-		if b == nil {
-			continue
-		}
-		b.owned += float64(h.GPUs)
-		if !h.Busy {
-			b.idle += float64(h.GPUs)
-		}
-	}
-	hours := cfg.Interval.Hours()
-	for _, n := range names {
-		b := books[n]
-		b.need = b.d.PendingGPUHours/hours + b.d.ReservedGPUs
-		b.target = b.d.Quota * total
-	}
+	books, names, hs, nodeGPUs := makeBooks(cfg, pools, hosts)
 	moved := map[string]bool{}
 	movable := func(h HostView, from, to string) bool {
 		return !moved[h.Host] && !h.Busy && h.MovingTo == "" && h.Owner == from && slices.Contains(h.Pools, to) &&
@@ -345,6 +311,49 @@ func plan(now time.Time, cfg RebalanceConfig, pools []PoolDemand, hosts []HostVi
 		}
 	}
 	return out, kinds
+}
+
+// makeBooks sums the pools' demand and the hosts' GPUs into one book per
+// pool (names sorted; hosts sorted by name); nodeGPUs is the largest
+// host's GPUs.
+func makeBooks(cfg RebalanceConfig, pools []PoolDemand, hosts []HostView) (books map[string]*poolBook, names []string, hs []HostView, nodeGPUs float64) {
+	books = map[string]*poolBook{}
+	names = make([]string, 0, len(pools))
+	for _, d := range pools {
+		if _, dup := books[d.Pool]; dup {
+			continue
+		}
+		books[d.Pool] = &poolBook{d: d}
+		names = append(names, d.Pool)
+	}
+	slices.Sort(names)
+	hs = slices.Clone(hosts)
+	slices.SortFunc(hs, func(a, b HostView) int { return cmp.Compare(a.Host, b.Host) })
+	var total float64
+	for _, h := range hs {
+		total += float64(h.GPUs)
+		nodeGPUs = math.Max(nodeGPUs, float64(h.GPUs))
+		if t := books[h.MovingTo]; h.MovingTo != "" && t != nil {
+			t.owned += float64(h.GPUs)
+			t.coming += float64(h.GPUs)
+			continue
+		}
+		b := books[h.Owner]
+		if b == nil {
+			continue
+		}
+		b.owned += float64(h.GPUs)
+		if !h.Busy {
+			b.idle += float64(h.GPUs)
+		}
+	}
+	hours := cfg.Interval.Hours()
+	for _, n := range names {
+		b := books[n]
+		b.need = b.d.PendingGPUHours/hours + b.d.ReservedGPUs
+		b.target = b.d.Quota * total
+	}
+	return books, names, hs, nodeGPUs
 }
 
 // shortPools are the pools that one round's plan lends an idle node

@@ -115,20 +115,14 @@ func setRunning(t *testing.T, w *world, name string) {
 	}))
 }
 
-func TestHybridFederation(t *testing.T) {
-	needAPI(t)
-	conf := hybridSlurm(t)
-	w := newWorld(t)
-	// Pods bound to the shared node names would outlive the test (no
-	// kubelet, no namespace controller) and hold their GPUs for the next
-	// test that names its nodes the same (-count 2): delete them.
-	t.Cleanup(func() {
-		zero := int64(0)
-		_ = cs.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
+// hybridNodes readies four SLURM nodes of the berth partition, idle
+// and running nothing (the cluster's other nodes drained for the test),
+// and the same hosts as Kubernetes Nodes of w. The initial split: SLURM
+// owns the first two (the federation cordons their Kubernetes copies),
+// Kubernetes the last two (drained in SLURM here). Cleanup cancels every
+// SLURM job and resumes every node.
+func hybridNodes(t *testing.T, ctx context.Context, conf string, w *world) []string {
+	t.Helper()
 	// Four SLURM nodes of the berth partition; none running anything.
 	if ids := strings.Fields(mustSlurm(t, conf, "squeue", "-h", "-o", "%i")); len(ids) > 0 {
 		_, _ = slurmCmd(conf, "scancel", ids...)
@@ -186,6 +180,24 @@ func TestHybridFederation(t *testing.T) {
 	for _, n := range nodes[2:] {
 		mustSlurm(t, conf, "scontrol", "update", "NodeName="+n, "State=DRAIN", "Reason="+slurm.LendReason)
 	}
+	return nodes
+}
+
+func TestHybridFederation(t *testing.T) {
+	needAPI(t)
+	conf := hybridSlurm(t)
+	w := newWorld(t)
+	// Pods bound to the shared node names would outlive the test (no
+	// kubelet, no namespace controller) and hold their GPUs for the next
+	// test that names its nodes the same (-count 2): delete them.
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	nodes := hybridNodes(t, ctx, conf, w)
 
 	sb, err := slurm.New(slurm.Config{
 		Partitions:   map[string]slurm.Partition{"berth": {}, "berth-hi": {Priority: 10}},
