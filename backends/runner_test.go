@@ -325,7 +325,7 @@ func TestRunnerRefusedPreemption(t *testing.T) {
 	high := job("high", 1, 4)
 	high.Priority = 10
 	f.refusePre = true
-	f.script = [][]engine.Event{{engine.Submitted(t0, low)}, {engine.Submitted(t0.Add(time.Minute), high)}}
+	f.script = [][]engine.Event{{engine.Submitted(t0, low)}, {engine.Submitted(t0.Add(time.Minute), high)}, {engine.Tick(t0.Add(2 * time.Minute))}}
 	f.closeAtEnd = true
 	var cycles []backends.Cycle
 	cfg := config(f, &clock{}, &cycles)
@@ -338,11 +338,23 @@ func TestRunnerRefusedPreemption(t *testing.T) {
 	var asked int
 	for _, c := range cycles {
 		asked += len(c.Ready.Preemptions)
-		refused = append(refused, c.Outcome.RefusedPreemptions...)
+		assert.Empty(t, c.Outcome.RefusedPreemptions, "preemptions are assumed: refusals come back as outcomes")
+		for _, a := range c.Acts {
+			if a.Kind == "preempt" && a.Err != nil {
+				refused = append(refused, a.Job)
+				assert.ErrorIs(t, a.Err, backends.ErrRefused)
+			}
+		}
 	}
 	require.Positive(t, asked, "the engine preempts low for high")
-	assert.Equal(t, []string{"low"}, refused)
+	assert.Equal(t, []string{"low"}, refused[:1])
 	assert.Equal(t, []string{"low"}, f.boundJobs(), "low keeps running")
+	assert.Equal(t, []string{"low"}, runningIDs(r.View()), "the victim is running again")
+	noted := false
+	for _, c := range cycles {
+		noted = noted || strings.Contains(c.View.Holds["high"], "preemption of low failed")
+	}
+	assert.True(t, noted, "the next cycle shows the preemptor pending with the failure")
 }
 
 func TestRunnerStepErrors(t *testing.T) {

@@ -505,7 +505,7 @@ func (e *Engine) endGracePeriods(now time.Time) {
 	}
 	var due []string
 	for id, js := range e.active {
-		if js.st == stateStopping && !js.deadline.After(now) {
+		if js.st == stateStopping && !js.deadline.After(now) && js.preemptSt == bindNone {
 			due = append(due, id)
 		}
 	}
@@ -602,6 +602,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	}
 	e.pending.Remove(js.j.ID)
 	js.st, js.place, js.start = stateRunning, p, cs.now
+	js.preemptErr = ""
 	e.runs++
 	js.run = e.runs
 	js.confirmed, js.backfilled = false, backfill
@@ -638,6 +639,9 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	waits = true
 	if (js.held || js.notBefore > cs.nowNs) && e.waitsForBind(js, &st) {
 		return st, true
+	}
+	if js.preemptErr != "" {
+		e.noteBindHold(js, js.preemptErr)
 	}
 	if len(e.claims) > 0 {
 		if c := e.claims[j.ID]; c != nil {
