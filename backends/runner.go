@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -192,7 +193,11 @@ type Runner struct {
 	// placed: the members of the jobs this Runner bound or adopted, for
 	// the GPUs a replica stop frees (Ready.Stops does not name them).
 	placed map[string][]engine.Member
-	auto   *autoState // node autoscaling (autoscale.go); nil: off
+	// leftover: events the pump took from the backend when Run stopped,
+	// stepped before the save.
+	leftMu   sync.Mutex
+	leftover []engine.Event
+	auto     *autoState // node autoscaling (autoscale.go); nil: off
 }
 
 // NewRunner checks cfg and returns a Runner. Errors wrap ErrInvalidConfig.
@@ -339,6 +344,15 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		// begun are withdrawn) and are stepped, so that the state saved
 		// knows them; then save, whatever stopped the loop.
 		r.waitIdle(context.Background(), 0)
+		for _, ev := range r.takeLeftover() {
+			if ev.Time.Before(eng.Now()) {
+				ev.Time = eng.Now()
+			}
+			if serr := r.step(eng, ev); serr != nil {
+				err = errors.Join(err, serr)
+				break
+			}
+		}
 		if _, serr := r.settle(context.WithoutCancel(ctx), eng); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -363,8 +377,20 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	var evCh <-chan pumped
 	if !r.as.virtual {
 		pctx, stop := context.WithCancel(ctx)
-		defer stop()
-		evCh = r.pump(pctx)
+		pumped := make(chan struct{})
+		evCh = r.pump(pctx, pumped)
+		defer func() {
+			// Runs before the save above: the events the pump took from
+			// the backend and could not hand over are stepped there, not
+			// lost (a submission the backend reports once).
+			stop()
+			t := time.NewTimer(r.cfg.CallTimeout)
+			defer t.Stop()
+			select {
+			case <-pumped:
+			case <-t.C: // a Next that ignores its context
+			}
+		}()
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -461,14 +487,20 @@ type pumped struct {
 // pump calls Events.Next on a goroutine (a real clock: the loop waits on
 // its answers, the binds' results and its own timer at once) until ctx is
 // done or Next fails. Next is asked for no wake-up: the loop keeps time.
-func (r *Runner) pump(ctx context.Context) <-chan pumped {
+func (r *Runner) pump(ctx context.Context, done chan<- struct{}) <-chan pumped {
 	ch := make(chan pumped)
 	go func() {
+		defer close(done)
 		for {
 			evs, err := r.cfg.Backend.Next(ctx, time.Time{})
 			select {
 			case ch <- pumped{evs, err}:
 			case <-ctx.Done():
+				// Taken from the backend, not handed over: Run steps them
+				// before it saves (takeLeftover).
+				r.leftMu.Lock()
+				r.leftover = append(r.leftover, evs...)
+				r.leftMu.Unlock()
 				return
 			}
 			if err != nil {
@@ -477,6 +509,16 @@ func (r *Runner) pump(ctx context.Context) <-chan pumped {
 		}
 	}()
 	return ch
+}
+
+// takeLeftover returns the events the pump took from the backend after
+// the loop stopped.
+func (r *Runner) takeLeftover() []engine.Event {
+	r.leftMu.Lock()
+	defer r.leftMu.Unlock()
+	evs := r.leftover
+	r.leftover = nil
+	return evs
 }
 
 // wait waits for the backend's events, the wake-up (evs empty: a tick),
