@@ -157,10 +157,11 @@ type Cycle struct {
 	// is here, not in Outcome.RefusedPreemptions (the Runner assumes
 	// them, Outcome.AssumePreemptions); so is a grow that failed.
 	Acts []ActResult
-	// Errors are failures that no refusal could report: a rollback unbind
-	// that failed after its retries, a shrink that failed. (A MIG change
-	// that failed finally is in Outcome.RefusedMIG.)
-	// The backend may then disagree with the engine.
+	// Errors are failures that no refusal could report: a replica stop the
+	// backend cannot make (no ReplicaStopper), an interval save that
+	// failed. (A MIG change that failed finally is in
+	// Outcome.RefusedMIG; a stop or shrink that failed is in Acts, its
+	// GPUs fenced.)
 	Errors []error
 	// View is the engine's view after the cycle.
 	View *engine.View

@@ -292,6 +292,7 @@ type stopHang struct {
 	mu    sync.Mutex
 	first string
 	done  chan struct{}
+	hold  time.Duration // non-zero: the stop commits after hold instead
 	binds sync.Map
 }
 
@@ -306,6 +307,10 @@ func (h *stopHang) StopReplica(ctx context.Context, st engine.Stop) error {
 	if h.first == "" {
 		h.first = st.Job
 		h.mu.Unlock()
+		if h.hold > 0 { // commits after its timeout
+			time.Sleep(h.hold)
+			return h.Sim.StopReplica(context.WithoutCancel(ctx), st)
+		}
 		<-h.done
 		return fmt.Errorf("hung stop of %s released", st.Job)
 	}
@@ -385,4 +390,34 @@ func TestHungShrinkDelaysNoOtherJob(t *testing.T) {
 	}
 	assert.True(t, unknown, "the shrink timed out: unknown")
 	assert.True(t, outcome(s, "el").Finished, "el ran to its end")
+}
+
+// A replica stop that commits after its timeout is reconciled: the stop
+// is unknown, its GPU fenced, until the late answer says it came through;
+// the fence is lifted and "big" is bound once, at its arrival, on GPUs
+// nothing else holds.
+func TestLateStopReplicaIsReconciled(t *testing.T) {
+	s := poolSim(t)
+	serviceScenario(t, s)
+	// Back 1.5 CallTimeouts after it began: abandoned, then within the
+	// grace the Runner gives abandoned calls on a virtual clock.
+	h := &stopHang{Sim: s, done: make(chan struct{}), hold: 750 * time.Millisecond}
+	acts, binds := runActsBinds(t, s, h, 500*time.Millisecond)
+	checkOthers(t, s)
+	replica := h.hung()
+	require.NotEmpty(t, replica)
+	big := outcome(s, "big")
+	assert.Equal(t, t0.Add(11*time.Minute), big.Start, "big starts at its arrival: the fence was lifted by the late answer")
+	assert.Equal(t, int64(1), h.bound("big"), "big bound once")
+	for _, b := range binds {
+		assert.False(t, b.Job == "big" && b.Err != nil, "big's bind was not deferred: %v", b.Err)
+	}
+	var unknown bool
+	for _, a := range acts {
+		unknown = unknown || a.Kind == "stop" && a.Job == replica && a.Unknown
+	}
+	assert.True(t, unknown, "the stop of %s timed out first", replica)
+	running, err := s.Running(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, running, "every replica stopped")
 }
