@@ -545,7 +545,10 @@ func (e *Engine) bindClaims(rd *Ready) {
 			}
 		}
 		if !free {
-			if !c.start.After(cs.now) {
+			// Past its start with the GPUs still taken: given up, unless a
+			// victim's preemption is still unconfirmed (assumed or
+			// unknown): the GPUs are the victim's until the backend says.
+			if !c.start.After(cs.now) && !e.awaitsVictims(c) {
 				delete(e.claims, id)
 			}
 			continue
@@ -1095,4 +1098,15 @@ func (cs *cycleState) addRes(r *resv) {
 	cs.dropHeld()
 	clear(cs.fail)
 	clear(cs.fits)
+}
+
+// awaitsVictims reports whether a victim of c is stopping with its
+// preemption not yet confirmed (Outcome.AssumePreemptions).
+func (e *Engine) awaitsVictims(c *claim) bool {
+	for _, v := range c.victims {
+		if js := e.jobs[v]; js != nil && js.st == stateStopping && js.preemptSt != bindNone {
+			return true
+		}
+	}
+	return false
 }
