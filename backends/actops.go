@@ -40,7 +40,8 @@ import (
 //     ghost the sweep stops) is undone with ResizeFailed.
 
 // ActResult is the outcome of one asynchronous preemption, replica stop,
-// shrink or grow as the Runner stepped it (see Cycle.Acts).
+// shrink or grow as the Runner stepped it (see Cycle.Acts). A preemption
+// that was unknown comes back twice: unknown, then applied or failed.
 type ActResult struct {
 	// Kind is "preempt", "stop", "shrink" or "grow".
 	Kind string
@@ -51,6 +52,8 @@ type ActResult struct {
 	// GPUs stay fenced until the backend no longer runs the members).
 	Err     error
 	Unknown bool
+	// Cause is a preemption's (engine.Preemption.Cause).
+	Cause engine.PreemptCause
 }
 
 // unknownPreempt is a preemption whose call timed out.
@@ -247,7 +250,7 @@ func (r *Runner) settleAct(ctx context.Context, eng *engine.Engine, x result) er
 		} else if x.kind == resGrow {
 			kind = "grow"
 		}
-		a.acts = append(a.acts, ActResult{Kind: kind, Job: x.job, Err: x.err, Unknown: x.unknown || errors.Is(x.err, ErrCallTimeout)})
+		a.acts = append(a.acts, ActResult{Kind: kind, Job: x.job, Err: x.err, Unknown: x.unknown || errors.Is(x.err, ErrCallTimeout), Cause: x.preempt.Cause})
 	}
 	switch x.kind {
 	case resPreempt:
@@ -277,9 +280,12 @@ func (r *Runner) settleAct(ctx context.Context, eng *engine.Engine, x result) er
 		}
 		delete(a.preempting, x.job)
 		if u.err == nil {
+			a.acts = append(a.acts, ActResult{Kind: "preempt", Job: x.job, Cause: u.p.Cause})
 			return r.step(eng, engine.PreemptApplied(now, x.job, x.run))
 		}
-		return r.preemptFailed(eng, now, x.job, x.run, fmt.Sprintf("preemption failed after its timeout: %v", u.err))
+		reason := fmt.Sprintf("preemption failed after its timeout: %v", u.err)
+		a.acts = append(a.acts, ActResult{Kind: "preempt", Job: x.job, Err: errors.New(reason), Cause: u.p.Cause})
+		return r.preemptFailed(eng, now, x.job, x.run, reason)
 	case resRelease:
 		if x.err == nil {
 			return nil
@@ -352,6 +358,7 @@ func (r *Runner) reconcileActs(eng *engine.Engine, x result, runs map[string][]e
 		}
 		if _, running := runs[id]; !running {
 			delete(a.preempting, id)
+			a.acts = append(a.acts, ActResult{Kind: "preempt", Job: id, Cause: u.p.Cause})
 			r.log.Info("preemption of unknown outcome: the victim is gone", "job", id)
 			if err := r.step(eng, engine.PreemptApplied(now, id, u.p.Run)); err != nil {
 				r.log.Error("stepping a preemption", "job", id, "err", err)
@@ -366,7 +373,9 @@ func (r *Runner) reconcileActs(eng *engine.Engine, x result, runs map[string][]e
 			continue
 		}
 		delete(a.preempting, id)
-		if err := r.preemptFailed(eng, now, id, u.p.Run, "preemption timed out and the backend still runs the victim after its deadline"); err != nil {
+		const why = "preemption timed out and the backend still runs the victim after its deadline"
+		a.acts = append(a.acts, ActResult{Kind: "preempt", Job: id, Err: errors.New(why), Cause: u.p.Cause})
+		if err := r.preemptFailed(eng, now, id, u.p.Run, why); err != nil {
 			r.log.Error("stepping a preemption", "job", id, "err", err)
 		}
 	}
@@ -397,7 +406,9 @@ func (r *Runner) giveUpActs(eng *engine.Engine, now time.Time) {
 		}
 		delete(a.preempting, id)
 		if run, _, ok := eng.PreemptState(id); ok && run == u.p.Run {
-			if err := r.preemptFailed(eng, r.stepTime(eng), id, u.p.Run, "preemption timed out and the backend did not answer"); err != nil {
+			const why = "preemption timed out and the backend did not answer"
+			a.acts = append(a.acts, ActResult{Kind: "preempt", Job: id, Err: errors.New(why), Cause: u.p.Cause})
+			if err := r.preemptFailed(eng, r.stepTime(eng), id, u.p.Run, why); err != nil {
 				r.log.Error("stepping a preemption", "job", id, "err", err)
 			}
 		}
