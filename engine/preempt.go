@@ -59,6 +59,9 @@ func (e *Engine) candidates(p *job) []victim {
 		if v.st != stateRunning || !j.Preemptible || v == p || !v.start.Before(cs.now) || e.noPreempt(v) {
 			continue
 		}
+		if v.bindSt != bindNone {
+			continue // its bind is not confirmed yet: the preemption would queue behind it
+		}
 		if _, grew := e.out.grows[j.ID]; grew {
 			continue // the backend may still refuse the grow
 		}

@@ -258,7 +258,9 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	}
 	base, unit := be.Now(), sh.Unit
 	n := sh.Jobs
-	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs)
+	// The preemption scenarios make every job preemptible (no other draw
+	// changes), so that preemptions happen on small clusters too.
+	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs, sc.preemptLate+sc.preemptForever > 0)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		late: map[string]int{}, forever: map[string]int{}, restartMid: map[string]int{},
 		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{}, shown: map[string]bool{},
@@ -527,7 +529,7 @@ func (f *faulty) unfinished(ids []string) []string {
 // what spec's nodes have; a third preemptible) arriving over the first 5
 // hours after base (durations in units of a minute), and returns their
 // IDs and gang sizes (members).
-func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes bool) ([]string, map[string]int) {
+func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes, allPreemptible bool) ([]string, map[string]int) {
 	t.Helper()
 	maxMembers, maxGPUs := min(3, len(spec.Nodes)), 8
 	for _, nd := range spec.Nodes {
@@ -550,7 +552,7 @@ func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec,
 			Request:  gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: per}}}}
 		run := time.Duration(10+rng.IntN(80)) * unit
 		j.RuntimeEstimate, j.RuntimeLimit = run, run+60*unit
-		if rng.IntN(3) == 0 {
+		if rng.IntN(3) == 0 || allPreemptible {
 			j.Preemptible, j.GracePeriod = true, 5*unit
 		}
 		if err := be.Submit(j, run); err != nil {

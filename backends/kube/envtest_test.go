@@ -288,7 +288,6 @@ type running struct {
 	cycles []backends.Cycle
 }
 
-
 // start runs a backend and a Runner until the test ends.
 func (w *world) start(cfg kube.Config, ecfg engine.Config) *running {
 	w.t.Helper()
