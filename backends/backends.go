@@ -72,7 +72,9 @@ type Actuator interface {
 	// Preempt stops a running job within p.Deadline. The backend must not
 	// report the job finished: the engine requeues it, once Preempt has
 	// returned nil (its GPUs stay booked until then, past the deadline if
-	// need be).
+	// need be), at the deadline. A Preempt called after p.Deadline (it
+	// queued behind the job's earlier calls) returns once the job is gone:
+	// its GPUs are reused at once.
 	Preempt(ctx context.Context, p engine.Preemption) error
 	// ApplyMIG reconfigures the MIG layout of one GPU.
 	ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error
