@@ -208,7 +208,7 @@ func TestHungPreemptDelaysNoOtherJob(t *testing.T) {
 	assert.Equal(t, int64(1), h.bound("high"), "high bound once")
 	assert.Equal(t, int64(1), h.calls.Load(), "one preemption call: it stays unknown while it may come through")
 	require.NotEmpty(t, acts)
-	assert.Equal(t, backends.ActResult{Kind: "preempt", Job: "low", Err: acts[0].Err, Unknown: true}, acts[0])
+	assert.Equal(t, backends.ActResult{Kind: "preempt", Job: "low", Err: acts[0].Err, Unknown: true, Cause: engine.PreemptPriority}, acts[0])
 	assert.ErrorIs(t, acts[0].Err, backends.ErrCallTimeout)
 }
 
