@@ -203,7 +203,7 @@ func (r *Runner) maybeAutoscale(ctx context.Context, eng *engine.Engine) {
 	}
 	idle := maps.Clone(a.idle)
 	labels := selectorLabels(eng, demand)
-	r.goOp(ctx, "\x00autoscale", func(ctx context.Context) result {
+	r.goOp(ctx, []string{"\x00autoscale"}, func(ctx context.Context) result {
 		return result{kind: resAutoscale, auto: r.autoRound(ctx, now, loads, labels, idle, demand)}
 	})
 }
@@ -495,7 +495,7 @@ func (r *Runner) settleAutoscale(ctx context.Context, eng *engine.Engine, x resu
 		a.cordoned[n] = true
 	}
 	a.mu.Unlock()
-	r.goOp(ctx, "\x00autoscale", func(ctx context.Context) result {
+	r.goOp(ctx, []string{"\x00autoscale"}, func(ctx context.Context) result {
 		out := &autoRound{}
 		for _, n := range down {
 			if err := r.retry(ctx, func(ctx context.Context) error { return a.prov.ScaleDown(ctx, n) }); err != nil {

@@ -28,8 +28,10 @@ var (
 	// error is the engine's.
 	ErrEngine = errors.New("backends: engine error")
 	// ErrCallTimeout: a backend call did not return within
-	// RunnerConfig.CallTimeout. The decision fails at once (no more
-	// attempts in that cycle) and is reported refused.
+	// RunnerConfig.CallTimeout. It is not tried again; its outcome is
+	// unknown (a bind or a preemption stays booked until the backend's
+	// answer, a stop's GPUs stay fenced), and a MIG change is reported
+	// refused.
 	ErrCallTimeout = errors.New("backends: backend call timed out")
 )
 
@@ -68,7 +70,11 @@ type Actuator interface {
 	// that is not bound returns nil.
 	UnbindMember(ctx context.Context, job string, m engine.Member) error
 	// Preempt stops a running job within p.Deadline. The backend must not
-	// report the job finished: the engine requeues it.
+	// report the job finished: the engine requeues it, once Preempt has
+	// returned nil (its GPUs stay booked until then, past the deadline if
+	// need be), at the deadline. A Preempt called after p.Deadline (it
+	// queued behind the job's earlier calls) returns once the job is gone:
+	// its GPUs are reused at once.
 	Preempt(ctx context.Context, p engine.Preemption) error
 	// ApplyMIG reconfigures the MIG layout of one GPU.
 	ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error
@@ -98,8 +104,10 @@ type RunningReporter interface {
 // engine no longer tracks it and its GPUs are already free, so the
 // backend must not report it finished; a replica that is not running
 // (st.Running false, or already gone) is deleted if the backend keeps an
-// object for it, else nothing happens (nil). The Runner calls it before
-// preemptions and binds, since binds may reuse the GPUs. A backend
+// object for it, else nothing happens (nil). The Runner calls it on a
+// goroutine, before any bind on the replica's GPUs (binds may reuse
+// them); a stop that fails or times out fences those GPUs until the
+// backend no longer runs the replica (docs/reliability.md). A backend
 // without it cannot run services: the Runner reports each stop as an
 // error.
 type ReplicaStopper interface {

@@ -47,12 +47,17 @@ type BindResult struct {
 type resultKind uint8
 
 const (
-	resBind       resultKind = iota // a bind op ended
-	resLate                         // an abandoned call returned
-	resPoll                         // a Running poll returned
-	resStopped                      // a stop (fence or ghost) ended
-	resAutoscale                    // an autoscaling round planned (autoscale.go)
-	resScaledDown                   // an autoscaling round's releases ended
+	resBind        resultKind = iota // a bind op ended
+	resLate                          // an abandoned call returned
+	resPoll                          // a Running poll returned
+	resStopped                       // a stop (fence or ghost) ended
+	resAutoscale                     // an autoscaling round planned (autoscale.go)
+	resScaledDown                    // an autoscaling round's releases ended
+	resPreempt                       // a preemption ended (actops.go)
+	resLatePreempt                   // an abandoned preemption call returned
+	resRelease                       // a replica stop or a shrink ended
+	resLateRelease                   // an abandoned stop or shrink call returned
+	resGrow                          // a grow ended
 )
 
 // result is what an op sends back to the loop.
@@ -71,6 +76,9 @@ type result struct {
 	at        time.Time       // resPoll: when the poll began
 	polled    map[string]bool // resPoll: jobs unknown when the poll began
 	auto      *autoRound      // resAutoscale, resScaledDown
+	deferred  string          // resBind: not made, its GPUs are fenced (why)
+	preempt   engine.Preemption
+	release   string // resRelease: "stop" or "shrink"
 }
 
 // inflightBind is a bind in flight: its run, and the cancel of its
@@ -112,14 +120,23 @@ type async struct {
 	polling  bool
 	pollSoon bool
 	stepped  []BindResult // since the last cycle
+	acts     []ActResult  // since the last cycle
 	ghosts   int          // ghosts stopped
-	virtual  bool         // the Clock is virtual (see RealClock)
-	noPoll   bool         // the backend is no RunningReporter
+	// preempting: preemptions whose calls timed out (or failed after a
+	// timeout), until the backend's answer; released: stops and shrinks
+	// that failed or timed out, whose GPUs stay fenced (fences, guarded
+	// by mu: GPU key -> why) until the backend no longer runs them.
+	preempting map[string]*unknownPreempt
+	released   map[string]*releasing
+	fences     map[string]string
+	virtual    bool // the Clock is virtual (see RealClock)
+	noPoll     bool // the backend is no RunningReporter
 }
 
 func newAsync(parallelism int, virtual bool) *async {
 	return &async{chain: map[string]chan struct{}{}, note: make(chan struct{}, 1), slots: make(chan struct{}, parallelism),
-		inflight: map[string]inflightBind{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual}
+		inflight: map[string]inflightBind{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual,
+		preempting: map[string]*unknownPreempt{}, released: map[string]*releasing{}, fences: map[string]string{}}
 }
 
 func (a *async) post(res result) {
@@ -159,25 +176,37 @@ func (a *async) busy(abandoned bool) bool {
 	return a.ops > 0 || abandoned && a.abandoned > 0
 }
 
-// goOp runs f on a goroutine and posts its result. The ops of one job run
-// in order (a bind after the stop of the job's ghost, ...).
-func (r *Runner) goOp(ctx context.Context, job string, f func(ctx context.Context) result) {
+// goOp runs f on a goroutine and posts its result. The ops that share a
+// key run in order: key[0] is the job's (a bind after the stop of the
+// job's ghost, ...), the others name GPUs (gpuKeys: a bind after the stop
+// of the replica or the shrink that frees its GPUs, see fence). An op
+// waits for the earlier ones only as long as they run, each bounded by
+// its calls' CallTimeout (an abandoned call does not hold its op), so an
+// op never queues for ever behind a hung call.
+func (r *Runner) goOp(ctx context.Context, keys []string, f func(ctx context.Context) result) {
 	a := r.as
 	a.mu.Lock()
 	a.ops++
-	prev := a.chain[job]
+	var prevs []chan struct{}
 	done := make(chan struct{})
-	a.chain[job] = done
+	for _, k := range keys {
+		if p := a.chain[k]; p != nil && !slices.Contains(prevs, p) {
+			prevs = append(prevs, p)
+		}
+		a.chain[k] = done
+	}
 	a.mu.Unlock()
 	go func() {
-		if prev != nil {
-			<-prev
+		for _, p := range prevs {
+			<-p
 		}
 		res := f(ctx)
 		a.mu.Lock()
 		a.ops--
-		if a.chain[job] == done {
-			delete(a.chain, job)
+		for _, k := range keys {
+			if a.chain[k] == done {
+				delete(a.chain, k)
+			}
 		}
 		a.res = append(a.res, res)
 		a.mu.Unlock()
@@ -244,7 +273,8 @@ func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
 		bctx, cancel := context.WithCancel(ctx)
 		r.as.inflight[b.Job] = inflightBind{run: run, cancel: cancel}
 		r.as.issued[b.Job] = true
-		r.goOp(bctx, b.Job, func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
+		r.placed[b.Job] = b.Members
+		r.goOp(bctx, opKeys(b.Job, b.Members), func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
 	}
 }
 
@@ -254,6 +284,13 @@ func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
 // abandoned calls report their late returns.
 func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 	res := result{kind: resBind, job: g.job, run: run, members: g.members}
+	if why := r.fencedOn(g.members); why != "" {
+		// Ordered after a stop or shrink of these GPUs that failed or
+		// timed out: not called (never two jobs on one GPU); the job
+		// waits, no try counted (engine.BindDeferred).
+		res.err, res.deferred = fmt.Errorf("%w: %s", ErrRefused, why), why
+		return res
+	}
 	late := func(err error) {
 		r.as.mu.Lock()
 		r.as.abandoned--
@@ -344,7 +381,7 @@ func (r *Runner) unbindAll(ctx context.Context, job string, members []engine.Mem
 // bind of run is stepped failed with it (a fence: the job is unbooked only
 // once the backend stopped it); ghost: a job the engine does not run there.
 func (r *Runner) stopOp(ctx context.Context, job string, run uint64, members []engine.Member, reason string, ghost bool) {
-	r.goOp(ctx, job, func(ctx context.Context) result {
+	r.goOp(ctx, []string{job}, func(ctx context.Context) result {
 		err := r.unbindAll(context.WithoutCancel(ctx), job, members)
 		return result{kind: resStopped, job: job, run: run, members: members, reason: reason, ghost: ghost, err: err}
 	})
@@ -359,7 +396,7 @@ func (r *Runner) pollOp(ctx context.Context, now time.Time) {
 		polled[id] = true
 	}
 	rr, _ := r.cfg.Backend.(RunningReporter)
-	r.goOp(ctx, "\x00poll", func(ctx context.Context) result {
+	r.goOp(ctx, []string{"\x00poll"}, func(ctx context.Context) result {
 		var rs []RunningJob
 		err := errors.ErrUnsupported
 		if rr != nil {
@@ -405,6 +442,8 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 			return nil
 		}
 		switch {
+		case x.deferred != "":
+			return r.step(eng, engine.BindDeferred(now, x.job, x.run, x.deferred))
 		case x.withdrawn:
 			return r.step(eng, engine.BindFailed(now, x.job, x.run, ""))
 		case x.unknown:
@@ -458,12 +497,15 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 		return r.step(eng, engine.BindFailed(now, x.job, x.run, x.reason))
 	case resAutoscale, resScaledDown:
 		return r.settleAutoscale(ctx, eng, x)
+	case resPreempt, resLatePreempt, resRelease, resLateRelease, resGrow:
+		return r.settleAct(ctx, eng, x)
 	case resPoll:
 		a.polling = false
 		switch {
 		case errors.Is(x.err, errors.ErrUnsupported):
 			a.noPoll = true
 			r.giveUpUnknown(ctx, eng, x.at)
+			r.giveUpActs(eng, x.at)
 		case x.err != nil:
 			r.log.Warn("reading the backend's running jobs failed", "err", x.err)
 		default:
@@ -486,6 +528,7 @@ func (r *Runner) reconcileBinds(ctx context.Context, eng *engine.Engine, x resul
 	for _, rj := range x.running {
 		runs[rj.Job.ID] = rj.Members
 	}
+	r.reconcileActs(eng, x, runs)
 	now := r.stepTime(eng)
 	for _, id := range sortedIDs(a.unknown) {
 		u := a.unknown[id]

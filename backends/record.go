@@ -23,7 +23,9 @@ const (
 	// RecordWait: the job is pending for a new reason (Reason); recorded
 	// when the reason changes, not every cycle.
 	RecordWait
-	// RecordStart: the job was bound (or adopted) on Members.
+	// RecordStart: the backend confirmed the job's bind (or the job was
+	// adopted) on Members; Time is when the bind was confirmed (the
+	// backend's start time for an adopted job).
 	RecordStart
 	// RecordPreempt: the backend accepted a preemption of the job; its
 	// run goes on until it is requeued or ends.
@@ -157,6 +159,18 @@ type recorder struct {
 	out   Recorder
 	attrs AttributeReporter // nil: the backend reports none
 	jobs  map[string]*recJob
+	// binding: binds issued and not confirmed yet (their start is
+	// recorded on engine.EventBindApplied); preempting: preemptions
+	// issued, recorded on engine.EventPreemptApplied.
+	binding    map[string]issuedBind
+	preempting map[string]engine.Preemption
+}
+
+// issuedBind is a bind the recorder waits to see confirmed.
+type issuedBind struct {
+	run     uint64
+	members []engine.Member
+	reason  string
 }
 
 func newRecorder(out Recorder, be Backend) *recorder {
@@ -164,7 +178,7 @@ func newRecorder(out Recorder, be Backend) *recorder {
 		return nil
 	}
 	ar, _ := be.(AttributeReporter)
-	return &recorder{out: out, attrs: ar, jobs: map[string]*recJob{}}
+	return &recorder{out: out, attrs: ar, jobs: map[string]*recJob{}, binding: map[string]issuedBind{}, preempting: map[string]engine.Preemption{}}
 }
 
 func (rc *recorder) base(kind RecordKind, at time.Time, id string, j *recJob) JobRecord {
@@ -226,6 +240,59 @@ func (rc *recorder) event(ev engine.Event, err error) {
 			reason = "cancelled"
 		}
 		rc.end(ev.JobID, ev.Time, reason)
+	case engine.EventBindApplied:
+		b, ok := rc.binding[ev.JobID]
+		j := rc.jobs[ev.JobID]
+		if err != nil || !ok || b.run != ev.Run || j == nil {
+			return
+		}
+		delete(rc.binding, ev.JobID)
+		rc.start(j, ev.JobID, ev.Time, b.members, b.reason)
+	case engine.EventBindFailed, engine.EventBindDeferred:
+		b, ok := rc.binding[ev.JobID]
+		if err != nil || !ok || b.run != ev.Run {
+			return
+		}
+		delete(rc.binding, ev.JobID)
+		j := rc.jobs[ev.JobID]
+		if j == nil || ev.Reason == "" {
+			return
+		}
+		j.reason, j.waited = engine.ReasonBindRefused, true
+		r := rc.base(RecordWait, ev.Time, ev.JobID, j)
+		r.Reason = engine.ReasonBindRefused.String() + ": " + ev.Reason
+		rc.out.Record(r)
+	case engine.EventPreemptApplied:
+		p, ok := rc.preempting[ev.JobID]
+		j := rc.jobs[ev.JobID]
+		if err != nil || !ok || p.Run != ev.Run || j == nil {
+			return
+		}
+		delete(rc.preempting, ev.JobID)
+		r := rc.base(RecordPreempt, ev.Time, ev.JobID, j)
+		r.Reason = fmt.Sprintf("%s: for %s, grace until %s, %.0f GPU-seconds lost", p.Cause, p.For,
+			p.Deadline.UTC().Format(time.RFC3339), p.CostGPUSeconds)
+		rc.out.Record(r)
+	case engine.EventPreemptFailed:
+		if p, ok := rc.preempting[ev.JobID]; ok && p.Run == ev.Run {
+			delete(rc.preempting, ev.JobID)
+		}
+	case engine.EventResizeFailed:
+		j := rc.jobs[ev.JobID]
+		if err != nil || j == nil || j.start.IsZero() {
+			return
+		}
+		members := slices.DeleteFunc(slices.Clone(j.members), func(m engine.Member) bool {
+			return slices.ContainsFunc(ev.Members, func(x engine.Member) bool { return sameMember(m, x) })
+		})
+		if len(members) == len(j.members) {
+			return
+		}
+		r := rc.base(RecordResize, ev.Time, ev.JobID, j)
+		r.Reason = fmt.Sprintf("grow failed, back to %d members", len(members))
+		rc.charge(&r, j, ev.JobID, ev.Time)
+		rc.out.Record(r)
+		rc.start(j, ev.JobID, ev.Time, members, "resized")
 	case engine.EventDevicesReported:
 		j := rc.jobs[ev.JobID]
 		if err != nil || j == nil || j.start.IsZero() {
@@ -266,6 +333,8 @@ func (rc *recorder) charge(r *JobRecord, j *recJob, id string, at time.Time) {
 }
 
 func (rc *recorder) end(id string, at time.Time, reason string) {
+	delete(rc.binding, id)
+	delete(rc.preempting, id)
 	j := rc.jobs[id]
 	r := rc.base(RecordEnd, at, id, j)
 	if j == nil {
@@ -308,20 +377,18 @@ func (rc *recorder) cycle(rd *engine.Ready, out *engine.Outcome) {
 		if j == nil {
 			continue
 		}
+		delete(rc.binding, id)
+		delete(rc.preempting, id)
 		r := rc.base(RecordRequeue, at, id, j)
 		r.Reason = "requeued"
 		rc.charge(&r, j, id, at)
 		rc.out.Record(r)
 	}
 	for _, p := range rd.Preemptions {
-		j := rc.jobs[p.Victim]
-		if j == nil || slices.Contains(out.RefusedPreemptions, p.Victim) {
-			continue
+		// Recorded when the backend takes it (engine.EventPreemptApplied).
+		if rc.jobs[p.Victim] != nil && !slices.Contains(out.RefusedPreemptions, p.Victim) {
+			rc.preempting[p.Victim] = p
 		}
-		r := rc.base(RecordPreempt, at, p.Victim, j)
-		r.Reason = fmt.Sprintf("%s: for %s, grace until %s, %.0f GPU-seconds lost", p.Cause, p.For,
-			p.Deadline.UTC().Format(time.RFC3339), p.CostGPUSeconds)
-		rc.out.Record(r)
 	}
 	for _, rs := range rd.Resizes {
 		j := rc.jobs[rs.Job]
@@ -363,7 +430,12 @@ func (rc *recorder) cycle(rd *engine.Ready, out *engine.Outcome) {
 		if b.Backfill {
 			reason = "placed by backfill"
 		}
-		rc.start(j, b.Job, at, b.Members, reason)
+		if !out.AssumeBinds {
+			rc.start(j, b.Job, at, b.Members, reason)
+			continue
+		}
+		// Recorded when the backend confirms it (engine.EventBindApplied).
+		rc.binding[b.Job] = issuedBind{run: b.Run, members: slices.Clone(b.Members), reason: reason}
 	}
 	for i := range rd.Pending {
 		p := &rd.Pending[i]

@@ -228,6 +228,26 @@ func (r *Runner) reconcile(ctx context.Context, eng *engine.Engine, spec topo.Sp
 			}
 		}
 	}
+	// Preemptions saved assumed or unknown (the Runner stopped before
+	// their outcome): a victim the backend no longer runs is gone (the
+	// preemption was applied: requeued at its deadline, below); one it
+	// runs was not stopped (or not yet): it runs on, and the preemptor,
+	// if still blocked, preempts again.
+	for _, id := range engActive {
+		run, _, ok := eng.PreemptState(id)
+		if !ok {
+			continue
+		}
+		ev := engine.PreemptApplied(now, id, run)
+		if runs[id] {
+			ev = engine.PreemptFailed(now, id, run, "the Runner restarted before the preemption's outcome, and the backend runs the victim")
+			delete(stopping, id)
+			delete(deadline, id)
+		}
+		if err := r.step(eng, ev); err != nil {
+			return err
+		}
+	}
 	for _, id := range engActive {
 		if runs[id] {
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,11 +73,12 @@ type RunnerConfig struct {
 	// without more attempts. A bind that timed out is unknown, not failed:
 	// the job stays booked (engine.ReasonBindingUnknown) until the
 	// abandoned call returns or the backend's Running list says whether it
-	// runs (see ReconcileInterval). Binds run on goroutines, so a hung
-	// call delays only its own job; the other decisions (preemptions,
-	// resizes, replica stops, MIG changes) are applied in the cycle, which
-	// a hung one of those holds for at most CallTimeout (it is reported
-	// refused). Zero: 30 s.
+	// runs (see ReconcileInterval). Binds, preemptions, replica stops and
+	// resizes run on goroutines, so a hung call delays only its own job (a
+	// preemption that timed out is unknown too: the victim stays booked
+	// until the backend's answer; see docs/reliability.md). MIG changes
+	// are applied in the cycle, which a hung one holds for at most
+	// CallTimeout (it is reported refused). Zero: 30 s.
 	CallTimeout time.Duration
 	// MaxBindTries: a job whose binds failed this many times in a row is
 	// held (engine.ReasonHeld, with the last error) until released
@@ -148,10 +150,18 @@ type Cycle struct {
 	// earlier cycles that came back; on a virtual clock this cycle's own
 	// as well (its binds are waited for, see docs/reliability.md).
 	Binds []BindResult
-	// Errors are failures that no refusal could report: a rollback unbind
-	// that failed after its retries, a shrink that failed. (A MIG change
-	// that failed finally is in Outcome.RefusedMIG.)
-	// The backend may then disagree with the engine.
+	// Acts are the outcomes of the other asynchronous decisions
+	// (preemptions, replica stops, shrinks, grows) that came back since
+	// the cycle before this one, in the order stepped (on a virtual
+	// clock this cycle's own as well). A preemption the backend refused
+	// is here, not in Outcome.RefusedPreemptions (the Runner assumes
+	// them, Outcome.AssumePreemptions); so is a grow that failed.
+	Acts []ActResult
+	// Errors are failures that no refusal could report: a replica stop the
+	// backend cannot make (no ReplicaStopper), an interval save that
+	// failed. (A MIG change that failed finally is in
+	// Outcome.RefusedMIG; a stop or shrink that failed is in Acts, its
+	// GPUs fenced.)
 	Errors []error
 	// View is the engine's view after the cycle.
 	View *engine.View
@@ -179,8 +189,15 @@ type Runner struct {
 	rec      Reconciled
 	jobRecs  *recorder // nil without RunnerConfig.Recorder
 	lastSave time.Time
-	saveErrs []error    // interval saves that failed, for the next Cycle
-	as       *async     // binds in flight and their outcomes (binder.go)
+	saveErrs []error // interval saves that failed, for the next Cycle
+	as       *async  // binds in flight and their outcomes (binder.go)
+	// placed: the members of the jobs this Runner bound or adopted, for
+	// the GPUs a replica stop frees (Ready.Stops does not name them).
+	placed map[string][]engine.Member
+	// leftover: events the pump took from the backend when Run stopped,
+	// stepped before the save.
+	leftMu   sync.Mutex
+	leftover []engine.Event
 	auto     *autoState // node autoscaling (autoscale.go); nil: off
 }
 
@@ -269,7 +286,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	_, real := cfg.Clock.(wallClock)
 	return &Runner{cfg: cfg, clock: cfg.Clock, log: log, jobRecs: newRecorder(cfg.Recorder, cfg.Backend),
-		as: newAsync(cfg.Parallelism, !real), auto: auto}, nil
+		as: newAsync(cfg.Parallelism, !real), auto: auto, placed: map[string][]engine.Member{}}, nil
 }
 
 // View returns the engine's latest published view, or nil before Run has
@@ -318,6 +335,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if err := r.settleRestored(eng, running); err != nil {
 		return err
 	}
+	for _, rj := range running {
+		r.placed[rj.Job.ID] = rj.Members
+	}
 	r.lastSave = r.clock.Now()
 	r.as.lastPoll = r.clock.Now()
 	defer func() {
@@ -325,6 +345,15 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		// begun are withdrawn) and are stepped, so that the state saved
 		// knows them; then save, whatever stopped the loop.
 		r.waitIdle(context.Background(), 0)
+		for _, ev := range r.takeLeftover() {
+			if ev.Time.Before(eng.Now()) {
+				ev.Time = eng.Now()
+			}
+			if serr := r.step(eng, ev); serr != nil {
+				err = errors.Join(err, serr)
+				break
+			}
+		}
 		if _, serr := r.settle(context.WithoutCancel(ctx), eng); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -349,8 +378,20 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	var evCh <-chan pumped
 	if !r.as.virtual {
 		pctx, stop := context.WithCancel(ctx)
-		defer stop()
-		evCh = r.pump(pctx)
+		pumped := make(chan struct{})
+		evCh = r.pump(pctx, pumped)
+		defer func() {
+			// Runs before the save above: the events the pump took from
+			// the backend and could not hand over are stepped there, not
+			// lost (a submission the backend reports once).
+			stop()
+			t := time.NewTimer(r.cfg.CallTimeout)
+			defer t.Stop()
+			select {
+			case <-pumped:
+			case <-t.C: // a Next that ignores its context
+			}
+		}()
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -447,14 +488,20 @@ type pumped struct {
 // pump calls Events.Next on a goroutine (a real clock: the loop waits on
 // its answers, the binds' results and its own timer at once) until ctx is
 // done or Next fails. Next is asked for no wake-up: the loop keeps time.
-func (r *Runner) pump(ctx context.Context) <-chan pumped {
+func (r *Runner) pump(ctx context.Context, done chan<- struct{}) <-chan pumped {
 	ch := make(chan pumped)
 	go func() {
+		defer close(done)
 		for {
 			evs, err := r.cfg.Backend.Next(ctx, time.Time{})
 			select {
 			case ch <- pumped{evs, err}:
 			case <-ctx.Done():
+				// Taken from the backend, not handed over: Run steps them
+				// before it saves (takeLeftover).
+				r.leftMu.Lock()
+				r.leftover = append(r.leftover, evs...)
+				r.leftMu.Unlock()
 				return
 			}
 			if err != nil {
@@ -463,6 +510,16 @@ func (r *Runner) pump(ctx context.Context) <-chan pumped {
 		}
 	}()
 	return ch
+}
+
+// takeLeftover returns the events the pump took from the backend after
+// the loop stopped.
+func (r *Runner) takeLeftover() []engine.Event {
+	r.leftMu.Lock()
+	defer r.leftMu.Unlock()
+	evs := r.leftover
+	r.leftover = nil
+	return evs
 }
 
 // wait waits for the backend's events, the wake-up (evs empty: a tick),
@@ -501,7 +558,7 @@ func (r *Runner) maybePoll(ctx context.Context, eng *engine.Engine) {
 	if a.pollSoon && a.noPoll {
 		a.pollSoon = false // nothing to look at
 	}
-	if a.pollSoon || due && (len(a.unknown) > 0 || len(a.issued) > 0 && !a.noPoll) {
+	if a.pollSoon || due && (len(a.unknown) > 0 || a.actsUnknown() || len(a.issued) > 0 && !a.noPoll) {
 		r.pollOp(ctx, r.clock.Now())
 	}
 }
@@ -509,7 +566,7 @@ func (r *Runner) maybePoll(ctx context.Context, eng *engine.Engine) {
 // pollWake is when the next poll is due, if the loop must wake for it.
 func (r *Runner) pollWake() time.Time {
 	a := r.as
-	if a.polling || len(a.unknown) == 0 && (a.virtual || a.noPoll || len(a.issued) == 0) {
+	if a.polling || len(a.unknown) == 0 && !a.actsUnknown() && (a.virtual || a.noPoll || len(a.issued) == 0) {
 		return time.Time{}
 	}
 	return a.lastPoll.Add(r.cfg.ReconcileInterval)
@@ -523,6 +580,14 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	case ev.Job == nil: // a node's change may requeue jobs being bound
 		for job := range r.as.inflight {
 			r.withdrawStale(eng, job)
+		}
+	}
+	switch ev.Kind {
+	case engine.EventJobFinished, engine.EventJobCancelled:
+		delete(r.placed, ev.JobID)
+	case engine.EventDevicesReported:
+		if err == nil {
+			r.placed[ev.JobID] = ev.Members
 		}
 	}
 	if r.jobRecs != nil {
@@ -553,9 +618,9 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	rd := eng.Ready()
 	out, errs := r.apply(ctx, &rd)
 	errs, r.saveErrs = append(errs, r.saveErrs...), nil
-	out.AssumeBinds = true
-	if r.as.virtual && len(rd.Binds) > 0 {
-		// On a virtual clock the cycle's binds come back before anything
+	ops := len(rd.Binds)+len(rd.Preemptions)+len(rd.Resizes)+len(rd.Stops) > 0
+	if r.as.virtual && ops {
+		// On a virtual clock the cycle's ops come back before anything
 		// else happens (see async): their outcomes are stepped right after
 		// the Advance, so a simulation decides as a synchronous one did.
 		r.waitIdle(ctx, r.cfg.CallTimeout)
@@ -563,22 +628,20 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
 	}
-	if r.as.virtual && len(rd.Binds) > 0 {
+	if r.jobRecs != nil {
+		r.jobRecs.cycle(&rd, &out)
+	}
+	if r.as.virtual && ops {
 		if _, err := r.settle(ctx, eng); err != nil {
 			return err
 		}
-	}
-	if r.jobRecs != nil {
-		r.jobRecs.cycle(&rd, &out)
 	}
 	r.noteDemand(&rd)
 	took := r.clock.Now().Sub(began)
 	r.logCycle(ctx, &rd, &out, errs)
 	now := eng.Now()
 	for _, p := range rd.Preemptions {
-		if !slices.Contains(out.RefusedPreemptions, p.Victim) {
-			r.addWake(p.Deadline)
-		}
+		r.addWake(p.Deadline)
 	}
 	if len(out.RefusedPreemptions)+len(out.RefusedResizes) > 0 {
 		// Refusals make the engine dirty; retry them later, not at once.
@@ -599,9 +662,9 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 		r.addWake(now)
 	}
 	if r.cfg.Observe != nil {
-		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Binds: r.as.stepped, Errors: errs, View: eng.View(), Duration: took})
+		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Binds: r.as.stepped, Acts: r.as.acts, Errors: errs, View: eng.View(), Duration: took})
 	}
-	r.as.stepped = nil
+	r.as.stepped, r.as.acts = nil, nil
 	return ctx.Err()
 }
 
@@ -649,66 +712,27 @@ func (r *Runner) nextWake(now, lastTick time.Time) time.Time {
 
 // ---------------------------------------------------------------- applying
 
-// apply carries out rd: replica stops and preemptions first (victims stop
-// before GPUs are reused), then resizes, binds (issued, not waited for)
-// and MIG changes. It returns the refusals for Advance and the errors no
-// refusal can report.
+// apply carries out rd: replica stops, preemptions and resizes, then
+// binds, all issued on goroutines (actops.go, binder.go): the loop waits
+// for none of them, their outcomes come back as events. Ops on the same
+// job or GPU run in that order (goOp's keys): a bind on the GPUs of a
+// stopped replica or a shrink runs after it. MIG changes are applied in
+// the cycle, after the binds whose created instances the changes' From
+// layouts already hold (so a cycle with both waits for its ops). It
+// returns the refusals for Advance and the errors no refusal can report.
 func (r *Runner) apply(ctx context.Context, rd *engine.Ready) (engine.Outcome, []error) {
-	var out engine.Outcome
+	out := engine.Outcome{AssumeBinds: true, AssumePreemptions: true}
 	var errs []error
 	act := r.cfg.Backend
 
-	// Stops of service replicas (before anything reuses their GPUs).
-	if len(rd.Stops) > 0 {
-		rs, ok := act.(ReplicaStopper)
-		for _, st := range rd.Stops {
-			if !ok {
-				errs = append(errs, fmt.Errorf("backends: stop of replica %q: the backend cannot stop replicas (no StopReplica)", st.Job))
-				continue
-			}
-			if err := r.retry(ctx, func(ctx context.Context) error { return rs.StopReplica(ctx, st) }); err != nil {
-				errs = append(errs, fmt.Errorf("backends: stop of replica %q: %w", st.Job, err))
-			}
-		}
-	}
-
-	// Preemptions.
-	perr := make([]error, len(rd.Preemptions))
-	r.each(ctx, len(rd.Preemptions), func(ctx context.Context, i int) {
-		perr[i] = r.retry(ctx, func(ctx context.Context) error { return act.Preempt(ctx, rd.Preemptions[i]) })
-	})
-	for i, err := range perr {
-		if err != nil {
-			out.RefusedPreemptions = append(out.RefusedPreemptions, rd.Preemptions[i].Victim)
-		}
-	}
-
-	// Resizes: shrinks cannot be refused; a grow is a gang of its own.
-	for _, rs := range rd.Resizes {
-		for _, m := range rs.Remove {
-			if err := r.retry(ctx, func(ctx context.Context) error { return act.UnbindMember(ctx, rs.Job, m) }); err != nil {
-				errs = append(errs, fmt.Errorf("backends: shrink of %q on %s: %w", rs.Job, m.Node, err))
-			}
-		}
-	}
-	grows := make([]gangBind, 0, len(rd.Resizes))
-	for _, rs := range rd.Resizes {
-		if len(rs.Add) > 0 {
-			grows = append(grows, gangBind{job: rs.Job, members: rs.Add})
-		}
-	}
-	for _, job := range r.bindGangs(ctx, grows, &errs) {
-		out.RefusedResizes = append(out.RefusedResizes, job)
-	}
-
+	r.issueActs(ctx, rd, &errs)
 	// Binds, on goroutines: their outcomes come back as events.
 	r.issueBinds(ctx, rd)
 
-	// MIG: after the binds, whose created instances the changes' From
-	// layouts already hold (so a cycle with both waits for its binds). A
-	// change that fails finally (refused, or transient past its retries)
-	// is reported refused: the engine keeps its old layout and backs off.
-	if len(rd.MIG) > 0 && len(rd.Binds) > 0 {
+	// MIG: a change that fails finally (refused, or transient past its
+	// retries) is reported refused: the engine keeps its old layout and
+	// backs off.
+	if len(rd.MIG) > 0 && len(rd.Binds)+len(rd.Stops)+len(rd.Resizes) > 0 {
 		r.waitIdle(ctx, 0)
 	}
 	merr := make([]error, len(rd.MIG))

@@ -325,7 +325,7 @@ func TestRunnerRefusedPreemption(t *testing.T) {
 	high := job("high", 1, 4)
 	high.Priority = 10
 	f.refusePre = true
-	f.script = [][]engine.Event{{engine.Submitted(t0, low)}, {engine.Submitted(t0.Add(time.Minute), high)}}
+	f.script = [][]engine.Event{{engine.Submitted(t0, low)}, {engine.Submitted(t0.Add(time.Minute), high)}, {engine.Tick(t0.Add(2 * time.Minute))}}
 	f.closeAtEnd = true
 	var cycles []backends.Cycle
 	cfg := config(f, &clock{}, &cycles)
@@ -338,11 +338,23 @@ func TestRunnerRefusedPreemption(t *testing.T) {
 	var asked int
 	for _, c := range cycles {
 		asked += len(c.Ready.Preemptions)
-		refused = append(refused, c.Outcome.RefusedPreemptions...)
+		assert.Empty(t, c.Outcome.RefusedPreemptions, "preemptions are assumed: refusals come back as outcomes")
+		for _, a := range c.Acts {
+			if a.Kind == "preempt" && a.Err != nil {
+				refused = append(refused, a.Job)
+				assert.ErrorIs(t, a.Err, backends.ErrRefused)
+			}
+		}
 	}
 	require.Positive(t, asked, "the engine preempts low for high")
-	assert.Equal(t, []string{"low"}, refused)
+	assert.Equal(t, []string{"low"}, refused[:1])
 	assert.Equal(t, []string{"low"}, f.boundJobs(), "low keeps running")
+	assert.Equal(t, []string{"low"}, runningIDs(r.View()), "the victim is running again")
+	noted := false
+	for _, c := range cycles {
+		noted = noted || strings.Contains(c.View.Holds["high"], "preemption of low failed")
+	}
+	assert.True(t, noted, "the next cycle shows the preemptor pending with the failure")
 }
 
 func TestRunnerStepErrors(t *testing.T) {
@@ -820,6 +832,90 @@ func TestRunnerHungBindDelaysNoOtherJob(t *testing.T) {
 		return reason == engine.ReasonBinding
 	}, 5*time.Second, time.Millisecond, "stuck is visible, binding")
 	assert.Len(t, r.View().Running(), 10)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// preemptHangFake is liveFake whose preemption of "low" hangs until its
+// context ends (CallTimeout, or Run stopping).
+type preemptHangFake struct {
+	*liveFake
+	release chan struct{}
+	calls   atomic.Int64
+}
+
+func (p *preemptHangFake) Preempt(ctx context.Context, pr engine.Preemption) error {
+	if pr.Victim == "low" {
+		p.calls.Add(1)
+		select { // until the call's context ends (backends/sim's tests ignore it)
+		case <-p.release:
+		case <-ctx.Done():
+		}
+		return errors.New("released")
+	}
+	return p.liveFake.Preempt(ctx, pr)
+}
+
+// On a real clock, a preemption that hangs delays no other job: while the
+// preemption of "low" hangs (CallTimeout a minute), jobs submitted one
+// after another on the other nodes are each bound at once; the victim
+// keeps its GPUs booked and the preemptor waits, pending (preempting),
+// not bound on them.
+func TestRunnerHungPreemptDelaysNoOtherJob(t *testing.T) {
+	l := &liveFake{fake: newFake(4, 8), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
+	for i := range l.spec.Nodes {
+		l.spec.Nodes[i].Labels = map[string]string{"pool": "b"}
+	}
+	l.spec.Nodes[0].Labels["pool"] = "a"
+	p := &preemptHangFake{liveFake: l, release: make(chan struct{})}
+	t.Cleanup(func() { close(p.release) })
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
+			Preemption: engine.PreemptionConfig{Priority: true}, Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}},
+		Backend:     p,
+		CallTimeout: time.Minute,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	send := func(j *queue.Job, pool string) {
+		j.Submit = time.Now()
+		j.Request.Groups[0].Selector = map[string]string{"pool": pool}
+		l.evs <- []engine.Event{engine.Submitted(j.Submit, j)}
+	}
+	bound := func(id string) bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_, ok := l.boundAt[id]
+		return ok
+	}
+	low := job("low", 1, 8)
+	low.Preemptible = true
+	send(low, "a")
+	require.Eventually(t, func() bool { return bound("low") }, 10*time.Second, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // low's start is before high's arrival
+	high := job("high", 1, 8)
+	high.Priority = 10
+	send(high, "a")
+	require.Eventually(t, func() bool { return p.calls.Load() == 1 }, 10*time.Second, time.Millisecond, "low's preemption is made, and hangs")
+	for i := range 10 {
+		id := fmt.Sprintf("j%d", i)
+		send(job(id, 1, 1), "b")
+		require.Eventually(t, func() bool { return bound(id) }, 20*time.Second, time.Millisecond, "%s bound while the preemption hangs", id)
+	}
+	assert.False(t, bound("high"), "the preemptor is not bound on the victim's GPUs")
+	var reason engine.ReasonCode
+	require.Eventually(t, func() bool {
+		for _, x := range r.View().Pending {
+			if x.Job == "high" {
+				reason = x.Reason
+			}
+		}
+		return reason == engine.ReasonPreempting
+	}, 5*time.Second, time.Millisecond, "high is visible, preempting (last: %v)", &reason)
+	running := runningIDs(r.View())
+	assert.Contains(t, running, "low", "the victim keeps its GPUs booked")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }

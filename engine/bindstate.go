@@ -88,6 +88,17 @@ func (e *Engine) bindOutcome(ev Event) error {
 			break
 		}
 		e.failBind(js, ev.Reason)
+	case EventBindDeferred:
+		e.freezeTail()
+		created := js.place.created()
+		e.stopRunning(js, e.now)
+		e.destroyCreated(created)
+		js.lastErr = orUnknown(ev.Reason)
+		js.notBefore = e.now.Add(e.bindBackoff(1)).UnixNano()
+		e.maxNotBefore = max(e.maxNotBefore, js.notBefore)
+		e.noteRetry(js.notBefore)
+		e.toPending(js)
+		e.putBack = append(e.putBack, js.j.ID)
 	}
 	return nil
 }
@@ -119,8 +130,11 @@ func (e *Engine) waitsForBind(js *job, st *PendingStatus) (ok bool) {
 	case js.notBefore > cs.nowNs:
 		e.noteRetry(js.notBefore)
 		st.Reason = ReasonBindRefused
-		if js.lastErr != "" {
-			at := time.Unix(0, js.notBefore).In(cs.now.Location())
+		at := time.Unix(0, js.notBefore).In(cs.now.Location())
+		switch {
+		case js.lastErr != "" && js.refusals == 0: // deferred (EventBindDeferred)
+			e.noteBindHold(js, fmt.Sprintf("retrying at %s: %s", at.Format(time.RFC3339), js.lastErr))
+		case js.lastErr != "":
 			e.noteBindHold(js, fmt.Sprintf("retrying at %s after %d failed binds, the last: %s", at.Format(time.RFC3339), js.refusals, js.lastErr))
 		}
 	default:
@@ -194,4 +208,107 @@ func (e *Engine) Held(id string) (reason string, ok bool) {
 		return "", false
 	}
 	return orUnknown(js.lastErr), true
+}
+
+// unpreempt puts the stopping victim js back to running: its preemption
+// was refused or failed. It is protected for its minimum runtime, and the
+// claims counting on it are given up.
+func (e *Engine) unpreempt(js *job) {
+	id := js.j.ID
+	js.st = stateRunning
+	js.deadline, js.victimFor, js.preemptSt = time.Time{}, "", bindNone
+	js.lastPreempted = e.now
+	e.stopping--
+	e.tlRekey(js)
+	e.runUpsert(js)
+	for _, cid := range sortedKeys(e.claims) {
+		if slices.Contains(e.claims[cid].victims, id) {
+			delete(e.claims, cid)
+		}
+	}
+}
+
+// preemptOutcome applies EventPreemptApplied, EventPreemptFailed or
+// EventPreemptUnknown. quiet: nothing a cycle decides on changed (the
+// victim keeps its GPUs until its deadline, which has not passed).
+func (e *Engine) preemptOutcome(ev Event) (quiet bool, err error) {
+	if ev.JobID == "" {
+		return false, fmt.Errorf("%w: %v without a job", ErrInvalidEvent, ev.Kind)
+	}
+	js := e.jobs[ev.JobID]
+	if js == nil || js.run != ev.Run || js.st != stateStopping || js.preemptSt == bindNone {
+		return true, nil // a late answer
+	}
+	switch ev.Kind {
+	case EventPreemptApplied:
+		js.preemptSt = bindNone
+		// Requeued at its deadline (endGracePeriods); one that has passed
+		// needs a cycle now.
+		return js.deadline.After(ev.Time), nil
+	case EventPreemptUnknown:
+		js.preemptSt = bindUnknown
+		return true, nil
+	}
+	if p := e.jobs[js.victimFor]; p != nil && p.st == statePending {
+		p.preemptErr = fmt.Sprintf("preemption of %s failed: %s", ev.JobID, orUnknown(ev.Reason))
+	}
+	e.unpreempt(js)
+	// Like a refusal in Advance, it runs no cycle by itself: the caller
+	// places the preemptor again after a backoff (a Tick; the Runner
+	// does), not at once, when the same victim could be chosen again.
+	return true, nil
+}
+
+// PreemptState reports whether the victim id is being preempted (in its
+// grace period) with its preemption assumed or unknown, not yet taken by
+// the backend (see Outcome.AssumePreemptions), and the run it is about.
+func (e *Engine) PreemptState(id string) (run uint64, unknown, ok bool) {
+	js := e.jobs[id]
+	if js == nil || js.st != stateStopping || js.preemptSt == bindNone {
+		return 0, false, false
+	}
+	return js.run, js.preemptSt == bindUnknown, true
+}
+
+// resizeFailed applies EventResizeFailed: the added members of a grow the
+// backend did not apply are taken out of the job's booking.
+func (e *Engine) resizeFailed(ev Event) error {
+	if ev.JobID == "" {
+		return fmt.Errorf("%w: %v without a job", ErrInvalidEvent, ev.Kind)
+	}
+	js := e.jobs[ev.JobID]
+	if js == nil || js.run != ev.Run || js.st != stateRunning {
+		return nil
+	}
+	var undo []pmember
+	for _, m := range ev.Members {
+		id, ok := e.cluster.NodeByName(m.Node)
+		if !ok || len(m.GPUs) == 0 {
+			continue
+		}
+		first, _ := e.cluster.NodeGPUs(id)
+		g := first + uint32(m.GPUs[0])
+		for _, pm := range js.place.members {
+			if pm.node == id && pm.group == 0 && len(pm.gpus) > 0 && pm.gpus[0] == g {
+				undo = append(undo, pm)
+				break
+			}
+		}
+	}
+	if len(undo) == 0 {
+		return nil
+	}
+	e.undoGrow(js, undo)
+	return nil
+}
+
+// bindStateText is st as saved ("assumed", "unknown"; empty: none).
+func bindStateText(st bindState) string {
+	switch st {
+	case bindAssumed:
+		return "assumed"
+	case bindUnknown:
+		return "unknown"
+	}
+	return ""
 }

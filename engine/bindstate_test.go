@@ -141,3 +141,105 @@ func TestMaxBindTriesValidated(t *testing.T) {
 	_, err := engine.New(cfg)
 	assert.ErrorIs(t, err, engine.ErrInvalidConfig)
 }
+
+// An asynchronous caller's preemptions are assumed: the victim keeps its
+// GPUs booked, and is not requeued at its deadline, until an event
+// reports the outcome. Unknown: still booked. Applied: requeued (at once,
+// its deadline having passed) and the preemptor bound. Failed: the victim
+// runs on, the preemptor is pending with the failure in Ready.Holds.
+func TestAssumedPreemptionLifecycle(t *testing.T) {
+	for _, outcome := range []string{"applied", "failed"} {
+		t.Run(outcome, func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.Preemption.Priority = true
+			e, err := engine.New(cfg)
+			require.NoError(t, err)
+			low := gpuJob("low", 8, 8, t0) // the whole cluster
+			low.Preemptible, low.GracePeriod = true, time.Minute
+			require.NoError(t, e.Step(engine.Submitted(t0, low)))
+			rd := e.Ready()
+			require.Len(t, rd.Binds, 1)
+			require.NoError(t, e.Advance(rd, engine.Outcome{}))
+			high := gpuJob("high", 1, 8, t0)
+			high.Priority = 10
+			at := t0.Add(time.Minute)
+			require.NoError(t, e.Step(engine.Submitted(at, high)))
+			rd = e.Ready()
+			require.Len(t, rd.Preemptions, 1)
+			p := rd.Preemptions[0]
+			require.Equal(t, "low", p.Victim)
+			require.NotZero(t, p.Run)
+			require.NoError(t, e.Advance(rd, engine.Outcome{AssumeBinds: true, AssumePreemptions: true}))
+			run, unknown, ok := e.PreemptState("low")
+			require.True(t, ok && !unknown && run == p.Run, "assumed")
+
+			// Past the deadline, with no answer: nothing moves.
+			late := p.Deadline.Add(time.Minute)
+			require.NoError(t, e.Step(engine.PreemptUnknown(late, "low", p.Run)))
+			_, unknown, _ = e.PreemptState("low")
+			assert.True(t, unknown)
+			require.NoError(t, e.Step(engine.Tick(late)))
+			rd = e.Ready()
+			assert.Empty(t, rd.Requeued, "an unconfirmed victim is not requeued at its deadline")
+			assert.Empty(t, rd.Binds, "the preemptor waits: its GPUs are still the victim's")
+			require.NoError(t, e.Advance(rd, engine.Outcome{AssumeBinds: true, AssumePreemptions: true}))
+			assert.Equal(t, 0, e.View().FreeGPUs, "the victim keeps its GPUs booked")
+
+			later := late.Add(time.Second)
+			if outcome == "applied" {
+				require.NoError(t, e.Step(engine.PreemptApplied(later, "low", p.Run)))
+				require.True(t, e.HasReady(), "applied past its deadline: a cycle requeues it")
+				rd = e.Ready()
+				assert.Equal(t, []string{"low"}, rd.Requeued)
+				require.Len(t, rd.Binds, 1)
+				assert.Equal(t, "high", rd.Binds[0].Job)
+				// A second answer about the same run is late: ignored.
+				require.NoError(t, e.Advance(rd, engine.Outcome{AssumeBinds: true, AssumePreemptions: true}))
+				require.NoError(t, e.Step(engine.PreemptFailed(later, "low", p.Run, "late")))
+				_, _, ok = e.PreemptState("low")
+				assert.False(t, ok)
+				return
+			}
+			require.NoError(t, e.Step(engine.PreemptFailed(later, "low", p.Run, "victim refused to stop")))
+			_, _, ok = e.PreemptState("low")
+			assert.False(t, ok)
+			assert.False(t, e.HasReady(), "a failed preemption runs no cycle by itself (the caller backs off)")
+			require.NoError(t, e.Step(engine.Tick(later.Add(time.Second))))
+			rd = e.Ready()
+			assert.Empty(t, rd.Binds)
+			assert.Contains(t, rd.Holds["high"], "preemption of low failed: victim refused to stop")
+			require.NoError(t, e.Advance(rd, engine.Outcome{AssumeBinds: true, AssumePreemptions: true}))
+			_, _, running := viewPlace(e.View(), "low")
+			assert.True(t, running, "the victim runs on")
+		})
+	}
+}
+
+// A bind deferred (its GPUs still being released) frees the job's GPUs
+// and puts it back to pending for the base backoff, with the reason and
+// no try counted: never held for it.
+func TestBindDeferred(t *testing.T) {
+	cfg := baseConfig()
+	cfg.BindRetryBackoff = time.Minute
+	cfg.MaxBindTries = 1
+	e, err := engine.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, e.Step(engine.Submitted(t0, gpuJob("a", 1, 8, t0))))
+	at := t0
+	for i := range 3 {
+		rd := e.Ready()
+		require.Len(t, rd.Binds, 1, "try %d", i)
+		require.NoError(t, e.Advance(rd, engine.Outcome{AssumeBinds: true}))
+		require.NoError(t, e.Step(engine.BindDeferred(at, "a", rd.Binds[0].Run, "GPU not released yet")))
+		reason, pending, _ := viewPlace(func() *engine.View { e.Publish(); return e.View() }(), "a")
+		assert.True(t, pending)
+		assert.Equal(t, engine.ReasonBindRefused, reason, "waiting, not held")
+		retry, ok := e.BindRetryAt()
+		require.True(t, ok)
+		assert.Equal(t, at.Add(time.Minute), retry, "the base backoff, not growing")
+		at = retry
+		require.NoError(t, e.Step(engine.Tick(at)))
+	}
+	_, held := e.Held("a")
+	assert.False(t, held)
+}

@@ -505,7 +505,7 @@ func (e *Engine) endGracePeriods(now time.Time) {
 	}
 	var due []string
 	for id, js := range e.active {
-		if js.st == stateStopping && !js.deadline.After(now) {
+		if js.st == stateStopping && !js.deadline.After(now) && js.preemptSt == bindNone {
 			due = append(due, id)
 		}
 	}
@@ -545,7 +545,10 @@ func (e *Engine) bindClaims(rd *Ready) {
 			}
 		}
 		if !free {
-			if !c.start.After(cs.now) {
+			// Past its start with the GPUs still taken: given up, unless a
+			// victim's preemption is still unconfirmed (assumed or
+			// unknown): the GPUs are the victim's until the backend says.
+			if !c.start.After(cs.now) && !e.awaitsVictims(c) {
 				delete(e.claims, id)
 			}
 			continue
@@ -602,6 +605,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	}
 	e.pending.Remove(js.j.ID)
 	js.st, js.place, js.start = stateRunning, p, cs.now
+	js.preemptErr = ""
 	e.runs++
 	js.run = e.runs
 	js.confirmed, js.backfilled = false, backfill
@@ -638,6 +642,9 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	waits = true
 	if (js.held || js.notBefore > cs.nowNs) && e.waitsForBind(js, &st) {
 		return st, true
+	}
+	if js.preemptErr != "" {
+		e.noteBindHold(js, js.preemptErr)
 	}
 	if len(e.claims) > 0 {
 		if c := e.claims[j.ID]; c != nil {
@@ -1091,4 +1098,15 @@ func (cs *cycleState) addRes(r *resv) {
 	cs.dropHeld()
 	clear(cs.fail)
 	clear(cs.fits)
+}
+
+// awaitsVictims reports whether a victim of c is stopping with its
+// preemption not yet confirmed (Outcome.AssumePreemptions).
+func (e *Engine) awaitsVictims(c *claim) bool {
+	for _, v := range c.victims {
+		if js := e.jobs[v]; js != nil && js.st == stateStopping && js.preemptSt != bindNone {
+			return true
+		}
+	}
+	return false
 }

@@ -50,7 +50,7 @@ func (e *Engine) grow(rd *Ready) {
 			}
 			continue
 		}
-		rd.Resizes = append(rd.Resizes, Resize{Job: id, Members: js.members, Add: toMembers(e.cluster, add)})
+		rd.Resizes = append(rd.Resizes, Resize{Job: id, Members: js.members, Add: toMembers(e.cluster, add), Run: js.run})
 		e.out.grows[id] = append(e.out.grows[id], add...)
 		e.out.runs[id] = js.run
 	}
@@ -258,7 +258,7 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 		c.js.place.rebuildAll()
 		c.js.members -= len(c.ms)
 		e.runUpsert(c.js)
-		rd.Resizes = append(rd.Resizes, Resize{Job: c.js.j.ID, Members: c.js.members, Remove: toMembers(e.cluster, c.ms)})
+		rd.Resizes = append(rd.Resizes, Resize{Job: c.js.j.ID, Members: c.js.members, Remove: toMembers(e.cluster, c.ms), Run: c.js.run})
 	}
 	cs.dropHeld()
 	res, err := e.placer.Place(e.aheadSnap(p), &p.req)

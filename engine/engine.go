@@ -217,6 +217,7 @@ func (e *Engine) Step(ev Event) error {
 		return fmt.Errorf("%w: event at %v, clock at %v", ErrTimeBackwards, ev.Time, e.now)
 	}
 	var err error
+	quiet := false // the event changes nothing a cycle decides on
 	e.since.events |= 1 << ev.Kind
 	if e.tail != nil {
 		e.tail.stale = true
@@ -253,10 +254,14 @@ func (e *Engine) Step(ev Event) error {
 		err = e.scaleService(ev.ServiceName, ev.Desired, ev.Time)
 	case EventServiceDeleted:
 		err = e.deleteService(ev.ServiceName, ev.Time)
-	case EventBindApplied, EventBindFailed, EventBindUnknown:
+	case EventBindApplied, EventBindFailed, EventBindUnknown, EventBindDeferred:
 		err = e.bindOutcome(ev)
 	case EventReleased:
 		err = e.release(ev.JobID)
+	case EventPreemptApplied, EventPreemptFailed, EventPreemptUnknown:
+		quiet, err = e.preemptOutcome(ev)
+	case EventResizeFailed:
+		err = e.resizeFailed(ev)
 	default:
 		err = fmt.Errorf("%w: kind %v", ErrInvalidEvent, ev.Kind)
 	}
@@ -266,7 +271,7 @@ func (e *Engine) Step(ev Event) error {
 	e.now = ev.Time
 	// A bind applied or unknown changes nothing a cycle decides on (the
 	// job was booked already): Publish shows it.
-	if ev.Kind != EventBindApplied && ev.Kind != EventBindUnknown {
+	if ev.Kind != EventBindApplied && ev.Kind != EventBindUnknown && !quiet {
 		e.dirty = true
 	}
 	e.topUp(ev.Time)
@@ -413,16 +418,12 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 		e.failBind(e.jobs[id], "")
 	}
 	for _, id := range refPreempts {
-		js := e.jobs[id]
-		js.st = stateRunning
-		js.deadline, js.victimFor = time.Time{}, ""
-		js.lastPreempted = e.now
-		e.stopping--
-		e.tlRekey(js)
-		e.runUpsert(js)
-		for _, cid := range sortedKeys(e.claims) {
-			if slices.Contains(e.claims[cid].victims, id) {
-				delete(e.claims, cid)
+		e.unpreempt(e.jobs[id])
+	}
+	if out.AssumePreemptions {
+		for id := range o.preempts {
+			if js := e.jobs[id]; js != nil && js.st == stateStopping && o.current(js, id) {
+				js.preemptSt = bindAssumed
 			}
 		}
 	}

@@ -85,6 +85,38 @@ const (
 	// reports its own hold released. A job that is not held is left as
 	// it is.
 	EventReleased
+	// EventPreemptApplied: the backend took the assumed preemption of run
+	// Run of the victim JobID (see Outcome.AssumePreemptions): it stops by
+	// its deadline, when the engine requeues it (at once, when the
+	// deadline has passed). An event about another run, or a job that is
+	// not being preempted, is ignored (a late answer).
+	EventPreemptApplied
+	// EventPreemptFailed: the backend did not take the assumed (or
+	// unknown) preemption of run Run of JobID; Reason says why. The victim
+	// is running again (protected for its minimum runtime), the GPUs held
+	// for its preemptor are given up, and the preemptor is pending again
+	// (Ready.Holds notes the failure until it is placed or preempts
+	// again). Like a refusal in Advance, it runs no cycle by itself
+	// (Engine.HasReady stays false): the caller steps a Tick after a
+	// backoff. Late answers are ignored as for EventPreemptApplied.
+	EventPreemptFailed
+	// EventPreemptUnknown: the preemption call of run Run of JobID timed
+	// out: the backend may stop the victim yet. It keeps its GPUs booked,
+	// past its deadline, until EventPreemptApplied or EventPreemptFailed.
+	EventPreemptUnknown
+	// EventResizeFailed: the backend did not apply the grow of run Run of
+	// the elastic job JobID (Ready.Resizes, applied asynchronously): the
+	// added Members are taken out of its booking. Reason says why. A grow
+	// the job no longer holds (or another run) is ignored.
+	EventResizeFailed
+	// EventBindDeferred: the assumed bind of run Run of JobID was not
+	// made because the backend is not ready for it yet (Reason: its GPUs
+	// are still being released by a stop that has not come through). The
+	// job's GPUs are freed and it is pending again for
+	// Config.BindRetryBackoff (not growing), shown with Reason; no try is
+	// counted, so it is never held for it. Late answers are ignored as for
+	// EventBindApplied.
+	EventBindDeferred
 )
 
 func (k EventKind) String() string {
@@ -129,6 +161,16 @@ func (k EventKind) String() string {
 		return "bind-unknown"
 	case EventReleased:
 		return "released"
+	case EventPreemptApplied:
+		return "preempt-applied"
+	case EventPreemptFailed:
+		return "preempt-failed"
+	case EventPreemptUnknown:
+		return "preempt-unknown"
+	case EventResizeFailed:
+		return "resize-failed"
+	case EventBindDeferred:
+		return "bind-deferred"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -236,6 +278,36 @@ func BindApplied(at time.Time, id string, run uint64) Event {
 // reason (empty: withdrawn, see EventBindFailed).
 func BindFailed(at time.Time, id string, run uint64, reason string) Event {
 	return Event{Kind: EventBindFailed, Time: at, JobID: id, Run: run, Reason: reason}
+}
+
+// PreemptApplied returns the event that the assumed preemption of run of
+// the victim id was taken by the backend (see Outcome.AssumePreemptions).
+func PreemptApplied(at time.Time, id string, run uint64) Event {
+	return Event{Kind: EventPreemptApplied, Time: at, JobID: id, Run: run}
+}
+
+// PreemptFailed returns the event that the preemption of run of the victim
+// id failed, for reason.
+func PreemptFailed(at time.Time, id string, run uint64, reason string) Event {
+	return Event{Kind: EventPreemptFailed, Time: at, JobID: id, Run: run, Reason: reason}
+}
+
+// PreemptUnknown returns the event that the preemption call of run of the
+// victim id timed out.
+func PreemptUnknown(at time.Time, id string, run uint64) Event {
+	return Event{Kind: EventPreemptUnknown, Time: at, JobID: id, Run: run}
+}
+
+// ResizeFailed returns the event that the grow of run of the elastic job
+// id by added failed, for reason.
+func ResizeFailed(at time.Time, id string, run uint64, added []Member, reason string) Event {
+	return Event{Kind: EventResizeFailed, Time: at, JobID: id, Run: run, Members: added, Reason: reason}
+}
+
+// BindDeferred returns the event that the bind of run of job id was not
+// made yet, for reason (see EventBindDeferred).
+func BindDeferred(at time.Time, id string, run uint64, reason string) Event {
+	return Event{Kind: EventBindDeferred, Time: at, JobID: id, Run: run, Reason: reason}
 }
 
 // BindUnknown returns the event that the bind call of run of job id timed

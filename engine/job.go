@@ -66,6 +66,13 @@ type job struct {
 	inTL          bool      // on the timeline, at tlAt
 	tlAt          int64
 	victimFor     string // stopping: the preemptor
+	// preemptSt: stopping, its preemption assumed or unknown
+	// (Outcome.AssumePreemptions): not requeued at its deadline until the
+	// backend's answer.
+	preemptSt bindState
+	// preemptErr: pending, a preemption made for it failed
+	// (EventPreemptFailed): noted in Ready.Holds.
+	preemptErr string
 	// quotaWait: the job was blocked by quota since it last started.
 	// While it was, reservations went to jobs behind it; it does not take
 	// them back (see Engine.yieldTo).

@@ -59,6 +59,9 @@ func (e *Engine) candidates(p *job) []victim {
 		if v.st != stateRunning || !j.Preemptible || v == p || !v.start.Before(cs.now) || e.noPreempt(v) {
 			continue
 		}
+		if v.bindSt != bindNone {
+			continue // its bind is not confirmed yet: the preemption would queue behind it
+		}
 		if _, grew := e.out.grows[j.ID]; grew {
 			continue // the backend may still refuse the grow
 		}
@@ -253,10 +256,12 @@ func (e *Engine) chooseVictims(p *job, cands []victim) ([]victim, *placement, bo
 func (e *Engine) stopVictims(p *job, vs []victim, pl *placement, rd *Ready) {
 	cs := &e.cyc
 	cl := &claim{job: p.j.ID, place: pl, start: cs.now}
+	p.preemptErr = ""
 	slices.SortFunc(vs, func(a, b victim) int { return cmp.Compare(a.js.j.ID, b.js.j.ID) })
 	for _, v := range vs {
 		js := v.js
 		js.st = stateStopping
+		js.preemptSt = bindNone
 		e.stopping++
 		js.deadline = cs.now.Add(js.j.GracePeriod)
 		js.victimFor = p.j.ID
@@ -267,7 +272,7 @@ func (e *Engine) stopVictims(p *job, vs []victim, pl *placement, rd *Ready) {
 		cl.victims = append(cl.victims, js.j.ID)
 		e.tlRekey(js)
 		e.runUpsert(js)
-		rd.Preemptions = append(rd.Preemptions, Preemption{Victim: js.j.ID, For: p.j.ID, Cause: v.cause, Deadline: js.deadline, CostGPUSeconds: v.cost})
+		rd.Preemptions = append(rd.Preemptions, Preemption{Victim: js.j.ID, For: p.j.ID, Cause: v.cause, Deadline: js.deadline, CostGPUSeconds: v.cost, Run: js.run})
 		e.out.preempts[js.j.ID] = true
 		e.out.runs[js.j.ID] = js.run
 	}

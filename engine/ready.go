@@ -85,6 +85,9 @@ type Preemption struct {
 	// CostGPUSeconds is the work lost: GPUs x seconds since the victim's
 	// last checkpoint (or start).
 	CostGPUSeconds float64
+	// Run is the victim's run: the preemption outcomes (PreemptApplied,
+	// PreemptFailed, PreemptUnknown) carry it.
+	Run uint64
 }
 
 // Resize grows or shrinks a running elastic job (its first group). Add
@@ -96,6 +99,8 @@ type Resize struct {
 	Members int
 	Add     []Member
 	Remove  []Member
+	// Run is the job's run: ResizeFailed carries it.
+	Run uint64
 }
 
 // Reservation holds an exact GPU set for a blocked job from Start on.
@@ -365,8 +370,16 @@ func (rd *Ready) Empty() bool {
 // jobs are listed pending with ReasonBinding) until an event reports each
 // one's outcome: BindApplied, BindFailed or BindUnknown. The rest of the
 // Outcome means what it means without it.
+//
+// AssumePreemptions is the same for preemptions: those not refused are
+// assumed: the victims stay in their grace period with their GPUs booked,
+// and are not requeued at their deadlines, until an event reports each
+// one's outcome: PreemptApplied (the backend took it: requeued at the
+// deadline), PreemptFailed (the victim runs on) or PreemptUnknown (the
+// call timed out: still booked until one of the other two).
 type Outcome struct {
 	AssumeBinds        bool
+	AssumePreemptions  bool
 	RefusedBinds       []string
 	RefusedPreemptions []string
 	RefusedResizes     []string

@@ -105,6 +105,11 @@ type SavedJob struct {
 	Binding string `json:",omitempty"`
 	Held    bool   `json:",omitempty"`
 	LastErr string `json:",omitempty"`
+	// Preempting: in its grace period, its preemption is assumed or
+	// unknown under Outcome.AssumePreemptions; empty: neither (or taken).
+	// PreemptErr: pending, a preemption made for it failed.
+	Preempting string `json:",omitempty"`
+	PreemptErr string `json:",omitempty"`
 }
 
 // SavedArray is a job array: its ID and throttle (most tasks running).
@@ -182,7 +187,7 @@ func (e *Engine) Compact() error {
 	}
 	for _, id := range sortedKeys(e.jobs) {
 		js := e.jobs[id]
-		sj := SavedJob{Job: js.j, Refusals: js.refusals, LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes, Held: js.held, LastErr: js.lastErr}
+		sj := SavedJob{Job: js.j, Refusals: js.refusals, LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes, Held: js.held, LastErr: js.lastErr, PreemptErr: js.preemptErr}
 		switch js.bindSt {
 		case bindAssumed:
 			sj.Binding = "assumed"
@@ -211,6 +216,7 @@ func (e *Engine) Compact() error {
 		sj.Started, sj.Run, sj.Confirmed, sj.Backfilled = js.start, js.run, js.confirmed, js.backfilled
 		if js.st == stateStopping {
 			sj.Deadline, sj.VictimFor = js.deadline, js.victimFor
+			sj.Preempting = bindStateText(js.preemptSt)
 		}
 		sn.Running = append(sn.Running, sj)
 	}
@@ -342,6 +348,15 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		if !sj.Deadline.IsZero() {
 			js.st, js.deadline, js.victimFor = stateStopping, sj.Deadline, sj.VictimFor
 			e.stopping++
+			switch sj.Preempting {
+			case "":
+			case "assumed":
+				js.preemptSt = bindAssumed
+			case "unknown":
+				js.preemptSt = bindUnknown
+			default:
+				return bad("job %q: preempting %q (want assumed or unknown)", sj.Job.ID, sj.Preempting)
+			}
 		}
 		e.tlRekey(js)
 		e.runUpsert(js)
@@ -471,6 +486,7 @@ func (e *Engine) admitSaved(sj *SavedJob, admit func() error) error {
 // patch sets a restored job's facts that submit and adopt do not.
 func (e *Engine) patch(js *job, sj *SavedJob) {
 	js.notBefore, js.refusals, js.lastErr = unixNano(sj.NotBefore), sj.Refusals, sj.LastErr
+	js.preemptErr = sj.PreemptErr
 	if sj.Held && !js.held {
 		js.held = true
 		e.held++

@@ -104,6 +104,7 @@ type SavedMember struct {
 // Advance matches them).
 type SavedOutcome struct {
 	AssumeBinds        bool       `json:",omitempty"`
+	AssumePreemptions  bool       `json:",omitempty"`
 	RefusedBinds       []string   `json:",omitempty"`
 	RefusedPreemptions []string   `json:",omitempty"`
 	RefusedResizes     []string   `json:",omitempty"`
@@ -207,6 +208,7 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 		case r.Advance != nil:
 			out := Outcome{
 				AssumeBinds:        r.Advance.AssumeBinds,
+				AssumePreemptions:  r.Advance.AssumePreemptions,
 				RefusedBinds:       r.Advance.RefusedBinds,
 				RefusedPreemptions: r.Advance.RefusedPreemptions,
 				RefusedResizes:     r.Advance.RefusedResizes,
@@ -295,6 +297,7 @@ func members(sms []SavedMember) ([]Member, error) {
 func (e *Engine) recordAdvance(out Outcome) {
 	so := &SavedOutcome{
 		AssumeBinds:        out.AssumeBinds,
+		AssumePreemptions:  out.AssumePreemptions,
 		RefusedBinds:       slices.Clone(out.RefusedBinds),
 		RefusedPreemptions: slices.Clone(out.RefusedPreemptions),
 		RefusedResizes:     slices.Clone(out.RefusedResizes),

@@ -36,7 +36,7 @@ func (e *Engine) NextWake() (time.Time, bool) {
 	// e.stopping counts the stopping jobs: with none, the O(running) scan
 	// would find nothing.
 	for _, js := range e.scanIf(e.stopping != 0, e.active) {
-		if js.st == stateStopping {
+		if js.st == stateStopping && js.preemptSt == bindNone {
 			take(js.deadline)
 		}
 	}

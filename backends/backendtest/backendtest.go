@@ -3,7 +3,9 @@
 // backend call that hangs, nodes lost mid-gang, the Runner stopped and
 // restarted at random points, a restore from an empty or mismatched
 // state refused, a bind that commits after its timeout, a bind that
-// hangs for ever, a backend that restarts between a call and its answer)
+// hangs for ever, a backend that restarts between a call and its answer,
+// a preemption that commits after its timeout, a preemption that hangs
+// for ever)
 // runs a Runner against the backend, and checks that every job ended
 // exactly once (nothing lost, nothing run twice), that the backend saw no
 // GPU booked twice (its own Violations), that no job was bound again after
@@ -187,6 +189,9 @@ type scenario struct {
 	// call and the answer (the bind commits, or is lost, and the answer
 	// is an error)
 	late, forever, restartMid int
+	// the first preemption calls that commit after their timeout; that
+	// hang for ever (ignoring their context)
+	preemptLate, preemptForever int
 }
 
 var scenarios = []scenario{
@@ -201,6 +206,8 @@ var scenarios = []scenario{
 	{name: "bind-hangs-forever", forever: 4},
 	{name: "backend-restarts-mid-call", restartMid: 10},
 	{name: "late-binds-and-restarts", late: 3, forever: 2, restartMid: 4, restarts: 2},
+	{name: "preempt-commits-after-timeout", preemptLate: 4},
+	{name: "preempt-hangs-forever", preemptForever: 2},
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -251,11 +258,15 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	}
 	base, unit := be.Now(), sh.Unit
 	n := sh.Jobs
-	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs)
+	// The preemption scenarios make every job preemptible (no other draw
+	// changes), so that preemptions happen on small clusters too.
+	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs, sc.preemptLate+sc.preemptForever > 0)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		late: map[string]int{}, forever: map[string]int{}, restartMid: map[string]int{},
 		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{}, shown: map[string]bool{},
-		release: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0x1a7e))}
+		release: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0x1a7e)),
+		preemptLate: sc.preemptLate, preemptForever: sc.preemptForever}
+	faults += sc.preemptLate + sc.preemptForever
 	t.Cleanup(func() { close(w.release) }) // calls hung for ever return
 	pickJobs := func(k int, m map[string]int, max int) {
 		for range k {
@@ -446,8 +457,11 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	for _, e := range w.rebound {
 		t.Errorf("job bound again after it ended: %s", e)
 	}
-	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d, late commits %d, hung for ever %d, restarts mid-call %d",
-		n, faults, restarts, w.nRefused, w.nTransient, w.nHung, w.nLate, w.nForever, w.nRestartMid)
+	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d, late commits %d, hung for ever %d, restarts mid-call %d, preemptions late %d, preemptions hung for ever %d",
+		n, faults, restarts, w.nRefused, w.nTransient, w.nHung, w.nLate, w.nForever, w.nRestartMid, w.nPreemptLate, w.nPreemptForever)
+	if sc.preemptLate+sc.preemptForever > 0 && w.nPreemptLate+w.nPreemptForever == 0 {
+		t.Errorf("no preemption call was made: the scenario tested nothing")
+	}
 	return faults, restarts, n
 }
 
@@ -515,7 +529,7 @@ func (f *faulty) unfinished(ids []string) []string {
 // what spec's nodes have; a third preemptible) arriving over the first 5
 // hours after base (durations in units of a minute), and returns their
 // IDs and gang sizes (members).
-func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes bool) ([]string, map[string]int) {
+func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes, allPreemptible bool) ([]string, map[string]int) {
 	t.Helper()
 	maxMembers, maxGPUs := min(3, len(spec.Nodes)), 8
 	for _, nd := range spec.Nodes {
@@ -538,7 +552,7 @@ func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec,
 			Request:  gang.Request{Groups: []gang.Group{{Members: members, GPUsPerMember: per}}}}
 		run := time.Duration(10+rng.IntN(80)) * unit
 		j.RuntimeEstimate, j.RuntimeLimit = run, run+60*unit
-		if rng.IntN(3) == 0 {
+		if rng.IntN(3) == 0 || allPreemptible {
 			j.Preemptible, j.GracePeriod = true, 5*unit
 		}
 		if err := be.Submit(j, run); err != nil {
@@ -574,9 +588,13 @@ type faulty struct {
 	rebound                      []string
 	nRefused, nTransient, nHung  int
 	nLate, nForever, nRestartMid int
-	beforeNext                   func()        // called once, by the next Next
-	release                      chan struct{} // closed when the scenario ends
-	rng                          *rand.Rand
+	// preemptLate, preemptForever: preemption calls left to make late or
+	// hang for ever; nPreempt*: those made so.
+	preemptLate, preemptForever   int
+	nPreemptLate, nPreemptForever int
+	beforeNext                    func()        // called once, by the next Next
+	release                       chan struct{} // closed when the scenario ends
+	rng                           *rand.Rand
 }
 
 func (f *faulty) take(m map[string]int, job string) bool {
@@ -610,6 +628,28 @@ func (f *faulty) UnbindMember(ctx context.Context, job string, m engine.Member) 
 }
 
 func (f *faulty) Preempt(ctx context.Context, p engine.Preemption) error {
+	f.mu.Lock()
+	late, forever := false, false
+	switch {
+	case f.preemptLate > 0:
+		f.preemptLate--
+		f.nPreemptLate++
+		late = true
+	case f.preemptForever > 0:
+		f.preemptForever--
+		f.nPreemptForever++
+		forever = true
+	}
+	f.mu.Unlock()
+	switch {
+	case late:
+		// Commits after the Runner gave up on the call.
+		<-ctx.Done()
+		return f.inner.Preempt(context.WithoutCancel(ctx), p)
+	case forever:
+		<-f.release
+		return errors.New("backendtest: hung preemption released")
+	}
 	return f.inner.Preempt(ctx, p)
 }
 

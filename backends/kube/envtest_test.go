@@ -288,16 +288,6 @@ type running struct {
 	cycles []backends.Cycle
 }
 
-func (r *running) outcomes() []engine.Outcome {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []engine.Outcome
-	for _, c := range r.cycles {
-		out = append(out, c.Outcome)
-	}
-	return out
-}
-
 // start runs a backend and a Runner until the test ends.
 func (w *world) start(cfg kube.Config, ecfg engine.Config) *running {
 	w.t.Helper()
@@ -505,9 +495,18 @@ func TestPreemptionHonoursPDB(t *testing.T) {
 			if c, ok := condition(w.get("high")); ok {
 				t.Logf("high: %s %s", c.Reason, c.Message)
 			}
-			for _, o := range r.outcomes() {
-				if len(o.RefusedPreemptions) > 0 {
+			// Preemptions are asynchronous (Outcome.AssumePreemptions):
+			// a refusal comes back in Cycle.Acts.
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, c := range r.cycles {
+				if len(c.Outcome.RefusedPreemptions) > 0 {
 					return true
+				}
+				for _, a := range c.Acts {
+					if a.Kind == "preempt" && a.Err != nil && !a.Unknown {
+						return true
+					}
 				}
 			}
 			return false

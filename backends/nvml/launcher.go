@@ -618,7 +618,30 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 		}
 	}
 	r.stopWhy = ReasonPreempted
-	b.stopLocked(r, ReasonPreempted, time.Until(p.Deadline))
+	grace := time.Until(p.Deadline)
+	b.stopLocked(r, ReasonPreempted, grace)
+	if grace > 0 {
+		return nil
+	}
+	// Past its deadline already (the call came late: the Runner issues it
+	// on a goroutine, after the job's earlier calls): the engine requeues
+	// the victim, and may reuse its GPUs, as soon as this returns. Wait for
+	// its processes (SIGKILL takes moments), as UnbindMember does.
+	var gone []chan struct{}
+	for _, pr := range r.procs {
+		if !pr.done {
+			gone = append(gone, pr.gone)
+		}
+	}
+	b.mu.Unlock()
+	defer b.mu.Lock()
+	for _, g := range gone {
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return fmt.Errorf("preemption of %q: still stopping: %w", p.Victim, ctx.Err())
+		}
+	}
 	return nil
 }
 

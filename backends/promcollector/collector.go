@@ -30,10 +30,12 @@
 //	berth_cycle_duration_seconds              histogram one cycle: Ready, Actuator calls, Advance
 //	berth_decisions_total{kind}               counter decisions made: bind, backfill, preemption, resize, mig
 //	berth_refusals_total{kind}                counter decisions the backend refused: bind (binds that failed,
-//	                                                  reported later by Cycle.Binds), preemption, resize, mig
+//	                                                  reported later by Cycle.Binds), preemption and resize (also
+//	                                                  reported later, by Cycle.Acts), mig
 //	berth_bind_outcomes_total{outcome}        counter asynchronous bind outcomes: applied, failed, unknown
 //	                                                  (timed out), withdrawn (Run stopped first)
-//	berth_preemptions_total{cause}            counter preemptions applied, by cause (priority, reclaim)
+//	berth_preemptions_total{cause}            counter preemptions applied (the backend took them: Cycle.Acts),
+//	                                                  by cause (priority, reclaim)
 //	berth_job_wait_seconds{queue}             histogram submission to bind, for each bind applied
 //	                                                  (a requeued job bound again counts again, from its submission)
 //	berth_rejected_submissions_total          counter submissions the engine could not accept
@@ -164,9 +166,25 @@ func (c *Collector) Observe(cy backends.Cycle) {
 		}
 	}
 	c.decisions.WithLabelValues("preemption").Add(float64(len(rd.Preemptions)))
-	for _, p := range rd.Preemptions {
-		if !slices.Contains(out.RefusedPreemptions, p.Victim) {
-			c.preemptions.WithLabelValues(p.Cause.String()).Inc()
+	if !out.AssumePreemptions {
+		for _, p := range rd.Preemptions {
+			if !slices.Contains(out.RefusedPreemptions, p.Victim) {
+				c.preemptions.WithLabelValues(p.Cause.String()).Inc()
+			}
+		}
+	}
+	// Asynchronous outcomes (Cycle.Acts): preemptions applied, and the
+	// preemptions and grows the backend refused or failed.
+	actRefused := map[string]int{}
+	for _, a := range cy.Acts {
+		switch {
+		case a.Unknown:
+		case a.Err != nil && a.Kind == "preempt":
+			actRefused["preemption"]++
+		case a.Err != nil && a.Kind == "grow":
+			actRefused["resize"]++
+		case a.Err == nil && a.Kind == "preempt":
+			c.preemptions.WithLabelValues(a.Cause.String()).Inc()
 		}
 	}
 	c.decisions.WithLabelValues("resize").Add(float64(len(rd.Resizes)))
@@ -186,8 +204,8 @@ func (c *Collector) Observe(cy backends.Cycle) {
 		c.bindOutcomes.WithLabelValues(outcome).Inc()
 	}
 	c.refusals.WithLabelValues("bind").Add(float64(len(out.RefusedBinds) + failed))
-	c.refusals.WithLabelValues("preemption").Add(float64(len(out.RefusedPreemptions)))
-	c.refusals.WithLabelValues("resize").Add(float64(len(out.RefusedResizes)))
+	c.refusals.WithLabelValues("preemption").Add(float64(len(out.RefusedPreemptions) + actRefused["preemption"]))
+	c.refusals.WithLabelValues("resize").Add(float64(len(out.RefusedResizes) + actRefused["resize"]))
 	c.refusals.WithLabelValues("mig").Add(float64(len(out.RefusedMIG)))
 	c.rejected.Add(float64(len(rd.Rejected)))
 	c.applyErrors.Add(float64(len(cy.Errors)))

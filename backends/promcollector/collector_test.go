@@ -33,6 +33,8 @@ func TestObserveCounts(t *testing.T) {
 		Outcome: engine.Outcome{RefusedBinds: []string{"c"}, RefusedPreemptions: []string{"w"}},
 		Binds: []backends.BindResult{{Job: "e", Err: errors.New("image pull")}, {Job: "f"}, {Job: "g", Unknown: true, Err: backends.ErrCallTimeout},
 			{Job: "h", Withdrawn: true, Err: errors.New("stopped")}},
+		Acts: []backends.ActResult{{Kind: "preempt", Job: "z", Cause: engine.PreemptPriority}, {Kind: "preempt", Job: "y", Unknown: true},
+			{Kind: "preempt", Job: "u", Err: errors.New("refused"), Cause: engine.PreemptReclaim}, {Kind: "grow", Job: "el", Err: errors.New("refused")}},
 		Errors:   []error{errors.New("rollback failed")},
 		Duration: 3 * time.Millisecond,
 	})
@@ -72,8 +74,9 @@ func TestObserveCounts(t *testing.T) {
 		"berth_bind_outcomes_total,outcome=failed":    1,
 		"berth_bind_outcomes_total,outcome=unknown":   1,
 		"berth_bind_outcomes_total,outcome=withdrawn": 1,
-		"berth_refusals_total,kind=preemption":        1,
-		"berth_preemptions_total,cause=priority":      1,
+		"berth_refusals_total,kind=preemption":        2, // w in the Outcome (a synchronous caller), u in Acts
+		"berth_refusals_total,kind=resize":            1,
+		"berth_preemptions_total,cause=priority":      2, // v (synchronous, not refused) and z (Acts, applied)
 		"berth_preemptions_total,cause=reclaim":       0,
 		"berth_job_wait_seconds,queue=q,count":        2,
 		"berth_job_wait_seconds,queue=q,sum":          120,

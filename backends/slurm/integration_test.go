@@ -251,8 +251,8 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...fu
 			for _, p := range c.Ready.Preemptions {
 				tb.Logf("cycle %d: preempt %s for %s (deadline in %v)", c.Ready.Seq, p.Victim, p.For, time.Until(p.Deadline).Round(time.Millisecond))
 			}
-			if len(c.Outcome.RefusedPreemptions)+len(c.Errors) > 0 {
-				tb.Logf("cycle %d: refused preemptions %v, errors %v", c.Ready.Seq, c.Outcome.RefusedPreemptions, c.Errors)
+			if len(c.Outcome.RefusedPreemptions)+len(c.Acts)+len(c.Errors) > 0 {
+				tb.Logf("cycle %d: refused preemptions %v, outcomes %+v, errors %v", c.Ready.Seq, c.Outcome.RefusedPreemptions, c.Acts, c.Errors)
 			}
 			if _, bench := tb.(*testing.B); !bench { // (a benchmark's log is cut)
 				for _, bd := range c.Ready.Binds {
