@@ -178,9 +178,10 @@ func waitCompleted(tb testing.TB, conf string, w *endWatch, ids []string) time.T
 // are submitted, then set UP: the clock runs from UP to the last
 // COMPLETED), and (b) through berth: a Runner over the backend, started
 // once the jobs wait in the managed partition berth (the clock runs from
-// the Runner's start to the last COMPLETED). It reports jobs/s (berth),
-// sbatch-jobs/s (SLURM alone), their ratio berth/sbatch, and p99-cycle-s,
-// the 99th percentile of the Runner's Cycle.Duration.
+// the Runner's start to the last COMPLETED; in both phases a job counts
+// once slurmctld logs it COMPLETED in its end log, endWatch). It reports
+// jobs/s (berth), sbatch-jobs/s (SLURM alone), their ratio berth/sbatch,
+// and p99-cycle-s, the 99th percentile of the Runner's Cycle.Duration.
 //
 // It takes minutes: hack/test.sh's one-shot benchmark run skips it unless
 // BERTH_SLURM_BENCH=1.
