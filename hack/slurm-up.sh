@@ -43,6 +43,12 @@
 # BERTH_SLURM_SUSPEND_TIME (60 s idle before SLURM powers a node down by
 # itself), BERTH_SLURM_RESUME_TIMEOUT (10 s), BERTH_SLURM_SUSPEND_TIMEOUT (3 s).
 #
+# Job ends: slurmctld appends a line per job as it ends (the job still
+# COMPLETING) to $BERTH_SLURM_DIR/log/jobcomp.txt (JobCompType=jobcomp/filetxt,
+# written in slurmctld's own process: no cost measured). berth's backend
+# takes the file's growth as a cue to poll at once (slurm.Config.EndLog);
+# BenchmarkEndToEnd500 counts ends from it.
+#
 # Settings: BERTH_SLURM_DIR (/tmp/berth-slurm), BERTH_SLURM_NODES (16),
 # BERTH_SLURM_GPUS (8 per node), BERTH_SLURM_GPU_TYPE (h100),
 # BERTH_SLURM_RACK_GPU_TYPES (unset: every rack BERTH_SLURM_GPU_TYPE),
@@ -166,7 +172,8 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/log/jobcomp.txt
 MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true

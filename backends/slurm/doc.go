@@ -18,9 +18,11 @@
 // The managed partitions (Config.Partitions) are State=DOWN in slurm.conf:
 // SLURM accepts and queues their jobs but never allocates them. To start a
 // job, the backend moves it, in one scontrol update, into Config.RunPartition
-// (a hidden, UP partition over the same nodes) with NodeList set to the nodes
-// berth chose: SLURM starts it there, on those nodes only, picking the GPU
-// indices inside each node itself. The backend reads them back (gres_detail)
+// (a hidden, UP partition over the same nodes) with ExcNodeList set to
+// every other node of it (one RPC; NodeList, which makes scontrol load the
+// job first, for a job with a node list of its own): the job asks exactly
+// as many nodes as berth chose, so SLURM starts it there, on those nodes
+// only, picking the GPU indices inside each node itself. The backend reads them back (gres_detail)
 // and reports them with engine.DevicesReported, so the engine books exactly
 // the GPUs SLURM gave.
 //

@@ -11,15 +11,21 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// Next polls SLURM (squeue and sinfo --json every PollInterval, see read.go;
+// Next polls SLURM (squeue and sinfo every PollInterval, see read.go;
 // backing off up to MaxBackoff after failures) until something changed,
 // wake is reached or ctx is done. Changes become events stamped with the
 // wall clock: new pending jobs of managed partitions (Submitted), the GPUs
 // a started job got (DevicesReported), ends (Finished; Cancelled for
 // scancel), requeues SLURM made itself (Cancelled, then Submitted again),
 // and node states (NodeChanged for drain and resume, NodeFailed for down).
+//
+// A poll runs on a goroutine of its own, one at a time: Next may return
+// (wake, ctx) while one is in flight, and its events come with a later
+// call. With Config.EndLog, a job's end starts the next poll at once
+// (endlog.go).
 func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
 	for {
+		pollNow := b.endLogGrew()
 		b.mu.Lock()
 		if len(b.queued) > 0 {
 			evs := b.queued
@@ -32,15 +38,58 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 		if closed {
 			return nil, ErrClosed
 		}
+		if pollNow && b.failures == 0 {
+			// A job ended: poll now, or once the poll in flight is done
+			// (it may have read squeue before the end).
+			b.nextPoll = time.Time{}
+			b.pollAgain = b.polling != nil
+		}
 		now := time.Now()
 		if !wake.IsZero() && !now.Before(wake) {
 			return []engine.Event{}, nil
 		}
-		if !now.Before(b.nextPoll) {
-			err := b.poll(ctx)
+		if b.polling == nil && !now.Before(b.nextPoll) {
+			ch := make(chan error, 1)
+			b.polling = ch
+			go func() { ch <- b.poll(b.life) }()
+		}
+		var until time.Time
+		if b.polling == nil {
+			until = b.nextPoll
+		}
+		if !wake.IsZero() && (until.IsZero() || wake.Before(until)) {
+			until = wake
+		}
+		if b.cfg.EndLog != "" {
+			if at := now.Add(endLogCheck); until.IsZero() || at.Before(until) {
+				until = at
+			}
+		}
+		var tc <-chan time.Time
+		var timer *time.Timer
+		if !until.IsZero() {
+			timer = time.NewTimer(time.Until(until))
+			tc = timer.C
+		}
+		var (
+			err    error
+			polled bool
+		)
+		select {
+		case <-ctx.Done():
+		case err = <-b.polling:
+			polled = true
+		case <-tc:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		switch {
+		case polled:
+			b.polling = nil
 			now = time.Now() // a poll of a busy controller takes a while
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+			if err != nil && b.life.Err() != nil {
+				return nil, ErrClosed
 			}
 			if err != nil {
 				b.failures++
@@ -53,19 +102,12 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			} else {
 				b.failures = 0
 				b.nextPoll = now.Add(b.cfg.PollInterval)
+				if b.pollAgain {
+					b.nextPoll, b.pollAgain = time.Time{}, false
+				}
 			}
-			continue
-		}
-		until := b.nextPoll
-		if !wake.IsZero() && wake.Before(until) {
-			until = wake
-		}
-		t := time.NewTimer(time.Until(until))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case <-t.C:
 		}
 	}
 }
@@ -82,13 +124,19 @@ func terminal(st string) bool {
 // poll reads SLURM once and queues the events of what changed.
 func (b *Backend) poll(ctx context.Context) error {
 	start := time.Now()
-	// Jobs and nodes are read at once (two processes, one wait).
+	// Jobs and nodes are read at once (two processes, one wait); nodes at
+	// most every PollInterval (the polls a job's end starts read jobs only).
+	b.mu.Lock()
+	readNodes := start.Sub(b.nodesRead) >= b.cfg.PollInterval
+	b.mu.Unlock()
 	var nout []byte
 	var nerr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		nout, nerr = b.cli.run(ctx, "sinfo", "--json")
+		if readNodes {
+			nout, nerr = b.cli.run(ctx, "sinfo", "--json")
+		}
 	}()
 	recs, err := b.readJobs(ctx)
 	<-done
@@ -98,9 +146,15 @@ func (b *Backend) poll(ctx context.Context) error {
 	if nerr != nil {
 		return nerr
 	}
-	nodes, err := parseSinfo(nout)
-	if err != nil {
-		return err
+	var nodes []nodeRec
+	if readNodes {
+		if nodes, err = parseSinfo(nout); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.nodesRead = start
+		b.setRunNodesLocked(nodes)
+		b.mu.Unlock()
 	}
 	if b.nodeWentDown(nodes) {
 		// Read the jobs again, after the nodes: a job of a node that went
@@ -114,7 +168,8 @@ func (b *Backend) poll(ctx context.Context) error {
 	}
 	now := time.Now()
 	var evs []engine.Event
-	var moves [][2]string // jobs to hand back to their managed partition
+	var moves [][2]string  // jobs to hand back to their managed partition
+	var misplaced []string // jobs SLURM started off their bind's nodes
 
 	b.mu.Lock()
 	b.stats.Polls++
@@ -178,6 +233,10 @@ func (b *Backend) poll(ctx context.Context) error {
 		for k, id := range ids {
 			present[id] = true
 			evs = b.jobChanged(evs, now, id, idx[k], r, managed, &moves)
+			if t := b.jobs[id]; t != nil && t.misplaced {
+				t.misplaced = false
+				misplaced = append(misplaced, id)
+			}
 		}
 	}
 	// Jobs purged from slurmctld (MinJobAge) without being seen to end.
@@ -194,9 +253,9 @@ func (b *Backend) poll(ctx context.Context) error {
 		t.state = inEnded
 	}
 	evs = b.replicasGone(evs, now, start, reps)
-	b.queued = append(b.queued, evs...)
 	b.mu.Unlock()
 	b.cancelOrphans(ctx, orphans)
+	b.requeueMisplaced(ctx, misplaced)
 
 	for _, mv := range moves {
 		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {
@@ -204,6 +263,13 @@ func (b *Backend) poll(ctx context.Context) error {
 		}
 	}
 	b.applyRejects(ctx)
+	// The events go out once the jobs are back in their partitions: Next
+	// returns queued events while a poll runs, and a job handed back
+	// (Cancelled, Submitted) that the engine bound again before its move
+	// back would have that bind undone by the move.
+	b.mu.Lock()
+	b.queued = append(b.queued, evs...)
+	b.mu.Unlock()
 	return nil
 }
 
@@ -234,7 +300,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			b.rejectLocked(id, err) // held, with the reason
 			return evs
 		}
-		b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt}
+		b.jobs[id] = &tracked{state: inPending, partition: r.Partition, nodes: max(r.NodeCount, 1), restarts: r.RestartCnt, reqNodes: r.ReqNodes != ""}
 		return append(evs, engine.Submitted(now, j))
 	}
 	switch t.state {
@@ -247,6 +313,9 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			return evs
 		}
 		t.restarts = r.RestartCnt // a requeue from now on counts from here
+		if managed {
+			t.reqNodes = r.ReqNodes != ""
+		}
 		switch {
 		case terminal(r.State):
 			t.state = inEnded
@@ -262,6 +331,14 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 	}
 	// Running in the engine.
 	switch {
+	case r.State == "RUNNING" && t.bound && !b.onBoundNodes(t, r):
+		// Started off the nodes of its bind (a bind by ExcNodeList, and a
+		// node the exclusion did not name because sinfo had not shown it
+		// yet in the run partition): requeued (poll's end), then handed
+		// back and placed again, as a requeue by SLURM is.
+		t.misplaced = true
+		b.skip(id, fmt.Errorf("started on %s, bound to %v: requeued", r.Nodes, t.running))
+		return evs
 	case r.State == "RUNNING":
 		t.bound = false
 		dev := strings.Join(r.GresDetail, ";")

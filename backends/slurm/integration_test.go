@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,8 +150,22 @@ func reset(tb testing.TB, conf string) {
 	})
 }
 
+// endLogOf is the end log of the cluster of conf, the JobCompLoc of
+// hack/slurm-up.sh's jobcomp/filetxt ($BERTH_SLURM_DIR/log/jobcomp.txt),
+// "" if it has none
+// (a cluster started by an older script) or BERTH_SLURM_END_LOG=0 (the
+// tests then learn ends by polling only).
+func endLogOf(conf string) string {
+	p := filepath.Join(filepath.Dir(filepath.Dir(conf)), "log", "jobcomp.txt")
+	if _, err := os.Stat(p); err != nil || os.Getenv("BERTH_SLURM_END_LOG") == "0" {
+		return ""
+	}
+	return p
+}
+
 func backendConfig(conf string, tb testing.TB) slurm.Config {
 	return slurm.Config{
+		EndLog: endLogOf(conf),
 		Partitions: map[string]slurm.Partition{
 			"berth":    {Priority: 0, Preemptible: true, GracePeriod: time.Second},
 			"berth-hi": {Priority: 10},

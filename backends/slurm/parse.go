@@ -33,6 +33,7 @@ type jobRec struct {
 	TimeLimit       int64    `json:"time_limit"` // minutes
 	NodeCount       int      `json:"node_count"`
 	Nodes           string   `json:"nodes"`
+	ReqNodes        string   `json:"required_nodes"` // sbatch -w, or a bind's NodeList
 	TresPerNode     string   `json:"tres_per_node"`
 	TresPerJob      string   `json:"tres_per_job"`
 	Features        string   `json:"features"` // --constraint

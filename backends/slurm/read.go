@@ -30,7 +30,7 @@ import (
 const sep = "|"
 
 // listFields are the fields of every poll: none holds user text.
-var listFields = []string{"JobArrayID", "State", "Partition", "NumNodes", "RestartCnt", "Reason", "NodeList", "SubmitTime", "StartTime"}
+var listFields = []string{"JobArrayID", "State", "Partition", "NumNodes", "RestartCnt", "Reason", "NodeList", "SubmitTime", "StartTime", "ReqNodes"}
 
 // detailFields are read for jobs berth has not seen: the user's text
 // (account, comment) last, the comment the very last. The constraint
@@ -100,6 +100,7 @@ func parseList(out []byte) ([]jobRec, error) {
 			return nil, fmt.Errorf("%w: squeue line %q: times (SLURM_TIME_FORMAT=%%s)", ErrParse, line)
 		}
 		r.SubmitTime, r.StartTime = sub, st
+		r.ReqNodes = nullable(f[9])
 		recs = append(recs, r)
 	}
 	return recs, nil

@@ -9,9 +9,9 @@ import (
 )
 
 func TestParseList(t *testing.T) {
-	out := "45|RUNNING|berth-run|2|0|None|node[01-02]|1796523355|1796523360\n" +
-		"302_3|PENDING|berth|1|1|PartitionDown||1796523418|N/A\n" +
-		"310_[4-7%2]|PENDING|berth|1|0|PartitionDown||1796523418|N/A\n"
+	out := "45|RUNNING|berth-run|2|0|None|node[01-02]|1796523355|1796523360|\n" +
+		"302_3|PENDING|berth|1|1|PartitionDown||1796523418|N/A|node07\n" +
+		"310_[4-7%2]|PENDING|berth|1|0|PartitionDown||1796523418|N/A|(null)\n"
 	recs, err := parseList([]byte(out))
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
@@ -25,9 +25,12 @@ func TestParseList(t *testing.T) {
 	assert.Equal(t, "4-7%2", recs[2].ArrayTaskString)
 	assert.False(t, recs[0].detail || recs[0].devs)
 
-	_, err = parseList([]byte("45|RUNNING|berth-run|2|0|None|node01|1|2|extra\n"))
+	assert.Empty(t, recs[0].ReqNodes)
+	assert.Equal(t, "node07", recs[1].ReqNodes, "sbatch -w")
+	assert.Empty(t, recs[2].ReqNodes)
+	_, err = parseList([]byte("45|RUNNING|berth-run|2|0|None|node01|1|2||extra\n"))
 	assert.ErrorIs(t, err, ErrParse)
-	_, err = parseList([]byte("4x5|RUNNING|berth-run|2|0|None|node01|1|2\n"))
+	_, err = parseList([]byte("4x5|RUNNING|berth-run|2|0|None|node01|1|2|\n"))
 	assert.ErrorIs(t, err, ErrParse)
 }
 
@@ -173,4 +176,30 @@ func TestNeedsDevicesFromSecondPoll(t *testing.T) {
 	assert.Empty(t, devs, "restarted: its new run waits a poll again")
 	_, devs, _ = b.needsLocked(rec(1))
 	assert.Len(t, devs, 1)
+}
+
+func TestCompressHostlist(t *testing.T) {
+	assert.Equal(t, "node[02-04,07]", compressHostlist([]string{"node03", "node02", "node07", "node04"}))
+	assert.Equal(t, "node05", compressHostlist([]string{"node05"}))
+	assert.Equal(t, "login,gpu[1-2],node[08-09]", compressHostlist([]string{"gpu1", "node08", "login", "gpu2", "node09"}))
+	got, err := expandHostlist(compressHostlist([]string{"a9", "a10", "b001", "b003"}))
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"a9", "a10", "b001", "b003"}, got)
+}
+
+// A bind excludes every node of the run partition but its own; it names
+// NodeList when a node is not in the run partition as sinfo showed it.
+func TestExcludeFor(t *testing.T) {
+	b := &Backend{cfg: Config{RunPartition: "berth-run"}}
+	b.setRunNodesLocked([]nodeRec{
+		{Name: "node01", Partitions: []string{"gpu", "berth-run"}},
+		{Name: "node02", Partitions: []string{"berth-run"}},
+		{Name: "node03", Partitions: []string{"berth-run"}},
+		{Name: "node04", Partitions: []string{"gpu"}},
+	})
+	assert.Equal(t, "node[01,03]", b.excludeFor([]string{"node02"}))
+	assert.Equal(t, "node03", b.excludeFor([]string{"node02", "node01"}))
+	assert.Empty(t, b.excludeFor([]string{"node04"}), "not in the run partition")
+	assert.Empty(t, b.excludeFor([]string{"node01", "node02", "node03"}), "nothing to exclude")
+	assert.Empty(t, (&Backend{}).excludeFor([]string{"node01"}), "nodes not read yet")
 }

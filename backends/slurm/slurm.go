@@ -71,6 +71,12 @@ type Config struct {
 	Levels []string
 	// PollInterval is how often squeue and sinfo are read. Default 1 s.
 	PollInterval time.Duration
+	// EndLog, if set, is a file slurmctld appends to as each job ends:
+	// JobCompLoc with JobCompType=jobcomp/filetxt (hack/slurm-up.sh sets
+	// both). Next looks at its size every 10 ms and polls as soon as it
+	// grew, rather than PollInterval after the last poll (endlog.go). Its
+	// lines are not read (they hold text users wrote). Empty: polls only.
+	EndLog string
 	// MaxBackoff bounds the wait between failed polls (doubling from
 	// PollInterval); MaxPollFailures failed polls in a row stop the event
 	// stream with the last error. Defaults 30 s and 10.
@@ -193,9 +199,16 @@ type Backend struct {
 	queued  []engine.Event
 	closed  bool
 
-	nextPoll time.Time
-	failures int
-	stats    Stats
+	nextPoll  time.Time
+	failures  int
+	polling   chan error         // the poll in flight (Next's goroutine only)
+	pollAgain bool               // poll again once it is done (Next's goroutine only)
+	nodesRead time.Time          // when a poll last read sinfo (mu)
+	runNodes  []string           // the nodes of RunPartition, as sinfo last showed them (mu)
+	ends      endLog             // Config.EndLog's reader (Next's goroutine only)
+	life      context.Context    // the polls' (Next returns while one runs)
+	endLife   context.CancelFunc // Close: ends a poll in flight
+	stats     Stats
 
 	// smu orders a grace period's stop (requeuehold, then the move back:
 	// Lock) against binds (RLock): a bind of the requeued job made
@@ -272,6 +285,8 @@ type tracked struct {
 	partition string // the managed partition it came from
 	nodes     int    // SLURM node count of the job
 	bound     bool   // berth moved it to RunPartition and has not seen it run yet
+	reqNodes  bool   // pending with a node list of its own (sbatch -w): bound by NodeList
+	misplaced bool   // a poll saw it run off its bind's nodes: requeue it
 	binding   bool   // a BindGang of it is in flight (a poll then decides nothing of it)
 	running   []string
 	devices   string // the gres detail last reported
@@ -295,8 +310,9 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	life, stop := context.WithCancel(context.Background())
 	return &Backend{
-		cfg: c, cli: cl,
+		cfg: c, cli: cl, life: life, endLife: stop,
 		jobs: map[string]*tracked{}, skipped: map[string]bool{}, nodes: map[string]topo.NodeState{},
 		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
 		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{},
@@ -316,6 +332,7 @@ func (b *Backend) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
+	b.endLife()
 	for id, t := range b.timers {
 		t.Stop()
 		delete(b.timers, id)
@@ -376,6 +393,7 @@ func (b *Backend) Cluster(ctx context.Context) (topo.Spec, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.levels, b.levelsKnown = slices.Clone(spec.Levels), true
+	b.setRunNodesLocked(recs)
 	for _, r := range recs {
 		if seen[r.Name] || !b.managedNode(r) {
 			continue
@@ -794,11 +812,19 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	start := time.Now()
 	b.mu.Lock()
 	t.binding = true
+	exc := ""
+	if !t.reqNodes {
+		exc = b.excludeFor(order)
+	}
 	b.mu.Unlock()
+	where := "NodeList=" + strings.Join(order, ",")
+	if exc != "" {
+		where = "ExcNodeList=" + exc // one RPC, not three (excludeFor)
+	}
 	err := b.bind(ctx, &bindReq{
-		id: job, job: sid, nodes: order, done: make(chan error, 1),
+		id: job, job: sid, nodes: order, exclude: exc, done: make(chan error, 1),
 		args: []string{"update", "JobId=" + sid, "Partition=" + b.cfg.RunPartition,
-			"NodeList=" + strings.Join(order, ","), "StartTime=now", "AdminComment=" + adminTag + t.partition},
+			where, "StartTime=now", "AdminComment=" + adminTag + t.partition},
 	})
 	b.mu.Lock()
 	t.binding = false
@@ -960,7 +986,7 @@ func (b *Backend) moveBack(ctx context.Context, id, part string) error {
 	if err := checkJobID(id); err != nil {
 		return err
 	}
-	if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+id, "Partition="+part, "NodeList=", "StartTime=now"); err != nil {
+	if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+id, "Partition="+part, "NodeList=", "ExcNodeList=", "StartTime=now"); err != nil {
 		return err
 	}
 	if _, err := b.cli.run(ctx, "scontrol", "release", id); err != nil && !strings.Contains(err.Error(), "not held") {
