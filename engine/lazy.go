@@ -29,8 +29,9 @@ type tailState struct {
 	stale bool            // an event came since: the statuses would not be the cycle's
 	all   []PendingStatus // computed by the first PendingAll
 	// order lists the jobs after the cut in the walk's order (the cursor
-	// drained, when first needed: listed); at is a job's index in order.
-	order  []*queue.Job
+	// drained, when first needed: listed); at is a job's index in order,
+	// built when first needed (posOf).
+	order  []*job
 	at     map[*job]int
 	listed bool
 	// done are the statuses computed on demand so far, by job; more lists
@@ -228,8 +229,8 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 	all = make([]PendingStatus, len(head), len(head)+len(t.order))
 	copy(all, head)
 	e.tailBegin(t)
-	for _, j := range t.order {
-		all = append(all, e.tailStatus(t, e.byPtr[j]))
+	for i, js := range t.order {
+		all = append(all, e.tailStatus(t, js, false, i))
 	}
 	e.tailEnd(t)
 	t.all, t.plan, t.cur, t.first, t.order, t.at, t.done, t.more = all, nil, nil, nil, nil, nil, nil, nil
@@ -297,7 +298,7 @@ func (e *Engine) PendingStatuses(ids ...string) (sts []PendingStatus, ok bool) {
 			e.tailBegin(t)
 			begun = true
 		}
-		st := e.tailStatus(t, js)
+		st := e.tailStatus(t, js, true, -1)
 		sts = append(sts, st)
 		added = true
 	}
@@ -316,15 +317,24 @@ func (e *Engine) listTail(t *tailState) {
 		return
 	}
 	t.listed = true
-	t.order = append(t.order, t.first)
+	t.order = append(t.order, e.byPtr[t.first])
 	for j, more := t.cur.Next(); more; j, more = t.cur.Next() {
-		t.order = append(t.order, j)
-	}
-	t.at = make(map[*job]int, len(t.order))
-	for i, j := range t.order {
-		t.at[e.byPtr[j]] = i
+		t.order = append(t.order, e.byPtr[j])
 	}
 	t.cur = nil
+}
+
+// posOf is js's index in t.order (listed), false if it is not after the
+// cut.
+func (t *tailState) posOf(js *job) (int, bool) {
+	if t.at == nil {
+		t.at = make(map[*job]int, len(t.order))
+		for i, o := range t.order {
+			t.at[o] = i
+		}
+	}
+	i, ok := t.at[js]
+	return i, ok
 }
 
 // tailBegin sets the cycle state back to the cut for tailStatus, and
@@ -357,7 +367,10 @@ func (e *Engine) tailEnd(t *tailState) {
 // the last cycle held by jobs the walk has not reached yet (yieldTo, by
 // job.walked). So the holders after the cut are marked reached or not
 // as the walk would have found them at js.
-func (e *Engine) tailStatus(t *tailState, js *job) PendingStatus {
+//
+// keep records the status (t.done, t.more): PendingStatuses keeps what it
+// computes, PendingAll (which keeps the whole list) does not.
+func (e *Engine) tailStatus(t *tailState, js *job, keep bool, pos int) PendingStatus {
 	if st, found := t.done[js]; found {
 		return st
 	}
@@ -370,7 +383,7 @@ func (e *Engine) tailStatus(t *tailState, js *job) PendingStatus {
 			k := t.capScan
 			t.capScan++
 			cs.blockedCap = false
-			e.tailConsider(t, e.byPtr[t.order[k]])
+			e.tailConsider(t, t.order[k], true, k)
 			if cs.blockedCap {
 				t.capFound, t.capAt = true, k
 			}
@@ -378,14 +391,17 @@ func (e *Engine) tailStatus(t *tailState, js *job) PendingStatus {
 		if st, found := t.done[js]; found {
 			return st
 		}
-		cs.blockedCap = t.capFound && t.at[js] > t.capAt
+		if pos < 0 {
+			pos, _ = t.posOf(js)
+		}
+		cs.blockedCap = t.capFound && pos > t.capAt
 	}
-	return e.tailConsider(t, js)
+	return e.tailConsider(t, js, keep, pos)
 }
 
 // tailConsider is tailStatus once cycleState.blockedCap is set as the
-// walk would have left it at js.
-func (e *Engine) tailConsider(t *tailState, js *job) PendingStatus {
+// walk would have left it at js (pos: its index in t.order, -1: unknown).
+func (e *Engine) tailConsider(t *tailState, js *job, keep bool, pos int) PendingStatus {
 	if st, found := t.done[js]; found {
 		return st
 	}
@@ -401,11 +417,13 @@ func (e *Engine) tailConsider(t *tailState, js *job) PendingStatus {
 		}
 		if len(holders) > 0 {
 			e.listTail(t)
-			at := t.at[js]
+			if pos < 0 {
+				pos, _ = t.posOf(js)
+			}
 			for _, h := range holders {
-				if k, in := t.at[h]; in {
+				if k, in := t.posOf(h); in {
 					h.walked = cs.gen - 1
-					if k < at {
+					if k < pos {
 						h.walked = cs.gen
 					}
 				}
@@ -416,11 +434,13 @@ func (e *Engine) tailConsider(t *tailState, js *job) PendingStatus {
 	if !waits {
 		panic("engine: broken invariant: a job after the walk's cut was placed: " + js.j.ID)
 	}
-	if t.done == nil {
-		t.done = map[*job]PendingStatus{}
+	if keep {
+		if t.done == nil {
+			t.done = map[*job]PendingStatus{}
+		}
+		t.done[js] = st
+		t.more = append(t.more, st)
 	}
-	t.done[js] = st
-	t.more = append(t.more, st)
 	return st
 }
 
@@ -432,7 +452,10 @@ func (t *tailState) reachedHere(h *job) bool {
 	if in {
 		return true
 	}
-	_, in = t.at[h]
+	if !t.listed {
+		return false
+	}
+	_, in = t.posOf(h)
 	return in
 }
 
