@@ -36,9 +36,12 @@ type tailState struct {
 	listed bool
 	// done are the statuses computed on demand so far, by job; more lists
 	// them in the order computed (the View's).
-	done    map[*job]PendingStatus
-	more    []PendingStatus
-	scratch Ready // consider's (it places no job after the cut)
+	done map[*job]PendingStatus
+	more []PendingStatus
+	// holders: tailHolders, once holdersDone.
+	holders     []tailHolder
+	holdersDone bool
+	scratch     Ready // consider's (it places no job after the cut)
 	// capAtCut: a job was blocked by capacity before the cut
 	// (cycleState.blockedCap). Under BackfillNone without one, the first
 	// job after the cut blocked by capacity blocks the ones after it:
@@ -233,7 +236,7 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 		all = append(all, e.tailStatus(t, js, false, i))
 	}
 	e.tailEnd(t)
-	t.all, t.plan, t.cur, t.first, t.order, t.at, t.done, t.more = all, nil, nil, nil, nil, nil, nil, nil
+	t.all, t.plan, t.cur, t.first, t.order, t.at, t.done, t.more, t.holders = all, nil, nil, nil, nil, nil, nil, nil, nil
 	e.republishWith(all, 0, nil)
 	return all, true
 }
@@ -407,25 +410,14 @@ func (e *Engine) tailConsider(t *tailState, js *job, keep bool, pos int) Pending
 	}
 	cs := &e.cyc
 	if js.quotaWait && len(e.lastRes) > 0 && !e.holds(js) {
-		var holders []*job
-		for id := range e.lastRes {
-			// A holder is after the cut if the walk did not reach it
-			// (or tailStatus marked it).
-			if h := e.jobs[id]; h != nil && h != js && h.st == statePending && (h.walked != cs.gen || t.reachedHere(h)) {
-				holders = append(holders, h)
-			}
-		}
-		if len(holders) > 0 {
-			e.listTail(t)
+		if hs := e.tailHolders(t); len(hs) > 0 {
 			if pos < 0 {
 				pos, _ = t.posOf(js)
 			}
-			for _, h := range holders {
-				if k, in := t.posOf(h); in {
-					h.walked = cs.gen - 1
-					if k < pos {
-						h.walked = cs.gen
-					}
+			for _, h := range hs {
+				h.js.walked = cs.gen - 1
+				if h.pos < pos {
+					h.js.walked = cs.gen
 				}
 			}
 		}
@@ -442,6 +434,45 @@ func (e *Engine) tailConsider(t *tailState, js *job, keep bool, pos int) Pending
 		t.more = append(t.more, st)
 	}
 	return st
+}
+
+// tailHolder is a holder of a reservation of the last cycle after the
+// cut, with its index in tailState.order.
+type tailHolder struct {
+	js  *job
+	pos int
+}
+
+// tailHolders lists, once per cycle, the last cycle's reservation
+// holders after the cut (listing the jobs after the cut when there is
+// one): the jobs yieldTo may yield to.
+func (e *Engine) tailHolders(t *tailState) []tailHolder {
+	if t.holdersDone {
+		return t.holders
+	}
+	t.holdersDone = true
+	cs := &e.cyc
+	after := false
+	for id := range e.lastRes {
+		// A holder is after the cut if the walk did not reach it (or
+		// tailStatus considered it).
+		if h := e.jobs[id]; h != nil && h.st == statePending && (h.walked != cs.gen || t.reachedHere(h)) {
+			after = true
+			break
+		}
+	}
+	if !after {
+		return nil
+	}
+	e.listTail(t)
+	for _, id := range sortedKeys(e.lastRes) {
+		if h := e.jobs[id]; h != nil && h.st == statePending {
+			if k, in := t.posOf(h); in {
+				t.holders = append(t.holders, tailHolder{h, k})
+			}
+		}
+	}
+	return t.holders
 }
 
 // reachedHere reports whether h is a job after the cut that tailStatus
