@@ -63,8 +63,18 @@ type RunnerConfig struct {
 	Logger *slog.Logger
 	// Observe, if set, is called after every cycle, on Run's goroutine,
 	// with what was decided, what the backend refused, and the outcomes of
-	// earlier binds that came back since the cycle before.
+	// earlier binds that came back since the cycle before. Its
+	// Cycle.Ready.Pending and Cycle.View list every pending job's status:
+	// after a cycle whose walk stopped early (the engine's default, see
+	// engine.Config.EagerPending) the Runner computes the statuses of the
+	// jobs after the cut (engine.Engine.PendingAll) for Observe, the
+	// Recorder's waits and autoscaling, unless ObserveWalkedOnly.
 	Observe func(c Cycle)
+	// ObserveWalkedOnly spares that computation for an Observe that reads
+	// no pending statuses (a replay's progress): Cycle.Ready.Pending then
+	// lists the jobs the walk reached, Cycle.Ready.Unwalked counts the
+	// others. A Recorder or autoscaling still gets every status.
+	ObserveWalkedOnly bool
 	// CallTimeout bounds every call to the backend except Events.Next
 	// (which waits for events by design): each Actuator attempt, and the
 	// Inventory calls (not the Store's, which are local). A call still
@@ -627,6 +637,14 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	}
 	if err := eng.Advance(rd, out); err != nil {
 		return fmt.Errorf("%w: advance: %w", ErrEngine, err)
+	}
+	if rd.Unwalked > 0 && (r.jobRecs != nil || r.auto != nil || r.cfg.Observe != nil && !r.cfg.ObserveWalkedOnly) {
+		// The walk stopped early: its readers get every status, computed
+		// now (before settle steps bind outcomes, after which they could
+		// not be the cycle's). PendingAll publishes the View again with them.
+		if all, ok := eng.PendingAll(); ok {
+			rd.Pending, rd.Unwalked = all, 0
+		}
 	}
 	if r.jobRecs != nil {
 		r.jobRecs.cycle(&rd, &out)

@@ -130,7 +130,7 @@ type engineBenchOpts struct {
 	backfill        engine.BackfillConfig // zero: EASY
 	policy          queue.Policy          // nil: DRS
 	noCaches        bool                  // engine.Config.DisableCaches
-	lazy            bool                  // engine.Config.LazyPending
+	lazy            bool                  // engine.Config.EagerPending off
 	// full: every node's GPUs left free by the fill are booked too, by
 	// one more running job per node (with its own estimate), so every
 	// pending job is blocked and the cohort lends three times the cluster
@@ -187,7 +187,7 @@ func engineBenchSetup(b testing.TB, sh ClusterShape, o engineBenchOpts) (*engine
 		Backfill:       o.backfill,
 		IntakeCapacity: 1 << 17,
 		DisableCaches:  o.noCaches,
-		LazyPending:    o.lazy,
+		EagerPending:   !o.lazy,
 	}
 	if o.site {
 		cfg.Site = engineBenchSite(sh)

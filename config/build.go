@@ -453,7 +453,7 @@ func (f *File) buildEngine(cfg *engine.Config) error {
 	if cfg.BindRetryBackoff, err = f.duration("engine.bindRetryBackoff", e.BindRetryBackoff); err != nil {
 		return err
 	}
-	cfg.LazyPending = e.LazyPending
+	cfg.EagerPending = e.LazyPending != nil && !*e.LazyPending
 	// MIG.
 	m := &e.MIG
 	if badWeight(m.WaitFactor) {
@@ -523,6 +523,10 @@ func (f *File) Effective() *File {
 	}
 	if e.NodeFailure == "" {
 		e.NodeFailure = "requeue"
+	}
+	if e.LazyPending == nil {
+		lazy := !d.EagerPending
+		e.LazyPending = &lazy
 	}
 	m := &e.MIG
 	if m.WaitFactor == 0 {

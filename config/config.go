@@ -135,9 +135,12 @@ type Engine struct {
 	BindRetryBackoff Duration `json:"bindRetryBackoff,omitzero" yaml:"bindRetryBackoff,omitempty"`
 	MIG              MIG      `json:"mig" yaml:"mig"`
 	Scorer           Scorer   `json:"scorer" yaml:"scorer"`
-	// LazyPending: engine.Config.LazyPending (cycles stop their walk once
-	// nothing more can start; only the reached jobs get a status).
-	LazyPending bool `json:"lazyPending,omitempty" yaml:"lazyPending,omitempty"`
+	// LazyPending: cycles stop their walk once nothing more can start,
+	// and the statuses of the jobs after that point are computed when
+	// asked (engine.Config.EagerPending off). Unset: true (the default);
+	// false walks and explains every pending job every cycle
+	// (EagerPending).
+	LazyPending *bool `json:"lazyPending,omitempty" yaml:"lazyPending,omitempty"`
 }
 
 // Policy names a queue.Policy: drs (default when empty), priority,

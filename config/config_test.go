@@ -312,3 +312,36 @@ func TestSiteSection(t *testing.T) {
 		}
 	}
 }
+
+// lazyPending is on when unset (the engine's default), false turns it off
+// (engine.Config.EagerPending), and Effective writes the default out.
+func TestLazyPendingDefault(t *testing.T) {
+	base := "cluster:\n  nodes: [{name: n0, gpus: 8}]\nqueues:\n  queues: [{name: q}]\n"
+	for _, c := range []struct {
+		engine      string
+		eager, lazy bool // EagerPending built, lazyPending in Effective
+	}{
+		{"", false, true},
+		{"engine:\n  lazyPending: true\n", false, true},
+		{"engine:\n  lazyPending: false\n", true, false},
+	} {
+		f, err := config.Read([]byte(base + c.engine))
+		if err != nil {
+			t.Fatalf("%q: %v", c.engine, err)
+		}
+		cfg, err := f.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.EagerPending != c.eager || cfg.LazyPending {
+			t.Errorf("%q: EagerPending %v LazyPending %v, want %v false", c.engine, cfg.EagerPending, cfg.LazyPending, c.eager)
+		}
+		eff := f.Effective()
+		if eff.Engine.LazyPending == nil || *eff.Engine.LazyPending != c.lazy {
+			t.Errorf("%q: Effective lazyPending %v, want %v", c.engine, eff.Engine.LazyPending, c.lazy)
+		}
+		if cfg2, err := eff.Build(); err != nil || cfg2.EagerPending != c.eager {
+			t.Errorf("%q: Effective builds EagerPending %v (%v), want %v", c.engine, cfg2.EagerPending, err, c.eager)
+		}
+	}
+}

@@ -179,7 +179,9 @@ type Config struct {
 	// way (FuzzEngine and the replay tests compare both); it exists to
 	// prove that, and to measure what the caches save.
 	DisableCaches bool
-	// LazyPending lets a cycle stop its walk once no later job can start,
+	// EagerPending turns off the walk that stops (lazy pending statuses,
+	// on by default): every cycle then walks and explains every pending
+	// job. By default a cycle stops its walk once no later job can start,
 	// backfill, get a reservation or be acted on otherwise: no node has
 	// as many GPUs free (off the reservations) as the smallest pending
 	// member asks, the reservations are made, and none of preemption,
@@ -188,12 +190,20 @@ type Config struct {
 	// then costs what the jobs up to that point cost, not the whole
 	// backlog. Ready.Pending and View.Pending list only the jobs the walk
 	// reached, Ready.Unwalked and View.Unwalked count the others, and
-	// Engine.PendingAll computes every status on demand (View.EachPending
-	// lists every pending job). Decisions are the same either way
-	// (FuzzEngine compares them, and the full statuses, for every policy).
-	// Observers that need every job's reason from Ready.Pending (the kube
-	// backend's pod conditions, the audit record's waits, View.Estimates
-	// and View.Explanations) get only the reached jobs' while it is on.
+	// their statuses are computed on demand, with the answer of a full
+	// walk: Engine.PendingStatuses for the jobs asked about (it costs
+	// what those jobs cost), Engine.PendingAll for all of them; either
+	// publishes the View again with what it computed, so that
+	// View.Explain, View.Estimate (and, after PendingAll,
+	// View.Explanations and View.Estimates) answer for those jobs too.
+	// The Runner (package backends) completes the statuses for its
+	// readers: Observe, the audit Recorder, autoscaling. Decisions are the
+	// same either way (FuzzEngine compares them, and the full statuses,
+	// for every policy).
+	EagerPending bool
+	// LazyPending is the default and kept for configurations written
+	// before it was: true asks for what the zero value gives. Setting
+	// both LazyPending and EagerPending is an error.
 	LazyPending bool
 }
 
@@ -208,6 +218,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := queue.NewTree(c.Queues); err != nil {
 		return fmt.Errorf("%w: queues: %w", ErrInvalidConfig, err)
+	}
+	if c.LazyPending && c.EagerPending {
+		return bad("LazyPending and EagerPending both set: lazy pending statuses are the default, EagerPending turns them off")
 	}
 	if c.Scorer.Name == gang.ScorerClustering {
 		return bad("Scorer: %q needs bind reports the engine does not give; use another scorer", c.Scorer.Name)

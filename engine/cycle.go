@@ -299,7 +299,7 @@ func (e *Engine) cycle() Ready {
 	e.tail = nil
 	if cs.cut {
 		rd.Unwalked = e.pending.Len() - len(cs.pend)
-		e.tailBuf = tailState{gen: cs.gen, first: cs.cutJob, cur: cs.cutCur, plan: cs.cutPlan}
+		e.tailBuf = tailState{gen: cs.gen, first: cs.cutJob, cur: cs.cutCur, plan: cs.cutPlan, capAtCut: cs.blockedCap}
 		e.tail = &e.tailBuf
 		cs.cutPlan, cs.cutCur, cs.cutJob = nil, nil, nil
 	}

@@ -145,25 +145,42 @@ func (v *View) Estimates() []Estimate {
 	out := make([]Estimate, len(v.Pending))
 	var run []RunningJob
 	for i := range v.Pending {
-		out[i] = v.estimate(i, &run)
+		out[i] = v.estimate(&v.Pending[i], i, &run)
 	}
 	return out
 }
 
-// Estimate returns the Estimate of one pending job.
+// Estimate returns the Estimate of one pending job: one of Pending, or
+// one after the walk's cut whose status the engine's owner computed
+// (Engine.PendingStatuses); false for any other job.
 func (v *View) Estimate(job string) (Estimate, bool) {
-	for i := range v.Pending {
-		if v.Pending[i].Job == job {
-			var run []RunningJob
-			return v.estimate(i, &run), true
-		}
+	p, i, ok := v.status(job)
+	if !ok {
+		return Estimate{}, false
 	}
-	return Estimate{}, false
+	var run []RunningJob
+	return v.estimate(p, i, &run), true
 }
 
-// estimate explains v.Pending[i]; *run caches v.Running().
-func (v *View) estimate(i int, run *[]RunningJob) Estimate {
-	p := &v.Pending[i]
+// status finds a job's status: in Pending (i its index), or among those
+// computed on demand (i = -1).
+func (v *View) status(job string) (p *PendingStatus, i int, ok bool) {
+	for i := range v.Pending {
+		if v.Pending[i].Job == job {
+			return &v.Pending[i], i, true
+		}
+	}
+	for k := range v.more {
+		if v.more[k].Job == job {
+			return &v.more[k], -1, true
+		}
+	}
+	return nil, 0, false
+}
+
+// estimate explains p, v.Pending[i] (i = -1: a status after the walk's
+// cut computed on demand, in v.more); *run caches v.Running().
+func (v *View) estimate(p *PendingStatus, i int, run *[]RunningJob) Estimate {
 	x := Estimate{Job: p.Job}
 	if !p.Start.IsZero() {
 		x.Start = p.Start
@@ -188,8 +205,8 @@ func (v *View) estimate(i int, run *[]RunningJob) Estimate {
 		}
 	case ReasonBlocked:
 		x.Why = NoEstimateBehind
-		if h := v.headOf(i); h >= 0 {
-			x.Behind = []string{v.Pending[h].Job}
+		if h := v.headOf(i); h != nil {
+			x.Behind = []string{h.Job}
 		}
 	case ReasonInvalid, ReasonUnsupported:
 		x.Why = NoEstimateNeverFits
@@ -226,17 +243,32 @@ func (v *View) estimate(i int, run *[]RunningJob) Estimate {
 	return x
 }
 
-// headOf is the index of the blocked job that job i waits behind under
-// strict order (the first job before it not itself waiting behind
-// another), or -1.
-func (v *View) headOf(i int) int {
+// headOf is the blocked job that job i waits behind under strict order
+// (the first job before it not itself waiting behind another), or nil.
+// For a job after the walk's cut (i = -1) it is the first of the cycle's
+// own statuses or, when none is, of those computed on demand after the
+// cut (the engine computes the jobs after the cut in order up to the
+// first blocked one before any later one: Engine.tailStatus).
+func (v *View) headOf(i int) *PendingStatus {
+	ps, after := v.Pending, i < 0
+	if after {
+		ps, i = v.cyc, len(v.cyc)
+	}
 	for k := 0; k < i; k++ {
-		switch v.Pending[k].Reason {
+		switch ps[k].Reason {
 		case ReasonCapacity, ReasonReservedGPUs, ReasonReserved:
-			return k
+			return &ps[k]
 		}
 	}
-	return -1
+	if after {
+		for k := range v.more {
+			switch v.more[k].Reason {
+			case ReasonCapacity, ReasonReservedGPUs, ReasonReserved:
+				return &v.more[k]
+			}
+		}
+	}
+	return nil
 }
 
 // unboundedAhead reports whether another pending job holds a reservation

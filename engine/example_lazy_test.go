@@ -9,21 +9,21 @@ import (
 	"github.com/berthsched/berth/topo"
 )
 
-// With LazyPending, a cycle under a backlog stops its walk once no later
-// job can start: here one node of 8 GPUs runs a job, the first waiting
-// job gets EASY's reservation, and the walk stops there. Ready.Pending
-// lists the job it reached and Ready.Unwalked counts the others;
-// PendingAll gives every status, as a full walk would have, when it is
-// asked before the next event.
+// By default a cycle under a backlog stops its walk once no later job can
+// start: here one node of 8 GPUs runs a job, the first waiting job gets
+// EASY's reservation, and the walk stops there. Ready.Pending lists the
+// job it reached and Ready.Unwalked counts the others; PendingStatuses
+// computes the status of the jobs asked about alone, PendingAll every
+// status, as a full walk would have, when they are asked before the next
+// event; the View then explains those jobs too.
 func ExampleEngine_PendingAll() {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	e, err := engine.New(engine.Config{
-		Cluster:     topo.Uniform([]string{"rack"}, []int{1}, 1, 8, "H100"),
-		Queues:      queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}}},
-		Policy:      queue.StrictPriority(),
-		Backfill:    engine.BackfillConfig{Mode: engine.BackfillEASY},
-		Start:       t0,
-		LazyPending: true,
+		Cluster:  topo.Uniform([]string{"rack"}, []int{1}, 1, 8, "H100"),
+		Queues:   queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}}},
+		Policy:   queue.StrictPriority(),
+		Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY},
+		Start:    t0,
 	})
 	if err != nil {
 		panic(err)
@@ -42,6 +42,10 @@ func ExampleEngine_PendingAll() {
 	}
 	rd = e.Ready()
 	fmt.Println("walked:", len(rd.Pending), "unwalked:", rd.Unwalked)
+	one, _ := e.PendingStatuses("d")
+	fmt.Println("d alone:", one[0].Reason)
+	x, _ := e.View().Explain("d")
+	fmt.Println("the View explains d:", x.Kind)
 	all, ok := e.PendingAll()
 	for _, p := range all {
 		fmt.Println(p.Job, p.Reason)
@@ -64,6 +68,8 @@ func ExampleEngine_PendingAll() {
 	fmt.Println("asked after an event:", len(head), ok)
 	// Output:
 	// walked: 1 unwalked: 3
+	// d alone: capacity
+	// the View explains d: capacity: whole nodes
 	// a reserved
 	// b capacity
 	// c capacity

@@ -37,15 +37,15 @@ func (x Explanation) String() string {
 	return x.Limit + "; " + x.Unblock
 }
 
-// Explain returns the Explanation of one pending job, false if it is not
-// pending in this View.
+// Explain returns the Explanation of one pending job: one of Pending, or
+// one after the walk's cut whose status the engine's owner computed
+// (Engine.PendingStatuses); false for any other job.
 func (v *View) Explain(job string) (Explanation, bool) {
-	for i := range v.Pending {
-		if v.Pending[i].Job == job {
-			return v.explain(i, &explainCache{}), true
-		}
+	p, i, ok := v.status(job)
+	if !ok {
+		return Explanation{}, false
 	}
-	return Explanation{}, false
+	return v.explain(p, i, &explainCache{}), true
 }
 
 // Explanations returns the Explanation of every pending job, in the
@@ -55,7 +55,7 @@ func (v *View) Explanations() []Explanation {
 	out := make([]Explanation, len(v.Pending))
 	c := &explainCache{}
 	for i := range v.Pending {
-		out[i] = v.explain(i, c)
+		out[i] = v.explain(&v.Pending[i], i, c)
 	}
 	return out
 }
@@ -86,10 +86,10 @@ func (v *View) runsByEnd(c *explainCache) []*runRec {
 	return c.run
 }
 
-func (v *View) explain(i int, c *explainCache) Explanation {
-	p := &v.Pending[i]
+// explain explains p, v.Pending[i] (i = -1: see estimate).
+func (v *View) explain(p *PendingStatus, i int, c *explainCache) Explanation {
 	x := Explanation{Job: p.Job, Reason: p.Reason, Kind: p.Reason.String()}
-	est := v.estimate(i, &c.ests)
+	est := v.estimate(p, i, &c.ests)
 	switch p.Reason {
 	case ReasonQuota:
 		x.Limit = fmt.Sprintf("queue %s is short of quota: %s needs %s, %s available", p.Queue, p.Quota.Resource,
@@ -107,7 +107,7 @@ func (v *View) explain(i int, c *explainCache) Explanation {
 	case ReasonReserved:
 		v.explainReserved(p, &x, c)
 	case ReasonBlocked:
-		v.explainBlocked(i, &x, c)
+		v.explainBlocked(p, i, &x, c)
 	case ReasonPreempting:
 		x.Limit = "jobs were preempted for it and are in their grace period"
 		x.Unblock = "starts at " + v.when(p.Start) + ", when their grace periods end"
@@ -421,21 +421,20 @@ func (v *View) explainReserved(p *PendingStatus, x *Explanation, c *explainCache
 	x.Unblock = "it starts then, when " + v.jobsEnding(holders, c) + " " + endVerb(holders)
 }
 
-func (v *View) explainBlocked(i int, x *Explanation, c *explainCache) {
+func (v *View) explainBlocked(p *PendingStatus, i int, x *Explanation, c *explainCache) {
 	h := v.headOf(i)
-	if h < 0 {
+	if h == nil {
 		x.Limit = "strict order without backfill: an earlier job is blocked"
 		x.Unblock = "it starts after that job starts"
 		return
 	}
-	head := v.Pending[h].Job
+	head := h.Job
 	x.Limit = "strict order without backfill: it waits behind " + head + ", which is blocked"
-	if v.Pending[h].Reason == ReasonCapacity {
+	if h.Reason == ReasonCapacity {
 		var hx Explanation
-		v.explainCapacity(&v.Pending[h], &hx, c)
+		v.explainCapacity(h, &hx, c)
 		x.Limit = "strict order without backfill: it waits behind " + head + ", which " + hx.Limit
 	}
-	p := &v.Pending[i]
 	if p.js != nil && v.x.snap != nil {
 		fits := true
 		w := v.whatIfNow()

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -245,10 +246,10 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		}
 		rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 		cfg := fuzzSeedConfig(rng, seed, shared)
-		// The first engine stops its walks early where it may
-		// (LazyPending); apply compares its PendingAll with the second
-		// engine's full Ready.Pending below.
-		cfg.LazyPending = true
+		// The first engine stops its walks early where it may (lazy
+		// pending statuses, the default); apply compares its
+		// PendingStatuses, PendingAll and View (explanations, estimates)
+		// with the second engine's full walk below.
 		e, err := New(cfg)
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -432,7 +433,8 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 		return fmt.Sprintf("%v %s%s err=%v", ev.Kind, ev.JobID, ev.ServiceName, err)
 	}
 	m.prevClaims = maps.Clone(e.claims)
-	lazy := e.cfg.LazyPending && e.HasReady() // a cycle runs
+	cycles := e.HasReady()
+	lazy := !e.cfg.EagerPending && !e.cfg.DisableCaches && cycles // a cycle runs
 	rd := e.Ready()
 	if os.Getenv("FUZZDBG") != "" {
 		t.Logf("READY %s", digest(rd))
@@ -460,7 +462,28 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 	if skip {
 		rd.Pending, rd.Unwalked = nil, 0 // neither engine's statuses are compared
 	}
-	return digest(rd) + fmt.Sprintf(" refused=%v", out)
+	vd := ""
+	if cycles && !skip {
+		// What the View's readers answer, after the cycle's statuses were
+		// completed on demand (PendingAll published them): the same as
+		// the full walk's View.
+		vd = viewDigest(e.View())
+	}
+	return digest(rd) + fmt.Sprintf(" refused=%v", out) + vd
+}
+
+// viewDigest is every explanation and estimate a View gives, with its
+// pending count.
+func viewDigest(v *View) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, " view(%d,%d)", len(v.Pending), v.Unwalked)
+	for _, x := range v.Explanations() {
+		fmt.Fprintf(&b, " X(%s,%s,%s)", x.Job, x.Kind, x)
+	}
+	for _, x := range v.Estimates() {
+		fmt.Fprintf(&b, " E(%s,%v,%v,%v)", x.Job, x.Start.Sub(fuzzT0), x.Why, x.Behind)
+	}
+	return b.String()
 }
 
 // skipsAll reports whether the step asks no PendingAll (a quarter of the
@@ -469,15 +492,73 @@ func apply(t *testing.T, e *Engine, st fuzzStep, m *fuzzModel) string {
 // the statuses out and compare the decisions alone.
 func (st fuzzStep) skipsAll() bool { return len(st.refuse) > 2 && st.refuse[2] >= 6 }
 
-// pendingAll sets rd.Pending to e.PendingAll, checked against rd.
+// pendingAll sets rd.Pending to e.PendingAll, checked against rd. First
+// it asks PendingStatuses for some jobs (after the cut and before it,
+// out of the walk's order) and checks, once PendingAll has them all,
+// that each status and the View's explanation and estimate of each job
+// asked were those of the full list.
 func pendingAll(t *testing.T, e *Engine, rd *Ready, m *fuzzModel) {
 	t.Helper()
+	var ask []string
+	k := 0
+	e.View().EachPending(func(j *queue.Job) bool {
+		if k%3 == 0 {
+			ask = append(ask, j.ID)
+		}
+		k++
+		return true
+	})
+	slices.Reverse(ask)
+	ask = append(ask, "no-such-job")
+	one, ok := e.PendingStatuses(ask...)
+	if !ok {
+		t.Fatalf("PendingStatuses: stale right after cycle %d", rd.Seq)
+	}
+	type said struct {
+		x   Explanation
+		est Estimate
+	}
+	views := map[string]said{}
+	v := e.View()
+	for _, st := range one {
+		x, okx := v.Explain(st.Job)
+		est, oke := v.Estimate(st.Job)
+		if !okx || !oke {
+			t.Fatalf("cycle %d: View.Explain/Estimate(%s) unknown after PendingStatuses", rd.Seq, st.Job)
+		}
+		views[st.Job] = said{x, est}
+	}
 	all, ok := e.PendingAll()
 	if !ok {
 		t.Fatalf("PendingAll: stale right after cycle %d", rd.Seq)
 	}
 	if len(all) != len(rd.Pending)+rd.Unwalked || !slices.Equal(all[:len(rd.Pending)], rd.Pending) {
 		t.Fatalf("PendingAll: %d statuses, Ready has %d and %d unwalked, or its head differs", len(all), len(rd.Pending), rd.Unwalked)
+	}
+	byJob := map[string]PendingStatus{}
+	for _, st := range all {
+		byJob[st.Job] = st
+	}
+	for _, st := range e.View().Pending {
+		if _, in := byJob[st.Job]; !in {
+			byJob[st.Job] = st // put back or binding: not the cycle's
+		}
+	}
+	v = e.View()
+	for _, st := range one {
+		full, in := byJob[st.Job]
+		if !in || fmt.Sprintf("%v %v %v %+v %v", st.Reason, st.Start, st.Place, st.Quota, st.plan) !=
+			fmt.Sprintf("%v %v %v %+v %v", full.Reason, full.Start, full.Place, full.Quota, full.plan) {
+			t.Fatalf("cycle %d: PendingStatuses(%s) = %+v, PendingAll has %+v", rd.Seq, st.Job, st, full)
+		}
+		x, _ := v.Explain(st.Job)
+		est, _ := v.Estimate(st.Job)
+		if got := views[st.Job]; got.x != x || !reflect.DeepEqual(got.est, est) {
+			t.Fatalf("cycle %d: job %s explained on demand as %v / %v, with every status as %v / %v", rd.Seq, st.Job, got.x, got.est, x, est)
+		}
+		if !slices.ContainsFunc(rd.Pending, func(p PendingStatus) bool { return p.Job == st.Job }) {
+			fuzzAsked++ // after the cut: computed on demand
+		}
 	}
 	fuzzCycles++
 	if rd.Unwalked > 0 {

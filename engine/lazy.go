@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"slices"
+
+	"time"
+
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
 
-// A cycle under Config.LazyPending may stop its walk early (the cut): once
+// A cycle (unless Config.EagerPending) may stop its walk early (the cut): once
 // no reservation can be made any more, no pending job can start on what
 // is free, and nothing else can act on the jobs left, every job after
 // that point would only get a status. The walk then stops, Ready.Pending
@@ -13,7 +17,8 @@ import (
 // PendingAll computes their statuses when asked. docs/scale.md ("A walk
 // that stops") has the conditions and why each is needed.
 
-// tailState is what PendingAll needs after a cycle that cut its walk.
+// tailState is what PendingAll and PendingStatuses need after a cycle
+// that cut its walk.
 type tailState struct {
 	gen   uint64       // the cycle (cycleState.gen) that cut
 	first *queue.Job   // the job the walk stopped before
@@ -23,12 +28,38 @@ type tailState struct {
 	plan  *topo.Snapshot
 	stale bool            // an event came since: the statuses would not be the cycle's
 	all   []PendingStatus // computed by the first PendingAll
+	// order lists the jobs after the cut in the walk's order (the cursor
+	// drained, when first needed: listed); at is a job's index in order,
+	// built when first needed (posOf).
+	order  []*job
+	at     map[*job]int
+	listed bool
+	// done are the statuses computed on demand so far, by job; more lists
+	// them in the order computed (the View's).
+	done map[*job]PendingStatus
+	more []PendingStatus
+	// holders: tailHolders, once holdersDone.
+	holders     []tailHolder
+	holdersDone bool
+	scratch     Ready // consider's (it places no job after the cut)
+	// capAtCut: a job was blocked by capacity before the cut
+	// (cycleState.blockedCap). Under BackfillNone without one, the first
+	// job after the cut blocked by capacity blocks the ones after it:
+	// capScan jobs of order were considered in order to find it, at
+	// index capAt (capFound).
+	capAtCut, capFound bool
+	capScan, capAt     int
+	// saved is the cycle state tailBegin saved and tailEnd restores.
+	saved struct {
+		yielded, blockedCap bool
+		limMin, limMax      time.Duration
+	}
 }
 
 // cutAllowed reports whether this cycle's walk may stop early at all: the
 // conditions that do not change during a walk.
 //
-//   - Config.LazyPending is on and Config.DisableCaches off;
+//   - Config.EagerPending and Config.DisableCaches are off;
 //   - no fractional or MIG job was ever seen (shares and instances serve
 //     them without a free GPU), no service (replicas are batched), no site
 //     rule (partitions, limits, advance reservations): each can act on a
@@ -40,7 +71,7 @@ type tailState struct {
 //   - no pending job's bind backoff ends after now: the walk notes those
 //     ends for NextWake.
 func (e *Engine) cutAllowed() bool {
-	return e.cfg.LazyPending && !e.cfg.DisableCaches && !e.fracSeen && e.site == nil && len(e.svcs) == 0 &&
+	return !e.cfg.EagerPending && !e.cfg.DisableCaches && !e.fracSeen && e.site == nil && len(e.svcs) == 0 &&
 		!e.cfg.Preemption.Priority && !e.cfg.Preemption.Reclaim && len(e.claims) == 0 &&
 		e.cyc.nowNs >= e.maxNotBefore && e.held == 0
 }
@@ -169,13 +200,15 @@ func (e *Engine) freezeTail() {
 }
 
 // PendingAll returns the status of every pending job as the latest cycle
-// would have listed it in Ready.Pending without Config.LazyPending: the
-// jobs its walk reached (its Ready.Pending), then the Ready.Unwalked jobs
-// after its cut, in the policy's order (the walk's cursor goes on from the
-// cut), each with the status the walk would have given it (the same code
-// computes it, on the plan at the cut). The statuses after the cut are
-// computed on the first call and kept; the slice is shared and must not
-// be modified. The first call costs what the full walk would have.
+// would have listed it in Ready.Pending had it walked every job
+// (Config.EagerPending): the jobs its walk reached (its Ready.Pending),
+// then the Ready.Unwalked jobs after its cut, in the policy's order (the
+// walk's cursor goes on from the cut), each with the status the walk
+// would have given it (the same code computes it, on the plan at the
+// cut). The statuses after the cut are computed on the first call and
+// kept, and the View is published again with all of them (View.Pending
+// complete, View.Unwalked zero); the slice is shared and must not be
+// modified. The first call costs what the full walk would have.
 //
 // ok is false when an event was stepped since that cycle and before the
 // first call (the statuses after the cut would no longer be that
@@ -195,32 +228,266 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 	if t.stale || t.gen != e.cyc.gen {
 		return head, false
 	}
+	e.listTail(t)
+	all = make([]PendingStatus, len(head), len(head)+len(t.order))
+	copy(all, head)
+	e.tailBegin(t)
+	for i, js := range t.order {
+		all = append(all, e.tailStatus(t, js, false, i))
+	}
+	e.tailEnd(t)
+	t.all, t.plan, t.cur, t.first, t.order, t.at, t.done, t.more, t.holders = all, nil, nil, nil, nil, nil, nil, nil, nil
+	e.republishWith(all, 0, nil)
+	return all, true
+}
+
+// PendingStatuses returns the statuses of the jobs asked about that are
+// pending, in the order asked (a job not pending is left out), each as
+// PendingAll lists it: for a job after the latest cycle's cut, the
+// status that cycle's full walk would have given it, computed now for
+// that job alone (its cost is that job's in the walk, and a list of the
+// jobs after the cut in order when the job was held by quota and a job
+// after the cut holds a reservation: whether the walk reached that
+// holder first changes its placement). Statuses computed are kept for
+// the cycle and published in the View (View.Explain, View.Estimate).
+//
+// ok is false when a job asked about is after the cut and an event was
+// stepped since the cycle (see PendingAll): its status is then left out.
+// Like Step, it is for the engine's owner only.
+func (e *Engine) PendingStatuses(ids ...string) (sts []PendingStatus, ok bool) {
+	v := e.View()
+	ok = true
+	var byID map[string]int
+	if len(ids) > 8 {
+		byID = make(map[string]int, len(v.Pending))
+		for i := range v.Pending {
+			byID[v.Pending[i].Job] = i
+		}
+	}
+	find := func(id string) (PendingStatus, bool) {
+		if byID != nil {
+			if i, found := byID[id]; found {
+				return v.Pending[i], true
+			}
+			return PendingStatus{}, false
+		}
+		for i := range v.Pending {
+			if v.Pending[i].Job == id {
+				return v.Pending[i], true
+			}
+		}
+		return PendingStatus{}, false
+	}
+	t := e.tail
+	begun, added := false, false
+	for _, id := range ids {
+		if st, found := find(id); found {
+			sts = append(sts, st)
+			continue
+		}
+		js := e.jobs[id]
+		if t == nil || t.all != nil || js == nil || js.st != statePending {
+			continue // not pending, or Pending has every status
+		}
+		if st, found := t.done[js]; found {
+			sts = append(sts, st)
+			continue
+		}
+		if t.stale || t.gen != e.cyc.gen {
+			ok = false
+			continue
+		}
+		if !begun {
+			e.tailBegin(t)
+			begun = true
+		}
+		st := e.tailStatus(t, js, true, -1)
+		sts = append(sts, st)
+		added = true
+	}
+	if begun {
+		e.tailEnd(t)
+	}
+	if added {
+		e.republishWith(v.cyc, v.Unwalked, slices.Clip(t.more))
+	}
+	return sts, ok
+}
+
+// listTail drains the walk's cursor into t.order, once.
+func (e *Engine) listTail(t *tailState) {
+	if t.listed {
+		return
+	}
+	t.listed = true
+	t.order = append(t.order, e.byPtr[t.first])
+	for j, more := t.cur.Next(); more; j, more = t.cur.Next() {
+		t.order = append(t.order, e.byPtr[j])
+	}
+	t.cur = nil
+}
+
+// posOf is js's index in t.order (listed), false if it is not after the
+// cut.
+func (t *tailState) posOf(js *job) (int, bool) {
+	if t.at == nil {
+		t.at = make(map[*job]int, len(t.order))
+		for i, o := range t.order {
+			t.at[o] = i
+		}
+	}
+	i, ok := t.at[js]
+	return i, ok
+}
+
+// tailBegin sets the cycle state back to the cut for tailStatus, and
+// saves what consider changes that Advance or the next cycle reads.
+func (e *Engine) tailBegin(t *tailState) {
 	cs := &e.cyc
+	t.saved.yielded, t.saved.blockedCap, t.saved.limMin, t.saved.limMax = cs.yielded, cs.blockedCap, cs.limMin, cs.limMax
 	cs.plan = t.plan
 	if cs.plan == nil {
 		cs.plan = e.snap
 	}
 	cs.dropHeld()
-	tail := []*queue.Job{t.first}
-	for j, more := t.cur.Next(); more; j, more = t.cur.Next() {
-		tail = append(tail, j)
-	}
-	all = make([]PendingStatus, len(head), len(head)+len(tail))
-	copy(all, head)
-	var scratch Ready
-	for _, j := range tail {
-		st, waits := e.consider(j, &scratch)
-		if !waits {
-			panic("engine: broken invariant: a job after the walk's cut was placed: " + j.ID)
-		}
-		all = append(all, st)
-	}
+}
+
+// tailEnd undoes tailBegin.
+func (e *Engine) tailEnd(t *tailState) {
+	cs := &e.cyc
+	cs.yielded, cs.blockedCap, cs.limMin, cs.limMax = t.saved.yielded, t.saved.blockedCap, t.saved.limMin, t.saved.limMax
 	cs.dropHeld()
 	cs.plan = nil
 	cs.resetTLS()
 	cs.recycleDead()
-	t.all, t.plan, t.cur, t.first = all, nil, nil, nil
-	return all, true
+}
+
+// tailStatus is the status the walk would have given js, a job after the
+// cut, between tailBegin and tailEnd. What one job's consideration left
+// for the next does not change the statuses here (no job is placed or
+// reserved after the cut; the memos give what a placement would), but
+// for one thing: a job once held by quota yields to the reservations of
+// the last cycle held by jobs the walk has not reached yet (yieldTo, by
+// job.walked). So the holders after the cut are marked reached or not
+// as the walk would have found them at js.
+//
+// keep records the status (t.done, t.more): PendingStatuses keeps what it
+// computes, PendingAll (which keeps the whole list) does not.
+func (e *Engine) tailStatus(t *tailState, js *job, keep bool, pos int) PendingStatus {
+	if st, found := t.done[js]; found {
+		return st
+	}
+	cs := &e.cyc
+	if e.cfg.Backfill.Mode == BackfillNone && !t.capAtCut {
+		// Find the first job after the cut blocked by capacity: the walk
+		// considers the jobs in order until then.
+		e.listTail(t)
+		for !t.capFound && t.capScan < len(t.order) {
+			k := t.capScan
+			t.capScan++
+			cs.blockedCap = false
+			e.tailConsider(t, t.order[k], true, k)
+			if cs.blockedCap {
+				t.capFound, t.capAt = true, k
+			}
+		}
+		if st, found := t.done[js]; found {
+			return st
+		}
+		if pos < 0 {
+			pos, _ = t.posOf(js)
+		}
+		cs.blockedCap = t.capFound && pos > t.capAt
+	}
+	return e.tailConsider(t, js, keep, pos)
+}
+
+// tailConsider is tailStatus once cycleState.blockedCap is set as the
+// walk would have left it at js (pos: its index in t.order, -1: unknown).
+func (e *Engine) tailConsider(t *tailState, js *job, keep bool, pos int) PendingStatus {
+	if st, found := t.done[js]; found {
+		return st
+	}
+	cs := &e.cyc
+	if js.quotaWait && len(e.lastRes) > 0 && !e.holds(js) {
+		if hs := e.tailHolders(t); len(hs) > 0 {
+			if pos < 0 {
+				pos, _ = t.posOf(js)
+			}
+			for _, h := range hs {
+				h.js.walked = cs.gen - 1
+				if h.pos < pos {
+					h.js.walked = cs.gen
+				}
+			}
+		}
+	}
+	st, waits := e.consider(js.j, &t.scratch)
+	if !waits {
+		panic("engine: broken invariant: a job after the walk's cut was placed: " + js.j.ID)
+	}
+	if keep {
+		if t.done == nil {
+			t.done = map[*job]PendingStatus{}
+		}
+		t.done[js] = st
+		t.more = append(t.more, st)
+	}
+	return st
+}
+
+// tailHolder is a holder of a reservation of the last cycle after the
+// cut, with its index in tailState.order.
+type tailHolder struct {
+	js  *job
+	pos int
+}
+
+// tailHolders lists, once per cycle, the last cycle's reservation
+// holders after the cut (listing the jobs after the cut when there is
+// one): the jobs yieldTo may yield to.
+func (e *Engine) tailHolders(t *tailState) []tailHolder {
+	if t.holdersDone {
+		return t.holders
+	}
+	t.holdersDone = true
+	cs := &e.cyc
+	after := false
+	for id := range e.lastRes {
+		// A holder is after the cut if the walk did not reach it (or
+		// tailStatus considered it).
+		if h := e.jobs[id]; h != nil && h.st == statePending && (h.walked != cs.gen || t.reachedHere(h)) {
+			after = true
+			break
+		}
+	}
+	if !after {
+		return nil
+	}
+	e.listTail(t)
+	for _, id := range sortedKeys(e.lastRes) {
+		if h := e.jobs[id]; h != nil && h.st == statePending {
+			if k, in := t.posOf(h); in {
+				t.holders = append(t.holders, tailHolder{h, k})
+			}
+		}
+	}
+	return t.holders
+}
+
+// reachedHere reports whether h is a job after the cut that tailStatus
+// considered (its walked mark is this cycle's though the walk never
+// reached it).
+func (t *tailState) reachedHere(h *job) bool {
+	_, in := t.done[h]
+	if in {
+		return true
+	}
+	if !t.listed {
+		return false
+	}
+	_, in = t.posOf(h)
+	return in
 }
 
 // maxNodeFree is the most free GPUs of one ready node of s.

@@ -11,11 +11,19 @@ import (
 // stopped early under LazyPending and all cycles checked.
 var fuzzCuts, fuzzCycles int
 
+// fuzzAsked counts the statuses after a cut that PendingStatuses
+// computed and pendingAll compared with the full list.
+var fuzzAsked int
+
 // TestLazyPendingMatchesFullWalk runs FuzzEngine's body on random inputs
 // whose seeds allow the walk's cut (no preemption, ample quota; every
 // policy): each step's decisions, NextWake and full pending statuses
 // (PendingAll, before or after Advance) must equal those of an engine
-// that walks every job with every cache off. It fails if too few walks
+// that walks every job with every cache off, and so must the View's
+// explanations and estimates of every job once they are computed; the
+// statuses of a third of the jobs asked first one by one, out of order
+// (PendingStatuses), and their View.Explain and View.Estimate then, must
+// be those of the full list. It fails if too few walks
 // were cut for the comparison to mean anything.
 func TestLazyPendingMatchesFullWalk(t *testing.T) {
 	n := 400
@@ -26,6 +34,14 @@ func TestLazyPendingMatchesFullWalk(t *testing.T) {
 		n = 60
 	}
 	r := rand.New(rand.NewPCG(17, 17))
+	asked0 := fuzzAsked
+	defer func() {
+		asked := fuzzAsked - asked0
+		t.Logf("statuses after the cut computed on demand (PendingStatuses) and compared: %d", asked)
+		if asked < 100 {
+			t.Errorf("only %d statuses computed on demand were compared", asked)
+		}
+	}()
 	for policy := range uint64(3) {
 		cuts0, cycles0 := fuzzCuts, fuzzCycles
 		for range n / 3 {

@@ -36,6 +36,9 @@ func TestNodeLoadsAndPendingRequest(t *testing.T) {
 		if err := e.Advance(rd, engine.Outcome{}); err != nil {
 			t.Fatal(err)
 		}
+		if _, ok := e.PendingAll(); !ok { // the walk stopped before wide
+			t.Fatal("PendingAll: stale")
+		}
 		v := e.View()
 		if len(v.Pending) != 1 || v.Pending[0].Job != "wide" {
 			t.Fatalf("pending %+v", v.Pending)

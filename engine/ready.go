@@ -325,7 +325,8 @@ type Ready struct {
 	// resumes this one's walk shares its elements too.
 	Pending []PendingStatus
 	// Unwalked counts the pending jobs after the walk's cut, not in
-	// Pending (Config.LazyPending; Engine.PendingAll lists them); zero
+	// Pending (unless Config.EagerPending; Engine.PendingStatuses and
+	// Engine.PendingAll compute theirs on demand); zero
 	// when the walk reached every job.
 	Unwalked int
 	// Requeued lists running jobs put back to pending this cycle or by

@@ -545,5 +545,5 @@ func (e *Engine) publishRestored() {
 		}
 		since = append(since, st)
 	}
-	e.publishWith(&Ready{Seq: e.seq, At: e.now, Holds: holds}, nil, since)
+	e.publishWith(&Ready{Seq: e.seq, At: e.now, Holds: holds}, nil, since, nil)
 }

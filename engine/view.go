@@ -20,10 +20,15 @@ type View struct {
 	// (ReasonBindRefused, ReasonHeld), then the jobs whose binds are
 	// assumed or unknown (ReasonBinding, ReasonBindingUnknown), by ID.
 	// Every job the engine knows is in exactly one of Pending (or, after a
-	// LazyPending cut, EachPending), Running, or gone.
+	// walk that stopped early, EachPending), Running, or gone. After
+	// Engine.PendingAll (the Runner calls it for its readers) the View is
+	// published again with every status here and Unwalked zero.
 	Pending []PendingStatus
 	// Unwalked counts the pending jobs that Pending leaves out: see
-	// Ready.Unwalked.
+	// Ready.Unwalked. Their statuses are computed on demand by the
+	// engine's owner (Engine.PendingStatuses, Engine.PendingAll), which
+	// publishes the View again: Explain and Estimate then answer for
+	// them too.
 	Unwalked int
 	// Reservations held by the cycle.
 	Reservations []Reservation
@@ -40,6 +45,10 @@ type View struct {
 	// cyc is the cycle's own Pending (Ready.Pending), which republish
 	// extends.
 	cyc []PendingStatus
+	// more are statuses of jobs after the walk's cut computed on demand
+	// (Engine.PendingStatuses) and not in Pending: Explain and Estimate
+	// read them.
+	more []PendingStatus
 }
 
 // runRec is a running job as the View keeps it; ExpectedEnd is computed
@@ -130,13 +139,13 @@ func (v *View) Queues() []queue.QueueStatus {
 // publish stores the View of the cycle that made rd.
 func (e *Engine) publish(rd *Ready, qs *queue.Snapshot) {
 	e.putBack = e.putBack[:0] // the cycle lists them
-	e.publishWith(rd, qs, nil)
+	e.publishWith(rd, qs, nil, nil)
 }
 
 // publishWith is publish with the statuses of jobs put back to pending
 // since rd's cycle (republish), listed after rd's.
-func (e *Engine) publishWith(rd *Ready, qs *queue.Snapshot, since []PendingStatus) {
-	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs, x: e.viewExtra()}
+func (e *Engine) publishWith(rd *Ready, qs *queue.Snapshot, since, more []PendingStatus) {
+	v := &View{At: e.now, FreeGPUs: e.snap.Free(), TotalGPUs: e.cluster.NumGPUs(), queues: qs, x: e.viewExtra(), more: more}
 	if rd != nil {
 		v.Seq, v.cyc, v.Unwalked, v.Reservations, v.Holds = rd.Seq, rd.Pending, rd.Unwalked, slices.Clone(rd.Reservations), maps.Clone(rd.Holds)
 	}
@@ -160,6 +169,13 @@ func (e *Engine) Publish() { e.republish() }
 // the cycle (e.putBack), which its Pending does not list.
 func (e *Engine) republish() {
 	old := e.view.Load()
+	e.republishWith(old.cyc, old.Unwalked, old.more)
+}
+
+// republishWith is republish with the cycle's statuses, unwalked count
+// and on-demand statuses given (lazy.go completes them).
+func (e *Engine) republishWith(cyc []PendingStatus, unwalked int, more []PendingStatus) {
+	old := e.view.Load()
 	var since []PendingStatus
 	holds, cloned := old.Holds, false
 	for _, id := range sortedUnique(e.putBack) {
@@ -180,8 +196,8 @@ func (e *Engine) republish() {
 		}
 		since = append(since, st)
 	}
-	rd := &Ready{Seq: old.Seq, Pending: old.cyc, Unwalked: old.Unwalked, Reservations: old.Reservations, Holds: holds}
-	e.publishWith(rd, old.queues, since)
+	rd := &Ready{Seq: old.Seq, Pending: cyc, Unwalked: unwalked, Reservations: old.Reservations, Holds: holds}
+	e.publishWith(rd, old.queues, since, more)
 }
 
 // runUpsert records a job's current facts for observers.

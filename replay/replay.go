@@ -133,13 +133,15 @@ type Config struct {
 	// replays with it).
 	Done func()
 	// Observe, if set, sees every cycle (tests read reservations from it).
-	// Its Ready.Pending lists only the jobs the cycle's walk reached
-	// (engine.Config.LazyPending, on unless AllPending or a Recorder is
-	// set); View.EachPending lists every pending job.
+	// Its Ready.Pending lists only the jobs the cycle's walk reached (the
+	// engine's default, see engine.Config.EagerPending) unless AllPending
+	// or a Recorder is set (the Runner then completes it with the
+	// statuses after the walk's cut, computed on demand);
+	// View.EachPending lists every pending job.
 	Observe func(backends.Cycle)
-	// AllPending turns engine.Config.LazyPending off: every cycle walks
-	// and explains every pending job (Observe's Ready.Pending is whole),
-	// at a cost that grows with the backlog. The results are the same.
+	// AllPending sets engine.Config.EagerPending: every cycle walks and
+	// explains every pending job (Observe's Ready.Pending is whole), at a
+	// cost that grows with the backlog. The results are the same.
 	AllPending bool
 	// Spec, when it has nodes, is the cluster instead of Cluster's uniform
 	// shape: heterogeneous nodes, MIG nodes, shared GPUs, host resources
@@ -414,8 +416,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	spec, ecfg.Scorer = pl.spec, pl.scorer
 	ecfg.Queues = replayQueues(queues, gpus)
 	ecfg.DisableCaches = cfg.DisableCaches
-	// The recorder writes each waiting job's reason from Ready.Pending.
-	ecfg.LazyPending = !cfg.AllPending && cfg.Recorder == nil
+	// The Runner completes Ready.Pending for the recorder (each waiting
+	// job's reason) and for Observe when one is set.
+	ecfg.EagerPending = cfg.AllPending
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
 	for _, j := range jobs {
@@ -442,7 +445,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ob := newObserver(cfg, s, minPer, per)
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe, TickInterval: cfg.TickInterval,
-		Recorder: cfg.Recorder,
+		Recorder: cfg.Recorder, ObserveWalkedOnly: true, // the observer reads reservations and the pending sets
+
 	})
 	if err != nil {
 		return res, err
@@ -581,7 +585,7 @@ func (o *observer) measure(hist []int, v *engine.View) (frag, largest float64) {
 	}
 	largest = float64(max(best, whole*per+bestPartial))
 	// The smallest per-member ask among the pending jobs (all of them:
-	// the View's pending sets include those after a LazyPending cut).
+	// the View's pending sets include those after the walk's cut).
 	ask, some := per+1, false
 	v.EachPending(func(j *queue.Job) bool {
 		some = true

@@ -237,7 +237,10 @@ func (b *Backend) Written(ns, name string) (reason, message, nominated string, o
 // "Reserved") and, where there is one, the estimated start in the message;
 // pods of a job holding a reservation get status.nominatedNodeName; each
 // change is also recorded as an Event (reason FailedScheduling). The
-// writes happen on the backend's own goroutines.
+// writes happen on the backend's own goroutines. Cycle.Ready.Pending has
+// every pending job's status: after a cycle whose walk stopped early the
+// Runner computes the rest on demand (engine.Engine.PendingAll) for
+// Observe.
 func (b *Backend) Observe(c backends.Cycle) {
 	nominated := map[string][]string{} // job -> node per pod
 	b.mu.Lock()

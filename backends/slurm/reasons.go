@@ -57,7 +57,9 @@ func reasonText(s string) string {
 // ShowReasons writes why berth keeps each job waiting into the job's
 // AdminComment (see above), for the jobs of pending (a cycle's
 // Ready.Pending or a View's Pending, in the policy's order). Call it from
-// RunnerConfig.Observe; it does not wait: a reason is written only when it
+// RunnerConfig.Observe, whose Cycle.Ready.Pending lists every pending
+// job (the Runner computes on demand the statuses a walk that stopped
+// early left out); it does not wait: a reason is written only when it
 // changed, by one background scontrol at a time, at most
 // Config.ReasonBatch jobs (the first in pending's order) every
 // Config.ReasonInterval, so that it never slows binds or polls.

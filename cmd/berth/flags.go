@@ -19,9 +19,10 @@ func usagef(format string, args ...any) error {
 
 // traceSpec is one --trace value: kind and path (or job count).
 type traceSpec struct {
-	kind string // synthetic, synthetic-mig, swf, itp, openb
-	path string // empty: the shared trace of that kind
-	jobs int    // synthetic: job count; synthetic-mig: fractional job count (0: default)
+	kind string  // synthetic, synthetic-mig, swf, itp, openb, month
+	path string  // empty: the shared trace of that kind
+	jobs int     // synthetic: job count; synthetic-mig: fractional job count (0: default)
+	days float64 // month: its first days (30: the whole month)
 }
 
 // name is how the workload is called in tables, rows and plot files.
@@ -32,6 +33,11 @@ func (t traceSpec) name() string {
 			return t.kind + strconv.Itoa(t.jobs)
 		}
 		return t.kind
+	case "month":
+		if t.days == 30 {
+			return "month"
+		}
+		return "month" + strconv.FormatFloat(t.days, 'g', -1, 64) + "d"
 	case "itp":
 		if t.path == "" {
 			return "itp04"
@@ -55,10 +61,10 @@ func (t traceSpec) name() string {
 }
 
 // traceKinds is what --trace accepts, for messages.
-const traceKinds = "synthetic[:N], synthetic-mig[:N], swf[:PATH], itp[:PATH] or openb[:DIR]"
+const traceKinds = "synthetic[:N], synthetic-mig[:N], swf[:PATH], itp[:PATH], openb[:DIR] or month[:DAYS]"
 
 // parseTrace reads "synthetic", "synthetic:N", "synthetic-mig[:N]",
-// "swf[:PATH]", "itp[:PATH]" or "openb[:DIR]".
+// "swf[:PATH]", "itp[:PATH]", "openb[:DIR]" or "month[:DAYS]".
 func parseTrace(s string) (traceSpec, error) {
 	kind, arg, _ := strings.Cut(strings.TrimSpace(s), ":")
 	switch kind {
@@ -73,6 +79,16 @@ func parseTrace(s string) (traceSpec, error) {
 		return traceSpec{kind: kind, jobs: n}, nil
 	case "swf", "itp", "openb":
 		return traceSpec{kind: kind, path: arg}, nil
+	case "month":
+		days := 30.0
+		if arg != "" {
+			d, err := strconv.ParseFloat(arg, 64)
+			if err != nil || !(d > 0 && d <= 30) {
+				return traceSpec{}, usagef("--trace %q: month:DAYS wants days in (0, 30]", s)
+			}
+			days = d
+		}
+		return traceSpec{kind: kind, days: days}, nil
 	case "":
 		return traceSpec{}, usagef("--trace is empty (want %s)", traceKinds)
 	}

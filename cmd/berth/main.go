@@ -147,7 +147,8 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 	traceHelp := "workload: synthetic[:N] (whole-GPU jobs after ITP cluster04), synthetic-mig[:N] (whole-GPU jobs plus N fractional jobs\n" +
 		"on H100 nodes in MIG mode, split into 1g instances to begin with: the engine plans MIG re-layouts), swf[:PATH], itp[:PATH],\n" +
 		"or openb[:DIR] (the openb pods as a time trace on the openb node list, share pods as fractions of GPUs shared on demand;\n" +
-		"with --experiment fgd, the FGD experiment); without a path, the shared trace"
+		"with --experiment fgd, the FGD experiment); without a path, the shared trace; or month[:DAYS] (the standard month\n" +
+		"of docs/scale.md on B12K, generated: 113,800 jobs a day, 30 days unless DAYS)"
 	defTrace := "synthetic"
 	if compare {
 		name = "compare"
@@ -295,6 +296,9 @@ func parseOptions(args []string, stderr io.Writer, compare bool) (*options, erro
 		for _, t := range o.traces {
 			if t.kind == "openb" && shapeSet != "" {
 				return nil, usagef("--%s: the openb replay runs on the trace's own node list", shapeSet)
+			}
+			if t.kind == "month" && shapeSet != "" {
+				return nil, usagef("--%s: the month replays on B12K (12,288 nodes of 8 GPUs)", shapeSet)
 			}
 			if t.kind == "synthetic-mig" && (shapeSet == "gpus-per-node" || shapeSet == "racks") {
 				return nil, usagef("--%s: synthetic-mig has nodes of 8 GPUs and no racks (set --nodes only)", shapeSet)

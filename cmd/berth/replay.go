@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/berthsched/berth/benchmarks"
 	"github.com/berthsched/berth/replay"
 	"github.com/berthsched/berth/replay/metrics"
 	"github.com/berthsched/berth/topo"
@@ -109,6 +110,19 @@ func load(o *options, t traceSpec) (*loaded, error) {
 				defNodes = (n + o.gpn - 1) / o.gpn
 			}
 		}
+	case "month":
+		// The standard month (benchmarks.MonthConfig: seed 42, load 0.9 of
+		// B12K, ITP cluster04's sizes and runtimes) on B12K, generated
+		// once: every policy replays the same jobs.
+		mc, err := benchmarks.MonthConfig(t.days)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		if l.trace, err = workload.Synthetic(mc); err != nil {
+			return nil, err
+		}
+		l.topo = benchmarks.B12K().Spec()
+		return l, nil
 	case "synthetic-mig":
 		if o.nodes == 1 {
 			return nil, usagef("--nodes: synthetic-mig needs at least 2 nodes (half of them in MIG mode)")

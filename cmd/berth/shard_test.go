@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,9 +76,14 @@ func TestShardFlags(t *testing.T) {
 	assert.Contains(t, stderr, "not a shard document")
 }
 
-// TestSweepManifest checks examples/sweep/indexed-job.yaml: an Indexed
-// Job whose completions equal SHARDS, and whose berth command line parses
-// (with the shell's shard substituted).
+// TestSweepManifest checks examples/sweep/indexed-job.yaml and runs its
+// pods as the Indexed Job would (what run-local.sh does, in process): an
+// Indexed Job whose completions and parallelism equal SHARDS, whose berth
+// command line, with the shell's JOB_COMPLETION_INDEX, SHARDS and TRACE
+// substituted (TRACE: the month's first three minutes, 228 jobs, instead
+// of the whole month), runs one shard per completion index; the shards'
+// documents merged print exactly what the same sweep without --shard
+// prints.
 func TestSweepManifest(t *testing.T) {
 	b, err := os.ReadFile("../../examples/sweep/indexed-job.yaml")
 	require.NoError(t, err)
@@ -86,6 +92,7 @@ func TestSweepManifest(t *testing.T) {
 		Spec struct {
 			CompletionMode string `yaml:"completionMode"`
 			Completions    int
+			Parallelism    int
 			Template       struct {
 				Spec struct {
 					Containers []struct {
@@ -99,16 +106,50 @@ func TestSweepManifest(t *testing.T) {
 	require.NoError(t, yaml.NewDecoder(bytes.NewReader(b)).Decode(&job))
 	assert.Equal(t, "Job", job.Kind)
 	assert.Equal(t, "Indexed", job.Spec.CompletionMode)
+	assert.Equal(t, job.Spec.Completions, job.Spec.Parallelism)
 	c := job.Spec.Template.Spec.Containers[0]
-	require.Len(t, c.Env, 1)
-	assert.Equal(t, "SHARDS", c.Env[0].Name)
-	assert.Equal(t, strconv.Itoa(job.Spec.Completions), c.Env[0].Value)
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	assert.Equal(t, strconv.Itoa(job.Spec.Completions), env["SHARDS"])
+	assert.Equal(t, "month", env["TRACE"])
 	require.Len(t, c.Args, 1)
-	cmd, _, _ := strings.Cut(c.Args[0], ">")
-	f := strings.Fields(strings.ReplaceAll(cmd, `"$((JOB_COMPLETION_INDEX + 1))/${SHARDS}"`, "1/"+c.Env[0].Value))
-	require.Equal(t, "berth", f[0])
-	require.Equal(t, "compare", f[1])
-	o, err := parseOptions(f[2:], io.Discard, true)
+	cmd, redirect, _ := strings.Cut(c.Args[0], ">")
+	assert.Contains(t, redirect, `/results/shard-${JOB_COMPLETION_INDEX}.json`)
+	argv := func(trace, shard string) []string {
+		s := strings.ReplaceAll(cmd, `"$((JOB_COMPLETION_INDEX + 1))/${SHARDS}"`, shard)
+		s = strings.ReplaceAll(s, `"${TRACE}"`, trace)
+		require.NotContains(t, s, "$", "a shell variable the test does not substitute")
+		f := strings.Fields(s)
+		require.Equal(t, "berth", f[0])
+		require.Equal(t, "replay", f[1])
+		return f[1:]
+	}
+	o, err := parseOptions(argv(env["TRACE"], "1/"+env["SHARDS"])[1:], io.Discard, false)
 	require.NoError(t, err)
 	assert.Equal(t, job.Spec.Completions, o.shardN)
+	assert.Len(t, o.policies, 6)
+	require.Len(t, o.traces, 1)
+	assert.Equal(t, 30.0, o.traces[0].days)
+
+	const tiny = "month:0.002"
+	dir := t.TempDir()
+	var files []string
+	for index := range job.Spec.Completions { // JOB_COMPLETION_INDEX
+		code, doc, stderr := runCLI(t, argv(tiny, strconv.Itoa(index+1)+"/"+env["SHARDS"])...)
+		require.Zero(t, code, stderr)
+		f := filepath.Join(dir, "shard-"+strconv.Itoa(index)+".json")
+		require.NoError(t, os.WriteFile(f, []byte(doc), 0o644))
+		files = append(files, f)
+	}
+	code, got, stderr := runCLI(t, append([]string{"merge", "--format", "csv"}, files...)...)
+	require.Zero(t, code, stderr)
+	whole := argv(tiny, "x")
+	k := slices.Index(whole, "--shard")
+	whole = append(whole[:k:k], whole[k+2:]...)
+	code, want, stderr := runCLI(t, append(whole, "--format", "csv")...)
+	require.Zero(t, code, stderr)
+	assert.Equal(t, want, got)
+	assert.Equal(t, 7, strings.Count(got, "\n"), "a header and one row per policy:\n%s", got)
 }
