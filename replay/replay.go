@@ -291,7 +291,8 @@ func replayRequest(g, per int) gang.Request {
 // the cluster takes them.
 func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
-	if f := cfg.EstimateFactor; f != 0 {
+	exact := cfg.EstimateFactor == 1 // estimates are runtimes: no copy of the jobs
+	if f := cfg.EstimateFactor; f != 0 && !exact {
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 1 {
 			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrInvalid, f)
 		}
@@ -337,7 +338,7 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 			queues = append(queues, qn)
 		}
 		est := w.Estimate
-		if est <= 0 {
+		if exact || est <= 0 {
 			est = w.Runtime
 		}
 		var req gang.Request
