@@ -577,7 +577,7 @@ func (r *Runner) reconcileBinds(ctx context.Context, eng *engine.Engine, x resul
 		want, _ := eng.Members(id)
 		var extra []engine.Member
 		for _, m := range rj.Members {
-			if !slices.ContainsFunc(want, func(w engine.Member) bool { return sameMembers([]engine.Member{w}, []engine.Member{m}) }) {
+			if !slices.ContainsFunc(want, func(w engine.Member) bool { return sameMemberAnyOrder(w, m) }) {
 				extra = append(extra, m)
 			}
 		}

@@ -127,6 +127,23 @@ func (r *Runner) reconcileRunning(ctx context.Context, eng *engine.Engine, rj Ru
 	return nil
 }
 
+// sameMemberAnyOrder is sameMembers for one member each, without allocating
+// when the GPU indices come in the same order (the poll compares every
+// running job's members with the engine's).
+func sameMemberAnyOrder(a, b engine.Member) bool {
+	if a.Group != b.Group || a.Node != b.Node || a.Fractional != b.Fractional || a.Instance != b.Instance ||
+		a.Share.Milli != b.Share.Milli || len(a.GPUs) != len(b.GPUs) {
+		return false
+	}
+	if slices.Equal(a.GPUs, b.GPUs) {
+		return true
+	}
+	ga, gb := slices.Clone(a.GPUs), slices.Clone(b.GPUs)
+	slices.Sort(ga)
+	slices.Sort(gb)
+	return slices.Equal(ga, gb)
+}
+
 // sameMembers reports whether a and b are the same members in any order
 // (share IDs aside: they are the engine's own).
 func sameMembers(a, b []engine.Member) bool {

@@ -100,10 +100,14 @@ type Sim struct {
 	busy      int   // GPUs with anything on them
 	busyMilli int64 // GPU milli held
 	running   int   // jobs with members bound
-	finished  int
-	viol      []error
-	mig       []engine.MIGReconfiguration
-	stats     Stats
+	// live lists the jobs with members bound (not replicas), in no order;
+	// job.live is a job's index in it plus one (0: not in it). Running
+	// reads it instead of every job submitted.
+	live     []*job
+	finished int
+	viol     []error
+	mig      []engine.MIGReconfiguration
+	stats    Stats
 
 	factor func(job string, nodes []string) float64
 	fnodes []string // scratch for factor
@@ -164,6 +168,9 @@ type job struct {
 	submitted bool
 	// replica: a service replica (service.go): no runtime, never finishes.
 	replica bool
+	// idx is its position in Sim.order; live its index in Sim.live plus
+	// one (0: no member bound).
+	idx, live int
 }
 
 type injKey struct{ job, node string }
@@ -329,7 +336,7 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	if j.Submit.Before(s.now) {
 		return fmt.Errorf("%w: job %q submitted at %v, clock at %v", ErrInvalid, j.ID, j.Submit, s.now)
 	}
-	js := &job{j: j, runtime: runtime, out: Outcome{ID: j.ID, Submit: j.Submit}}
+	js := &job{j: j, runtime: runtime, out: Outcome{ID: j.ID, Submit: j.Submit}, idx: len(s.order)}
 	s.jobs[j.ID] = js
 	s.order = append(s.order, js)
 	s.push(event{at: j.Submit, kind: evSubmit, job: js})
@@ -471,8 +478,10 @@ func (s *Sim) Running(ctx context.Context) ([]backends.RunningJob, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []backends.RunningJob
-	for _, l := range [][]*job{s.order, s.replicas} {
+	jobs := slices.Clone(s.live)
+	slices.SortFunc(jobs, func(a, b *job) int { return cmp.Compare(a.idx, b.idx) })
+	out := make([]backends.RunningJob, 0, len(jobs))
+	for _, l := range [][]*job{jobs, s.replicas} {
 		for _, js := range l {
 			if len(js.members) > 0 {
 				out = append(out, backends.RunningJob{Job: js.j, Members: slices.Clone(js.members), Start: js.out.Start})
@@ -615,6 +624,27 @@ func (s *Sim) release(js *job) {
 	js.gpus, js.milli = 0, 0
 	js.members = nil
 	s.running--
+	s.unlive(js)
+}
+
+// enlive and unlive keep Sim.live: the jobs with members bound.
+func (s *Sim) enlive(js *job) {
+	if js.live == 0 && !js.replica {
+		s.live = append(s.live, js)
+		js.live = len(s.live)
+	}
+}
+
+func (s *Sim) unlive(js *job) {
+	if js.live == 0 {
+		return
+	}
+	i, last := js.live-1, len(s.live)-1
+	s.live[i] = s.live[last]
+	s.live[i].live = i + 1
+	s.live[last] = nil
+	s.live = s.live[:last]
+	js.live = 0
 }
 
 // instMilli is a MIG instance's compute fraction in thousandths.
@@ -850,6 +880,7 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
+		s.enlive(js)
 		if s.factor == nil && !js.replica {
 			s.push(event{at: s.now.Add(js.runtime), kind: evFinish, job: js, gen: js.gen})
 		}
@@ -896,6 +927,7 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 	js.members = slices.Delete(js.members, i, i+1)
 	if len(js.members) == 0 {
 		s.running--
+		s.unlive(js)
 		js.gen++
 		if js.out.Start.Equal(s.now) {
 			js.out = js.prev

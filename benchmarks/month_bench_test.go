@@ -1,0 +1,139 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthsched/berth/replay"
+	"github.com/berthsched/berth/workload"
+)
+
+// BenchmarkMonth replays the standard month's jobs (MonthConfig: the same
+// 3,414,000 jobs, sizes, runtimes and queues) on B12K with EASY backfill,
+// as BenchmarkReplay does, at a higher offered load than the month's 0.9:
+// load=95 and load=120 set the generator's Load knob to 0.95 and 1.2,
+// which only compresses the arrivals (the jobs of 30 days at 0.9 arrive
+// in 28.4 days at 0.95, in 22.5 days at 1.2). The month at 0.9 never
+// queues (about zero wait); at 0.95 jobs wait, and at 1.2 the backlog
+// grows until the arrivals stop, then drains.
+//
+// It reports jobs, cycles (engine cycles run), mean-backlog (pending
+// jobs, submitted and not started, time-weighted over the replay) and
+// max-backlog (the most a cycle saw), wall-s (the replay's wall time,
+// without generating the workload), peak-heap-MiB (the largest live heap,
+// HeapInuse's equivalent in runtime/metrics, sampled every 10 ms during
+// the replay), util and avg-wait-s.
+//
+// Like BenchmarkReplay it runs only when BERTH_MONTH_DAYS is set
+// (BERTH_MONTH_DAYS=30 is the month, a smaller value the jobs of its first
+// days at the same rate), so the one-pass benchmark run of hack/test.sh
+// skips it:
+//
+//	BERTH_MONTH_DAYS=30 go test ./benchmarks -run '^$' -bench 'BenchmarkMonth' -benchtime 1x -timeout 2h
+func BenchmarkMonth(b *testing.B) {
+	for _, load := range []int{95, 120} {
+		b.Run(fmt.Sprintf("load=%d/cluster=B12K", load), func(b *testing.B) { monthBench(b, float64(load)/100) })
+	}
+}
+
+func monthBench(b *testing.B, load float64) {
+	v := os.Getenv("BERTH_MONTH_DAYS")
+	if v == "" {
+		b.Skip("the month takes minutes and GiBs: set BERTH_MONTH_DAYS=30 (or fewer days) to run it")
+	}
+	days, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		b.Fatalf("BERTH_MONTH_DAYS=%q: %v", v, err)
+	}
+	mc, err := MonthConfig(days)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mc.Load = load
+	jobs, err := workload.Synthetic(mc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := replay.Config{Workload: "month", Jobs: jobs, Spec: B12K().Spec(), Policy: "easy", EstimateFactor: 1}
+	b.ReportAllocs()
+	var r replay.Result
+	peak := newHeapPeak()
+	for b.Loop() {
+		peak.start()
+		r, err = replay.Run(context.Background(), cfg)
+		peak.stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(r.Violations) > 0 {
+		b.Fatalf("simulator violations: %v", r.Violations[0])
+	}
+	if r.Result.Finished != len(jobs) {
+		b.Fatalf("%d of %d jobs finished", r.Result.Finished, len(jobs))
+	}
+	b.ReportMetric(days, "days")
+	b.ReportMetric(float64(len(jobs)), "jobs")
+	b.ReportMetric(float64(r.Cycles), "cycles")
+	b.ReportMetric(r.MeanPending, "mean-backlog")
+	b.ReportMetric(float64(r.MaxPending), "max-backlog")
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "wall-s")
+	b.ReportMetric(float64(peak.max)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(r.Result.Utilization, "util")
+	b.ReportMetric(r.Result.AvgWait.Seconds(), "avg-wait-s")
+}
+
+// heapPeak samples the live heap (heap objects plus the unused part of
+// in-use spans: runtime.MemStats.HeapInuse, without stopping the world)
+// every 10 ms between start and stop, and keeps the largest value.
+type heapPeak struct {
+	max  uint64
+	done chan struct{}
+	wg   sync.WaitGroup
+	s    []metrics.Sample
+}
+
+func newHeapPeak() *heapPeak {
+	return &heapPeak{s: []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}}
+}
+
+func (h *heapPeak) read() {
+	metrics.Read(h.s)
+	var n uint64
+	for _, s := range h.s {
+		if s.Value.Kind() == metrics.KindUint64 {
+			n += s.Value.Uint64()
+		}
+	}
+	h.max = max(h.max, n)
+}
+
+func (h *heapPeak) start() {
+	h.done = make(chan struct{})
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-h.done:
+				h.read()
+				return
+			case <-t.C:
+				h.read()
+			}
+		}
+	}()
+}
+
+func (h *heapPeak) stop() {
+	close(h.done)
+	h.wg.Wait()
+}
