@@ -303,7 +303,7 @@ func (w *world) start(cfg kube.Config, ecfg engine.Config) *running {
 			w.t.Logf("%s cycle %d: binds %d pending %v reservations %v requeued %v outcome %+v", time.Now().Format("05.000"), c.Ready.Seq, len(c.Ready.Binds), c.Ready.Pending, c.Ready.Reservations, c.Ready.Requeued, c.Outcome)
 		}
 		r.mu.Lock()
-		r.cycles = append(r.cycles, backends.Cycle{Outcome: c.Outcome})
+		r.cycles = append(r.cycles, backends.Cycle{Outcome: c.Outcome, Acts: c.Acts})
 		r.mu.Unlock()
 	}
 	runner, err := backends.NewRunner(rc)
