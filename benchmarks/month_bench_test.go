@@ -43,18 +43,7 @@ func BenchmarkMonth(b *testing.B) {
 }
 
 func monthBench(b *testing.B, load float64) {
-	v := os.Getenv("BERTH_MONTH_DAYS")
-	if v == "" {
-		b.Skip("the month takes minutes and GiBs: set BERTH_MONTH_DAYS=30 (or fewer days) to run it")
-	}
-	days, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		b.Fatalf("BERTH_MONTH_DAYS=%q: %v", v, err)
-	}
-	mc, err := MonthConfig(days)
-	if err != nil {
-		b.Fatal(err)
-	}
+	mc, days := monthFromEnv(b)
 	mc.Load = load
 	jobs, err := workload.Synthetic(mc)
 	if err != nil {
@@ -136,4 +125,24 @@ func (h *heapPeak) start() {
 func (h *heapPeak) stop() {
 	close(h.done)
 	h.wg.Wait()
+}
+
+// monthFromEnv is the standard month's workload for the BERTH_MONTH_DAYS
+// gate shared by the month benchmarks: it skips b when the variable is
+// unset and fails it when the value is not a number of days in (0, 30].
+func monthFromEnv(b *testing.B) (workload.SyntheticConfig, float64) {
+	b.Helper()
+	v := os.Getenv("BERTH_MONTH_DAYS")
+	if v == "" {
+		b.Skip("the month takes minutes and GiBs: set BERTH_MONTH_DAYS=30 (or fewer days) to run it")
+	}
+	days, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		b.Fatalf("BERTH_MONTH_DAYS=%q: %v", v, err)
+	}
+	mc, err := MonthConfig(days)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mc, days
 }

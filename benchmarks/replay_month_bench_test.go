@@ -2,8 +2,6 @@ package benchmarks
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/berthsched/berth/replay"
@@ -22,18 +20,7 @@ import (
 //	BERTH_MONTH_DAYS=30 go test ./benchmarks -run '^$' -bench 'BenchmarkReplay/trace=month' -benchtime 1x -timeout 2h
 func BenchmarkReplay(b *testing.B) {
 	b.Run("trace=month/cluster=B12K", func(b *testing.B) {
-		v := os.Getenv("BERTH_MONTH_DAYS")
-		if v == "" {
-			b.Skip("the month takes minutes and GiBs: set BERTH_MONTH_DAYS=30 (or fewer days) to run it")
-		}
-		days, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			b.Fatalf("BERTH_MONTH_DAYS=%q: %v", v, err)
-		}
-		mc, err := MonthConfig(days)
-		if err != nil {
-			b.Fatal(err)
-		}
+		mc, days := monthFromEnv(b)
 		jobs, err := workload.Synthetic(mc)
 		if err != nil {
 			b.Fatal(err)
