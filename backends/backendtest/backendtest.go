@@ -80,6 +80,11 @@ type Backend interface {
 type Setup struct {
 	Cluster topo.Spec
 	Start   time.Time
+	// Preemptions: the scenario tests preemption calls. Every job it
+	// submits is preemptible, with a priority of 0 to 2; a backend whose
+	// jobs take their priority from somewhere else (SLURM: the partition)
+	// should let a job of priority 1 or 2 preempt one of 0.
+	Preemptions bool
 }
 
 // Shape adapts the suite to a backend that cannot run its default: a
@@ -234,7 +239,8 @@ func Run(t *testing.T, newBackend func(t *testing.T, s Setup) Backend) Summary {
 
 func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBackend func(*testing.T, Setup) Backend) (faults, restarts, jobs int) {
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
-	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0})
+	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0,
+		Preemptions: sc.preemptLate+sc.preemptForever > 0})
 	sh := shapeOf(be)
 	*seeds = uint64(sh.Seeds)
 	if why, ok := sh.NotApplicable[sc.name]; ok {

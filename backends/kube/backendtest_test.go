@@ -46,7 +46,9 @@ type suiteKube struct {
 	backends.RealClock
 	w   *world
 	cfg kube.Config
-	kc  kubernetes.Interface // the test's own client (a connection of its own, with a timeout)
+	// preempts: the scenario tests preemptions (Setup.Preemptions).
+	preempts bool
+	kc       kubernetes.Interface // the test's own client (a connection of its own, with a timeout)
 
 	mu     sync.Mutex
 	jobs   map[string]*suiteJob
@@ -72,12 +74,14 @@ const kubeUnit = 40 * time.Millisecond
 // Runner but the last is stopped at its stop time by a timer
 // (StopOnTime), mid-cycle or mid-bind, as a berth process dies.
 func (s *suiteKube) Shape() backendtest.Shape {
-	return backendtest.Shape{Unit: kubeUnit, Jobs: 24, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true,
+	jobs := 24
+	if s.preempts {
+		// 24 jobs seldom fill the 64 GPUs: a preemption needs a full
+		// cluster when a job of a higher priority arrives.
+		jobs = 72
+	}
+	return backendtest.Shape{Unit: kubeUnit, Jobs: jobs, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true,
 		ReconcileInterval: time.Second, // RunningNow: a bind of unknown outcome is looked at within 1 s
-		NotApplicable: map[string]string{
-			"preempt-commits-after-timeout": "not run against envtest yet: each injected preemption holds an API call for CallTimeout (3 s) on top of a suite that already takes minutes on the shared machine; covered on sim and nvml",
-			"preempt-hangs-forever":         "not run against envtest yet: each injected preemption holds an API call for CallTimeout (3 s) on top of a suite that already takes minutes on the shared machine; covered on sim and nvml",
-		},
 	}
 }
 
@@ -416,7 +420,7 @@ func (s *suiteKube) Preempt(ctx context.Context, p engine.Preemption) error {
 func TestFaultSuite(t *testing.T) {
 	needAPI(t)
 	ensurePriorityClasses(t)
-	sum := backendtest.Run(t, func(t *testing.T, _ backendtest.Setup) backendtest.Backend {
+	sum := backendtest.Run(t, func(t *testing.T, setup backendtest.Setup) backendtest.Backend {
 		w := newWorld(t)
 		for r := range 2 {
 			for n := range 4 {
@@ -442,7 +446,7 @@ func TestFaultSuite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &suiteKube{Backend: b, w: w, cfg: cfg, kc: kc, jobs: map[string]*suiteJob{}, down: map[string]bool{}}
+		s := &suiteKube{Backend: b, w: w, cfg: cfg, kc: kc, jobs: map[string]*suiteJob{}, down: map[string]bool{}, preempts: setup.Preemptions}
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() { defer close(done); s.kubelet(stop) }()

@@ -39,6 +39,8 @@ type suiteSlurm struct {
 	timers  []*time.Timer
 	viol    []error
 	lost    map[string]int // node -> losses not yet recovered
+	// preempts: the scenario tests preemptions (Setup.Preemptions).
+	preempts bool
 }
 
 // Shape: 20 jobs a scenario, one seed, 25ms a scenario minute. The call
@@ -50,14 +52,16 @@ type suiteSlurm struct {
 // the backend reported at start (Pending) gets no event until something
 // changes in SLURM, and without a tick it would not place them.
 func (s *suiteSlurm) Shape() backendtest.Shape {
-	return backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: 20, Seeds: 1, CallTimeout: 10 * time.Second, HangAfter: 2 * time.Minute,
+	jobs := 20
+	if s.preempts {
+		// 20 jobs seldom fill the 128 GPUs: a preemption needs a full
+		// cluster when a job of priority 1 or 2 arrives.
+		jobs = 60
+	}
+	return backendtest.Shape{Unit: 25 * time.Millisecond, Jobs: jobs, Seeds: 1, CallTimeout: 10 * time.Second, HangAfter: 2 * time.Minute,
 		ReconcileInterval: 2 * time.Second, // a hung bind is looked at in SLURM within 2 s
 		TickInterval:      time.Second, StopOnTime: true,
 		WholeNodeGangs: true, // two members of one gang on one node: not supported (docs/backends/slurm.md)
-		NotApplicable: map[string]string{
-			"preempt-commits-after-timeout": "not run against SLURM yet: each injected preemption holds a real scontrol call for CallTimeout (10 s) on top of a suite that already takes minutes; covered on sim and nvml",
-			"preempt-hangs-forever":         "not run against SLURM yet: each injected preemption holds a real scontrol call for CallTimeout (10 s) on top of a suite that already takes minutes; covered on sim and nvml",
-		},
 	}
 }
 
@@ -91,7 +95,15 @@ func (s *suiteSlurm) fail(err error) {
 
 func (s *suiteSlurm) Submit(j *queue.Job, runtime time.Duration) error {
 	g := j.Request.Groups[0]
-	args := []string{"--parsable", "-o", "/dev/null", "-p", "berth", "-J", j.ID,
+	// A job's priority in berth is its partition's (backendConfig):
+	// "berth", preemptible at priority 0, and "berth-hi" at 10. Only
+	// the preemption scenarios send the jobs of priority 1 and 2 to
+	// berth-hi; in the others every job is on berth and none preempts.
+	part := "berth"
+	if s.preempts && j.Priority > 0 {
+		part = "berth-hi"
+	}
+	args := []string{"--parsable", "-o", "/dev/null", "-p", part, "-J", j.ID,
 		"-N", strconv.Itoa(g.Members), fmt.Sprintf("--gres=gpu:h100:%d", g.GPUsPerMember), "-t", "1",
 		"--wrap", fmt.Sprintf("sleep %.3f", runtime.Seconds())}
 	s.later(j.Submit, func() {
@@ -313,7 +325,7 @@ func TestIntegrationFaultSuite(t *testing.T) {
 		t.Skip("BERTH_SLURM_FAULTS=0")
 	}
 	conf := slurmConf(t)
-	backendtest.Run(t, func(t *testing.T, _ backendtest.Setup) backendtest.Backend {
+	backendtest.Run(t, func(t *testing.T, setup backendtest.Setup) backendtest.Backend {
 		cleanSlurm(t, conf)
 		bc := backendConfig(conf, t)
 		bc.DefaultQueue = "q"
@@ -321,7 +333,7 @@ func TestIntegrationFaultSuite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &suiteSlurm{Backend: b, t: t, conf: conf, cfg: bc, id2name: map[string]string{}, name2id: map[string]string{}, lost: map[string]int{}}
+		s := &suiteSlurm{Backend: b, t: t, conf: conf, cfg: bc, id2name: map[string]string{}, name2id: map[string]string{}, lost: map[string]int{}, preempts: setup.Preemptions}
 		t.Cleanup(func() {
 			s.mu.Lock()
 			for _, tm := range s.timers {
