@@ -102,10 +102,14 @@ func (e *Engine) cutHere(allowed *bool) bool {
 		return false
 	}
 	cs.cutSeen = key
-	if !e.noneStartable() {
+	// Quota first: usage only grows during a walk, so a walk whose quota
+	// holds a job back never cuts (as when it is asked at the cut); while
+	// it holds none, consider skips Tree.Fits (cycleState.quotaIdle).
+	if !e.quotaIdle(allowed) {
 		return false
 	}
-	return e.quotaIdle(allowed)
+	cs.quotaIdle = true
+	return e.noneStartable()
 }
 
 type cutKey struct {
