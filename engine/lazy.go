@@ -83,7 +83,8 @@ func (e *Engine) cutAllowed() bool {
 // cases quota must hold no pending job back (queue.Pending.QuotaIdle: a
 // job blocked by quota is marked for its later reservations, see
 // yieldTo). It returns false, and sets *allowed false for the rest of the
-// walk, when only the quota stops it: usage only grows during a walk.
+// walk, when the quota holds a job back: usage only grows during a walk.
+// While it holds none, consider skips Tree.Fits (cycleState.quotaIdle).
 func (e *Engine) cutHere(allowed *bool) bool {
 	cs := &e.cyc
 	if e.cfg.Backfill.Mode == BackfillNone && cs.blockedCap {
