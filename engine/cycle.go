@@ -50,12 +50,25 @@ type cycleState struct {
 	claimed map[uint32]bool // GPUs of claims: not released by the timeline
 
 	reserveTries int
-	blockedCap   bool   // a job was blocked by capacity (BackfillNone)
-	preemptors   []*job // blocked jobs, in order, that may preempt
-	pend         []PendingStatus
-	statusOf     map[string]int // job -> index in pend (blocked jobs only)
-	victims      int
-	placedLate   []string // blocked jobs bound after the walk (by shrinking)
+	blockedCap   bool // a job was blocked by capacity (BackfillNone)
+	// quotaIdle: queue.Pending.QuotaIdle held at a point of this walk and
+	// nothing was charged since, so Tree.Fits accepts every pending job
+	// and consider does not ask it (set by cutHere, cleared by a Charge
+	// and around each walk).
+	quotaIdle  bool
+	preemptors []*job // blocked jobs, in order, that may preempt
+	pend       []PendingStatus
+	// pendBuf is the array a walk that is not resumed appends its
+	// statuses to (pendOwn: pend is in it), kept from cycle to cycle; the
+	// cycle publishes a copy of exactly its statuses (publishPend), so a
+	// walk allocates what it lists once instead of regrowing a new array
+	// by doubling every cycle (issue 33: a long walk's garbage was most
+	// of a cycle's allocations, and their collection a quarter of its CPU).
+	pendBuf    []PendingStatus
+	pendOwn    bool
+	statusOf   map[string]int // job -> index in pend (blocked jobs only)
+	victims    int
+	placedLate []string // blocked jobs bound after the walk (by shrinking)
 	// ahead lists, per preemptor, the reservations made before it was
 	// considered (for jobs ahead of it in order): preemption on its
 	// behalf keeps off their GPUs.
@@ -222,7 +235,15 @@ func (e *Engine) cycle() Ready {
 			// for about as many, grown by append if it goes further.
 			n = min(n, 2*len(e.lastPend)+64)
 		}
-		cs.pend = make([]PendingStatus, 0, n+n/32+16)
+		if !e.cutAllowed() {
+			// Every job walked, each cycle as long: an array of its own.
+			cs.pend, cs.pendOwn = make([]PendingStatus, 0, n+n/32+16), false
+		} else {
+			if cap(cs.pendBuf) < n+n/32+16 {
+				cs.pendBuf = make([]PendingStatus, 0, n+n/32+16)
+			}
+			cs.pend, cs.pendOwn = cs.pendBuf[:0], true
+		}
 		e.order = e.order[:0]
 
 		cs.plan = e.snap.Clone()
@@ -292,6 +313,7 @@ func (e *Engine) cycle() Ready {
 	if len(cs.placedLate) > 0 {
 		cs.pend = slices.DeleteFunc(cs.pend, func(p PendingStatus) bool { return slices.Contains(cs.placedLate, p.Job) })
 	}
+	cs.publishPend()
 	// Ready and View get the statuses without spare capacity: a resumed
 	// cycle appends to cs.pend beyond their length, never within it.
 	rd.Pending = cs.pend[:len(cs.pend):len(cs.pend)]
@@ -315,6 +337,21 @@ func (e *Engine) cycle() Ready {
 	e.publish(&rd, e.pending.Publish(now))
 	cs.recycleDead()
 	return rd
+}
+
+// publishPend moves the statuses of a walk that appended to cs.pendBuf
+// into an array of their own, with room for a resumed cycle's appends
+// (resume), and keeps the buffer (grown by the walk's appends) for the
+// next walk. The buffer's entries are overwritten by the next walk, never
+// read: Ready, the View and lastPend hold the copy.
+func (cs *cycleState) publishPend() {
+	if !cs.pendOwn {
+		return // resumed: cs.pend is lastPend's array, appended to
+	}
+	n := len(cs.pend)
+	out := make([]PendingStatus, n, n+n/32+16)
+	copy(out, cs.pend)
+	cs.pendBuf, cs.pend, cs.pendOwn = cs.pend[:0], out, false
 }
 
 // placeScratch is e.placer.Place answering in memory the cycle reuses
@@ -382,6 +419,8 @@ func (e *Engine) nextOutstanding() *outstanding {
 func (e *Engine) walk(cur queue.Cursor, rd *Ready) {
 	cs := &e.cyc
 	canCut := e.cutAllowed()
+	cs.quotaIdle = false
+	defer func() { cs.quotaIdle = false }() // PendingAll's consider asks the tree
 	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
 		if canCut && e.cutHere(&canCut) {
 			cs.cut, cs.cutCur, cs.cutJob = true, cur, j
@@ -477,7 +516,7 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 	// The last cycle's statuses, shared: Ready and View hold them with no
 	// spare capacity, and they are never written again, so new statuses
 	// go after them in the same array while there is room.
-	cs.pend = e.lastPend
+	cs.pend, cs.pendOwn = e.lastPend, false
 	e.walk(cur, rd)
 	e.resumed++
 	return true
@@ -603,6 +642,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 		p.unbook(cs.plan)
 		return false
 	}
+	cs.quotaIdle = false // usage grew
 	e.pending.Remove(js.j.ID)
 	js.st, js.place, js.start = stateRunning, p, cs.now
 	js.preemptErr = ""
@@ -659,7 +699,10 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	if js.site != nil && e.siteWait(js, &st) {
 		return st, true
 	}
-	fit, err := e.tree.Fits(j)
+	fit, err := queue.Fit{OK: true}, error(nil)
+	if !cs.quotaIdle {
+		fit, err = e.tree.Fits(j)
+	}
 	if err != nil {
 		st.Reason = ReasonInvalid
 		return st, true

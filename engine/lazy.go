@@ -83,7 +83,8 @@ func (e *Engine) cutAllowed() bool {
 // cases quota must hold no pending job back (queue.Pending.QuotaIdle: a
 // job blocked by quota is marked for its later reservations, see
 // yieldTo). It returns false, and sets *allowed false for the rest of the
-// walk, when only the quota stops it: usage only grows during a walk.
+// walk, when the quota holds a job back: usage only grows during a walk.
+// While it holds none, consider skips Tree.Fits (cycleState.quotaIdle).
 func (e *Engine) cutHere(allowed *bool) bool {
 	cs := &e.cyc
 	if e.cfg.Backfill.Mode == BackfillNone && cs.blockedCap {
@@ -102,10 +103,14 @@ func (e *Engine) cutHere(allowed *bool) bool {
 		return false
 	}
 	cs.cutSeen = key
-	if !e.noneStartable() {
+	// Quota first: usage only grows during a walk, so a walk whose quota
+	// holds a job back never cuts (as when it is asked at the cut); while
+	// it holds none, consider skips Tree.Fits (cycleState.quotaIdle).
+	if !e.quotaIdle(allowed) {
 		return false
 	}
-	return e.quotaIdle(allowed)
+	cs.quotaIdle = true
+	return e.noneStartable()
 }
 
 type cutKey struct {
