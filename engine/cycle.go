@@ -699,15 +699,19 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	if js.site != nil && e.siteWait(js, &st) {
 		return st, true
 	}
+	// While quota holds nothing back, every job fits (cs.quotaIdle); a
+	// guaranteed replica asks anyway, since it must fit without borrowing
+	// (Fit.Borrowing, which the idle shortcut does not know).
+	guaranteed := js.svc != nil && js.svc.spec.QoS == QoSGuaranteed
 	fit, err := queue.Fit{OK: true}, error(nil)
-	if !cs.quotaIdle {
+	if !cs.quotaIdle || guaranteed {
 		fit, err = e.tree.Fits(j)
 	}
 	if err != nil {
 		st.Reason = ReasonInvalid
 		return st, true
 	}
-	if fit.OK && fit.Borrowing && js.svc != nil && js.svc.spec.QoS == QoSGuaranteed {
+	if fit.OK && fit.Borrowing && guaranteed {
 		fit = e.guaranteedFit(j) // guaranteed replicas never borrow
 	}
 	if !fit.OK {
