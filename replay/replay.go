@@ -266,12 +266,90 @@ type ReservationDelay struct {
 // replayBase is the wall time of trace offset 0.
 var replayBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// replayJob is a workload job converted for the engine.
-type replayJob struct {
-	q        *queue.Job
-	runtime  time.Duration
-	minPer   int // smallest GPU count the job asks of one node
-	gpuMilli int64
+// replayIn is a workload's jobs as the replay takes them: which are
+// kept, in which order they arrive, and each converted for the engine only
+// when the simulator asks for it (job), so that a month's replay holds no
+// queue.Job, gang request or submission event for a job before it arrives.
+type replayIn struct {
+	src    []workload.Job
+	exact  bool // estimates are runtimes
+	total  int  // the cluster's GPUs
+	per    int  // the largest GPU count of a node
+	custom bool // Config.Spec: host resources per member
+	frac   bool // the cluster takes fractional members
+	width  int  // digits of the job IDs
+	// keep lists the workload index of every kept job, in workload order
+	// (the order of the outcomes); arrive, when not nil, the positions in
+	// keep in order of submission (stable: ties in workload order), when
+	// the workload is not sorted by submission.
+	keep   []int32
+	arrive []int32
+}
+
+// pos is the position in keep of the job that arrives n-th.
+func (in *replayIn) pos(n int) int {
+	if in.arrive != nil {
+		return int(in.arrive[n])
+	}
+	return n
+}
+
+// share reports whether w becomes one fractional member.
+func (in *replayIn) share(w *workload.Job) bool { return in.frac && w.Shared() && w.NumGPU == 1 }
+
+// job converts the kept job at position k of keep: the engine's job, its
+// runtime and the GPU milli it asks for.
+func (in *replayIn) job(k int) (*queue.Job, time.Duration, int64) {
+	i := int(in.keep[k])
+	w := &in.src[i]
+	g := w.GPUs
+	qn := cmp.Or(w.User, w.Queue, "default")
+	est := w.Estimate
+	if in.exact || est <= 0 {
+		est = w.Runtime
+	}
+	var req gang.Request
+	milli := int64(g) * 1000
+	if in.share(w) {
+		req = gang.Request{Groups: []gang.Group{{Members: 1, GPUMilli: w.GPUMilli}}}
+		milli = int64(w.GPUMilli)
+	} else {
+		req = replayRequest(g, in.per)
+	}
+	if in.custom {
+		// Host resources per member, split like the GPUs.
+		n := 0
+		for _, gr := range req.Groups {
+			n += gr.Members
+		}
+		for k := range req.Groups {
+			req.Groups[k].CPUMilli = w.CPUMilli / int64(n)
+			req.Groups[k].MemoryMiB = w.MemoryMiB / int64(n)
+		}
+	}
+	return &queue.Job{
+		ID: "j" + fmt.Sprintf("%0*d", in.width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
+		Request: req, RuntimeEstimate: est,
+	}, w.Runtime, milli
+}
+
+// gpuMilli is what the kept job at position k of keep asks for, in GPU
+// thousandths (job's third result).
+func (in *replayIn) gpuMilli(k int) int64 {
+	w := &in.src[in.keep[k]]
+	if in.share(w) {
+		return int64(w.GPUMilli)
+	}
+	return int64(w.GPUs) * 1000
+}
+
+// minPer is the smallest GPU count a job of the replay asks of one node
+// (its last member group's; 1 for a fraction of a GPU).
+func minPer(j *queue.Job) int {
+	if len(j.Request.Groups) == 0 {
+		return 1
+	}
+	return max(1, j.Request.Groups[len(j.Request.Groups)-1].GPUsPerMember)
 }
 
 // replayRequest splits g whole GPUs into members of at most per GPUs:
@@ -287,11 +365,12 @@ func replayRequest(g, per int) gang.Request {
 	return gang.Request{Groups: groups}
 }
 
-// replayJobs converts the workload: IDs by position (so ties in FIFO
+// replayJobs sorts out the workload: IDs by position (so ties in FIFO
 // order follow the trace), queue by user, else queue, else "default".
 // Share pods (a fraction of one GPU) become one fractional member where
-// the cluster takes them.
-func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
+// the cluster takes them. The jobs are converted as they arrive
+// (replayIn.job).
+func replayJobs(cfg *Config, by map[string]int) (in *replayIn, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	exact := cfg.EstimateFactor == 1 // estimates are runtimes: no copy of the jobs
 	if f := cfg.EstimateFactor; f != 0 && !exact {
@@ -307,22 +386,24 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	custom := len(cfg.Spec.Nodes) > 0
-	frac := replayFractional(&spec)
-	width := len(strconv.Itoa(len(src)))
+	if len(src) > math.MaxInt32 {
+		return nil, nil, 0, 0, fmt.Errorf("%w: %d jobs (at most %d)", ErrInvalid, len(src), math.MaxInt32)
+	}
+	in = &replayIn{src: src, exact: exact, total: total, per: per, custom: len(cfg.Spec.Nodes) > 0,
+		frac: replayFractional(&spec), width: len(strconv.Itoa(len(src)))}
 	seen := map[string]bool{}
-	jobs = make([]replayJob, 0, len(src))
+	in.keep = make([]int32, 0, len(src))
+	sorted := true
 	for i := range src {
 		w := &src[i]
 		g := w.GPUs
-		share := frac && w.Shared() && w.NumGPU == 1
 		if w.Runtime <= 0 {
 			dropped++
 			noRuntime++
 			by["no runtime"]++
 			continue
 		}
-		if (g <= 0 && !share) || g > total {
+		if (g <= 0 && !in.share(w)) || g > total {
 			dropped++
 			switch {
 			case g > total:
@@ -339,40 +420,22 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 			seen[qn] = true
 			queues = append(queues, qn)
 		}
-		est := w.Estimate
-		if exact || est <= 0 {
-			est = w.Runtime
+		if n := len(in.keep); n > 0 && w.Submit < src[in.keep[n-1]].Submit {
+			sorted = false
 		}
-		var req gang.Request
-		milli := int64(g) * 1000
-		if share {
-			req = gang.Request{Groups: []gang.Group{{Members: 1, GPUMilli: w.GPUMilli}}}
-			milli = int64(w.GPUMilli)
-		} else {
-			req = replayRequest(g, per)
+		in.keep = append(in.keep, int32(i))
+	}
+	if !sorted {
+		in.arrive = make([]int32, len(in.keep))
+		for k := range in.arrive {
+			in.arrive[k] = int32(k)
 		}
-		if custom {
-			// Host resources per member, split like the GPUs.
-			n := 0
-			for _, gr := range req.Groups {
-				n += gr.Members
-			}
-			for k := range req.Groups {
-				req.Groups[k].CPUMilli = w.CPUMilli / int64(n)
-				req.Groups[k].MemoryMiB = w.MemoryMiB / int64(n)
-			}
-		}
-		minPer := max(1, req.Groups[len(req.Groups)-1].GPUsPerMember)
-		jobs = append(jobs, replayJob{
-			q: &queue.Job{
-				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
-				Request: req, RuntimeEstimate: est,
-			},
-			runtime: w.Runtime, minPer: minPer, gpuMilli: milli,
+		slices.SortStableFunc(in.arrive, func(a, b int32) int {
+			return cmp.Compare(src[in.keep[a]].Submit, src[in.keep[b]].Submit)
 		})
 	}
 	slices.Sort(queues)
-	return jobs, queues, dropped, noRuntime, nil
+	return in, queues, dropped, noRuntime, nil
 }
 
 // replayQueues is one cohort holding twice the cluster's GPUs, with a
@@ -412,7 +475,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.DroppedBy = map[string]int{}
-	jobs, queues, dropped, noRuntime, err := replayJobs(&cfg, res.DroppedBy)
+	wl, queues, dropped, noRuntime, err := replayJobs(&cfg, res.DroppedBy)
 	if err != nil {
 		return res, err
 	}
@@ -429,28 +492,32 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ecfg.EagerPending = cfg.AllPending
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
-	for _, j := range jobs {
-		if j.q.Submit.Before(ecfg.Start) {
-			ecfg.Start = j.q.Submit
+	for _, i := range wl.keep {
+		if t := replayBase.Add(wl.src[i].Submit); t.Before(ecfg.Start) {
+			ecfg.Start = t
 		}
 	}
 	s, err := sim.New(sim.Config{Cluster: spec, Start: ecfg.Start, RuntimeFactor: pl.factor()})
 	if err != nil {
 		return res, err
 	}
-	minPer := make(map[string]int, len(jobs))
-	for _, j := range jobs {
-		pl.request(&j.q.Request)
-		if err := s.Submit(j.q, j.runtime); err != nil {
-			return res, err
+	// The jobs arrive as their time comes: the simulator asks for each
+	// one when its submission is the next event.
+	next := 0
+	s.Stream(func() (*queue.Job, time.Duration, bool) {
+		if next == len(wl.keep) {
+			return nil, 0, false
 		}
-		minPer[j.q.ID] = j.minPer
-		if j.q.Request.Groups[0].GPUMilli > 0 {
+		q, runtime, _ := wl.job(wl.pos(next))
+		next++
+		pl.request(&q.Request)
+		if q.Request.Groups[0].GPUMilli > 0 {
 			res.Fractional++
 		}
-	}
+		return q, runtime, true
+	})
 
-	ob := newObserver(cfg, s, minPer, per)
+	ob := newObserver(cfg, s, per)
 	// The simulator answers every bind at once (no timeouts, no late
 	// calls), so the Runner's poll of its running jobs finds nothing to
 	// settle; it only forgets the jobs that ended. Once a minute of
@@ -468,11 +535,22 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("replay: %s/%s: %w", cfg.Workload, cfg.Policy, err)
 	}
 
-	outs := s.Outcomes()
-	mo := make([]metrics.Outcome, len(outs))
+	res.Violations = s.Violations()
+	res.Sim = s.Stats()
+	// The outcomes, read once from the simulator's records (no copy of
+	// them all), in workload order: the simulator's is arrival order.
+	mo := make([]metrics.Outcome, len(wl.keep))
 	var firstSubmit, lastEnd time.Duration
-	for i, o := range outs {
-		held := jobs[i].gpuMilli
+	n := 0
+	var rerr error
+	s.EachOutcome(func(o *sim.Outcome) {
+		if n >= len(mo) {
+			rerr = fmt.Errorf("replay: the simulator has more outcomes than the %d jobs streamed", len(mo))
+			return
+		}
+		i := wl.pos(n)
+		n++
+		held := wl.gpuMilli(i)
 		if o.Started {
 			held = o.Milli // what the run held: a MIG instance may be larger than the ask
 		}
@@ -495,7 +573,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if p, ok := ob.promised[o.ID]; ok && o.Started && o.Start.After(p) {
 			res.Delayed = append(res.Delayed, ReservationDelay{Job: o.ID, Promised: p.Sub(replayBase), Started: o.Start.Sub(replayBase)})
 		}
+	})
+	if rerr == nil && n != len(mo) {
+		rerr = fmt.Errorf("replay: %d outcomes for %d jobs", n, len(mo))
 	}
+	if rerr != nil {
+		return res, rerr
+	}
+	ob.sim = nil // the simulator's records are garbage from here on
 	in := metrics.Input{Policy: cfg.Policy, ClusterGPUs: gpus, Jobs: mo}
 	if res.Result, err = metrics.Compute(in); err != nil {
 		return res, err
@@ -504,9 +589,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Cycles, res.MaxPending = ob.cycles, ob.maxPending
 	res.MeanPending = ob.meanPending()
 	res.Reserved = len(ob.promised)
-	res.Violations = s.Violations()
 	res.MIGDecided = ob.migDecided
-	res.Sim = s.Stats()
 	res.Price = pl.stats()
 	res.Waits = metrics.Waits(mo)
 	step := cfg.Step
@@ -526,7 +609,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 type observer struct {
 	cfg      Config
 	sim      *sim.Sim
-	minPer   map[string]int
 	per      int                  // the largest GPU count of a node
 	promised map[string]time.Time // first reservation start per job
 
@@ -543,8 +625,8 @@ type observer struct {
 	pendingArea                 float64 // its integral over time (job-seconds)
 }
 
-func newObserver(cfg Config, s *sim.Sim, minPer map[string]int, per int) *observer {
-	return &observer{cfg: cfg, sim: s, minPer: minPer, per: per, promised: map[string]time.Time{}}
+func newObserver(cfg Config, s *sim.Sim, per int) *observer {
+	return &observer{cfg: cfg, sim: s, per: per, promised: map[string]time.Time{}}
 }
 
 func (o *observer) observe(c backends.Cycle) {
@@ -611,9 +693,7 @@ func (o *observer) measure(hist []int, v *engine.View) (frag, largest float64) {
 	ask, some := per+1, false
 	v.EachPending(func(j *queue.Job) bool {
 		some = true
-		if m, ok := o.minPer[j.ID]; ok && m < ask {
-			ask = m
-		}
+		ask = min(ask, minPer(j))
 		return ask > 1
 	})
 	if !some {

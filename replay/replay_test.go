@@ -368,3 +368,58 @@ func TestReplaySharePods(t *testing.T) {
 	_, _, err = SyntheticMIG(SyntheticMIGConfig{Nodes: 1, WholeJobs: 1})
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// The jobs arrive in submission order whatever the workload's order: a
+// workload listed backwards replays as the same workload listed forwards
+// (distinct submit times, so IDs break no ties), and the outcomes keep the
+// workload's order.
+func TestRunUnsortedWorkload(t *testing.T) {
+	fwd := replaySynthetic(t, 300, 64)
+	for i := range fwd {
+		fwd[i].Submit = time.Duration(i) * 37 * time.Second
+	}
+	back := slices.Clone(fwd)
+	slices.Reverse(back)
+	cl := Cluster{Nodes: 8, GPUsPerNode: 8}
+	a, err := Run(context.Background(), Config{Workload: "fwd", Jobs: fwd, Cluster: cl, Policy: "easy", EstimateFactor: 1})
+	require.NoError(t, err)
+	b, err := Run(context.Background(), Config{Workload: "back", Jobs: back, Cluster: cl, Policy: "easy", EstimateFactor: 1})
+	require.NoError(t, err)
+	require.Equal(t, 300, b.Result.Finished)
+	assert.Positive(t, a.Result.AvgWait, "the jobs queue")
+	assert.Equal(t, a.Waits, b.Waits)
+	assert.Equal(t, a.Result.Makespan, b.Result.Makespan)
+	assert.InDelta(t, a.Result.Utilization, b.Result.Utilization, 1e-12)
+	assert.InDelta(t, a.Result.AvgWait.Seconds(), b.Result.AvgWait.Seconds(), 1e-6)
+	assert.Equal(t, a.GPUMicroseconds, b.GPUMicroseconds)
+	assert.Equal(t, a.Cycles, b.Cycles)
+}
+
+// replayJobs orders the arrivals by submit time (ties in workload order)
+// and keeps the workload's IDs and outcome positions.
+func TestReplayJobsArrivalOrder(t *testing.T) {
+	js := replaySynthetic(t, 6, 64)
+	subs := []time.Duration{50, 10, 30, 10, 0, 30}
+	for i := range js {
+		js[i].Submit = subs[i] * time.Second
+	}
+	js[2].Runtime = 0 // dropped: no runtime
+	wl, _, dropped, _, err := replayJobs(&Config{Jobs: js, Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, EstimateFactor: 1}, map[string]int{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, dropped)
+	assert.Equal(t, []int32{0, 1, 3, 4, 5}, wl.keep)
+	var ids []string
+	var at []time.Duration
+	for n := range wl.keep {
+		q, _, _ := wl.job(wl.pos(n))
+		ids = append(ids, q.ID)
+		at = append(at, q.Submit.Sub(replayBase))
+	}
+	assert.Equal(t, []string{"j4", "j1", "j3", "j5", "j0"}, ids)
+	assert.True(t, slices.IsSorted(at))
+	sorted := slices.Clone(js)
+	slices.SortStableFunc(sorted, func(a, b workload.Job) int { return int(a.Submit - b.Submit) })
+	wl, _, _, _, err = replayJobs(&Config{Jobs: sorted, Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, EstimateFactor: 1}, map[string]int{})
+	require.NoError(t, err)
+	assert.Nil(t, wl.arrive, "sorted: arrival order is workload order")
+}

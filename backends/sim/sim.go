@@ -119,6 +119,12 @@ type Sim struct {
 	replicas []*job                     // replicas, by first bind
 
 	prov *provisioner // autoscaling pools (provision.go); nil: none
+
+	// stream, if set, yields the jobs still to arrive (Stream); ahead is
+	// the next of them, taken from it and not yet submitted.
+	stream    func() (*queue.Job, time.Duration, bool)
+	ahead     *job
+	streamErr error // the stream's bad job, returned by the next Next
 }
 
 type node struct {
@@ -161,8 +167,7 @@ type job struct {
 	milli   int64 // GPU milli bound now
 	gen     uint64
 	out     Outcome
-	prev    Outcome // before the current run began (restored on rollback)
-	seq     uint64
+	prev    runStart // before the current run began (restored on rollback)
 	// submitted: its submission was delivered (Next); until it ends it is
 	// running or pending.
 	submitted bool
@@ -171,6 +176,15 @@ type job struct {
 	// idx is its position in Sim.order; live its index in Sim.live plus
 	// one (0: no member bound).
 	idx, live int
+}
+
+// runStart is the part of an Outcome a run's first bind changes, as it
+// was before: a run rolled back in the instant it began restores it.
+type runStart struct {
+	started bool
+	start   time.Time
+	gpus    int
+	milli   int64
 }
 
 type injKey struct{ job, node string }
@@ -336,11 +350,67 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	if j.Submit.Before(s.now) {
 		return fmt.Errorf("%w: job %q submitted at %v, clock at %v", ErrInvalid, j.ID, j.Submit, s.now)
 	}
-	js := &job{j: j, runtime: runtime, out: Outcome{ID: j.ID, Submit: j.Submit}, idx: len(s.order)}
-	s.jobs[j.ID] = js
-	s.order = append(s.order, js)
+	js := &job{j: j, runtime: runtime}
+	s.enroll(js)
 	s.push(event{at: j.Submit, kind: evSubmit, job: js})
 	return nil
+}
+
+// enroll adds js to the submitted jobs (its submission is on its way).
+func (s *Sim) enroll(js *job) {
+	js.out, js.idx = Outcome{ID: js.j.ID, Submit: js.j.Submit}, len(s.order)
+	s.jobs[js.j.ID] = js
+	s.order = append(s.order, js)
+}
+
+// Stream gives the simulator jobs to submit as their time comes, instead
+// of all at set-up (Submit): next returns the next job and its runtime
+// (as Submit takes them), and false when there are no more. The jobs must
+// come in order of their Submit times; those of one instant are delivered
+// in the order next returns them, after the jobs of that instant given to
+// Submit. The simulator takes one job ahead of its clock: a job counts as
+// submitted (Pending, Outcomes, binds) only once its time has come, so a
+// long workload holds no record, and the engine no job, of what has not
+// arrived yet. A job that Submit would refuse (nil, without an ID, a
+// runtime that is not positive, a duplicate ID, a Submit time before the
+// clock, so before the job before it) ends the stream: the next call of
+// Next returns its error (ErrInvalid or ErrDuplicateJob). The simulator
+// owns the jobs next returns. Stream replaces a stream set before (the job
+// taken ahead from it is kept and delivered first); nil ends it. next is
+// called with the simulator's lock held: it must not call the simulator.
+func (s *Sim) Stream(next func() (*queue.Job, time.Duration, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stream = next
+}
+
+// pull takes the next job of the stream ahead, if none is and a stream is
+// set; a bad job ends the stream and is kept in streamErr.
+func (s *Sim) pull() {
+	if s.ahead != nil || s.stream == nil {
+		return
+	}
+	j, runtime, ok := s.stream()
+	if !ok {
+		s.stream = nil
+		return
+	}
+	var err error
+	switch {
+	case j == nil || j.ID == "":
+		err = fmt.Errorf("%w: streamed job without an ID", ErrInvalid)
+	case runtime <= 0:
+		err = fmt.Errorf("%w: streamed job %q: runtime %v is not positive", ErrInvalid, j.ID, runtime)
+	case s.jobs[j.ID] != nil:
+		err = fmt.Errorf("%w: streamed %q", ErrDuplicateJob, j.ID)
+	case j.Submit.Before(s.now):
+		err = fmt.Errorf("%w: streamed job %q submitted at %v, clock at %v (out of order)", ErrInvalid, j.ID, j.Submit, s.now)
+	}
+	if err != nil {
+		s.stream, s.streamErr = nil, err
+		return
+	}
+	s.ahead = &job{j: j, runtime: runtime}
 }
 
 // FailNode schedules the failure of node at time at: its running jobs stop
@@ -508,14 +578,33 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if len(s.evq) == 0 {
+		if err := s.streamErr; err != nil {
+			s.streamErr = nil
+			return nil, err
+		}
+		s.pull()
+		if len(s.evq) == 0 && s.ahead == nil {
+			if s.streamErr != nil {
+				continue
+			}
 			if wake.IsZero() || s.finished == len(s.order) && !s.provPending() {
 				return nil, backends.ErrClosed
 			}
 			s.advanceTo(wake)
 			return []engine.Event{}, nil
 		}
-		t := s.evq[0].at
+		var t time.Time
+		switch {
+		case len(s.evq) == 0:
+			t = s.ahead.j.Submit
+		case s.ahead == nil:
+			t = s.evq[0].at
+		default:
+			t = s.evq[0].at
+			if s.ahead.j.Submit.Before(t) {
+				t = s.ahead.j.Submit
+			}
+		}
 		if !wake.IsZero() && wake.Before(t) {
 			s.advanceTo(wake)
 			return []engine.Event{}, nil
@@ -525,12 +614,26 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		for len(s.evq) > 0 && s.evq[0].at.Equal(t) {
 			batch = append(batch, heap.Pop(&s.evq).(event))
 		}
+		// Streamed jobs arrive: submitted now, after those given to
+		// Submit (a later seq).
+		for s.ahead != nil && s.ahead.j.Submit.Equal(t) {
+			js := s.ahead
+			s.ahead = nil
+			if s.jobs[js.j.ID] != nil { // given to Submit since it was taken
+				s.stream, s.streamErr = nil, fmt.Errorf("%w: streamed %q", ErrDuplicateJob, js.j.ID)
+				break
+			}
+			s.enroll(js)
+			s.seq++
+			batch = append(batch, event{at: t, kind: evSubmit, seq: s.seq, job: js})
+			s.pull()
+		}
 		slices.SortFunc(batch, func(a, b event) int {
 			if c := cmp.Compare(a.kind, b.kind); c != 0 {
 				return c
 			}
 			if a.kind == evFinish {
-				return cmp.Compare(a.job.j.ID, b.job.j.ID)
+				return cmp.Compare(a.job.out.ID, b.job.out.ID)
 			}
 			return cmp.Compare(a.seq, b.seq)
 		})
@@ -569,7 +672,10 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		js.out.Finished, js.out.End = true, s.now
 		js.gen++
 		s.finished++
-		return engine.Finished(s.now, js.j.ID), true
+		// A finished job's record keeps only its outcome: the engine
+		// has forgotten the job, and a month's replay holds millions.
+		js.j = nil
+		return engine.Finished(s.now, js.out.ID), true
 	case evNodeFail:
 		n := &s.nodes[s.nodeIdx[e.node]]
 		s.histAdd(n, -1)
@@ -593,7 +699,7 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 				add(u.job)
 			}
 		}
-		slices.SortFunc(hit, func(a, b *job) int { return cmp.Compare(a.j.ID, b.j.ID) })
+		slices.SortFunc(hit, func(a, b *job) int { return cmp.Compare(a.out.ID, b.out.ID) })
 		for _, js := range hit {
 			js.out.Interrupted++
 			js.out.LostRun += s.now.Sub(js.out.Start)
@@ -619,7 +725,7 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 // in their GPU's layout, idle.
 func (s *Sim) release(js *job) {
 	for _, m := range js.members {
-		s.unhold(js.j.ID, m, false)
+		s.unhold(js.out.ID, m, false)
 	}
 	js.gpus, js.milli = 0, 0
 	js.members = nil
@@ -852,6 +958,9 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	if js == nil {
 		return refused("unknown job %q", jobID)
 	}
+	if js.j == nil {
+		return refused("job %q has finished", jobID)
+	}
 	ni, ok := s.nodeIdx[m.Node]
 	if !ok {
 		return refused("job %q: unknown node %q", jobID, m.Node)
@@ -876,7 +985,7 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		return err
 	}
 	if len(js.members) == 0 {
-		js.prev = js.out
+		js.prev = runStart{js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli}
 		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
@@ -930,7 +1039,7 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 		s.unlive(js)
 		js.gen++
 		if js.out.Start.Equal(s.now) {
-			js.out = js.prev
+			js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = js.prev.started, js.prev.start, js.prev.gpus, js.prev.milli
 		} else {
 			js.out.LostRun += s.now.Sub(js.out.Start)
 		}
@@ -1065,6 +1174,17 @@ func (s *Sim) Outcomes() []Outcome {
 	return out
 }
 
+// EachOutcome calls f with every submitted job's outcome, in submission
+// order (Outcomes' order), without copying them all as Outcomes does: for
+// replays of millions of jobs. f must not keep o nor call the simulator.
+func (s *Sim) EachOutcome(f func(o *Outcome)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, js := range s.order {
+		f(&js.out)
+	}
+}
+
 // State is the simulated cluster's occupancy at one instant.
 type State struct {
 	Now time.Time
@@ -1146,7 +1266,7 @@ func (s *Sim) stretch(js *job) {
 	for _, b := range js.members {
 		s.fnodes = append(s.fnodes, b.Node)
 	}
-	f := s.factor(js.j.ID, s.fnodes)
+	f := s.factor(js.out.ID, s.fnodes)
 	if !(f > 1) { // NaN too
 		f = 1
 	}
