@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"runtime"
 	"slices"
@@ -114,7 +115,15 @@ type Config struct {
 	// Workload names the workload in rows and plots.
 	Workload string
 	// Jobs are the workload's jobs; Run does not modify them.
-	Jobs    []workload.Job
+	Jobs []workload.Job
+	// Source, when set, is the workload instead of Jobs (which must then
+	// be empty), for workloads too large to hold, such as a generated
+	// month (workload.SyntheticJobs). Run reads it three times (to sort it
+	// out, to hand each job to the simulator when it arrives, and for the
+	// asks of jobs that never started) and holds none of its jobs. Its
+	// jobs must come in order of Submit, and EstimateFactor must be 0 or 1;
+	// errors wrap ErrInvalid.
+	Source JobSource
 	Cluster Cluster
 	Policy  string // one of Policies
 	// EstimateFactor sets the runtime estimates the engine sees: 1, exact
@@ -266,12 +275,25 @@ type ReservationDelay struct {
 // replayBase is the wall time of trace offset 0.
 var replayBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// JobSource is a workload read in order as often as needed, the same jobs
+// every time, instead of held in a slice (Config.Source).
+type JobSource interface {
+	// Len is the number of jobs.
+	Len() int
+	// Each calls yield with every job and its index (0 to Len-1), in
+	// order, until yield returns false. The job is valid during the call
+	// only.
+	Each(yield func(i int, j *workload.Job) bool)
+}
+
 // replayIn is a workload's jobs as the replay takes them: which are
 // kept, in which order they arrive, and each converted for the engine only
 // when the simulator asks for it (job), so that a month's replay holds no
 // queue.Job, gang request or submission event for a job before it arrives.
 type replayIn struct {
 	src    []workload.Job
+	source JobSource // instead of src
+	n      int       // jobs in the workload
 	exact  bool // estimates are runtimes
 	total  int  // the cluster's GPUs
 	per    int  // the largest GPU count of a node
@@ -284,6 +306,21 @@ type replayIn struct {
 	// the workload is not sorted by submission.
 	keep   []int32
 	arrive []int32
+	// first is the earliest submission of a kept job (zero: none kept).
+	first time.Duration
+}
+
+// each calls fn with every job of the workload, in order.
+func (in *replayIn) each(fn func(i int, w *workload.Job) bool) {
+	if in.source != nil {
+		in.source.Each(fn)
+		return
+	}
+	for i := range in.src {
+		if !fn(i, &in.src[i]) {
+			return
+		}
+	}
 }
 
 // pos is the position in keep of the job that arrives n-th.
@@ -297,11 +334,16 @@ func (in *replayIn) pos(n int) int {
 // share reports whether w becomes one fractional member.
 func (in *replayIn) share(w *workload.Job) bool { return in.frac && w.Shared() && w.NumGPU == 1 }
 
-// job converts the kept job at position k of keep: the engine's job, its
-// runtime and the GPU milli it asks for.
-func (in *replayIn) job(k int) (*queue.Job, time.Duration, int64) {
+// job converts the kept job at position k of keep (Jobs, not Source): the
+// engine's job and its runtime.
+func (in *replayIn) job(k int) (*queue.Job, time.Duration) {
 	i := int(in.keep[k])
-	w := &in.src[i]
+	return in.convert(i, &in.src[i])
+}
+
+// convert converts w, job i of the workload: the engine's job and its
+// runtime.
+func (in *replayIn) convert(i int, w *workload.Job) (*queue.Job, time.Duration) {
 	g := w.GPUs
 	qn := cmp.Or(w.User, w.Queue, "default")
 	est := w.Estimate
@@ -309,10 +351,8 @@ func (in *replayIn) job(k int) (*queue.Job, time.Duration, int64) {
 		est = w.Runtime
 	}
 	var req gang.Request
-	milli := int64(g) * 1000
 	if in.share(w) {
 		req = gang.Request{Groups: []gang.Group{{Members: 1, GPUMilli: w.GPUMilli}}}
-		milli = int64(w.GPUMilli)
 	} else {
 		req = replayRequest(g, in.per)
 	}
@@ -330,13 +370,11 @@ func (in *replayIn) job(k int) (*queue.Job, time.Duration, int64) {
 	return &queue.Job{
 		ID: "j" + fmt.Sprintf("%0*d", in.width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
 		Request: req, RuntimeEstimate: est,
-	}, w.Runtime, milli
+	}, w.Runtime
 }
 
-// gpuMilli is what the kept job at position k of keep asks for, in GPU
-// thousandths (job's third result).
-func (in *replayIn) gpuMilli(k int) int64 {
-	w := &in.src[in.keep[k]]
+// gpuMilli is what w asks for, in GPU thousandths.
+func (in *replayIn) gpuMilli(w *workload.Job) int64 {
 	if in.share(w) {
 		return int64(w.GPUMilli)
 	}
@@ -373,6 +411,16 @@ func replayRequest(g, per int) gang.Request {
 func replayJobs(cfg *Config, by map[string]int) (in *replayIn, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	exact := cfg.EstimateFactor == 1 // estimates are runtimes: no copy of the jobs
+	n := len(src)
+	if cfg.Source != nil {
+		switch {
+		case len(src) > 0:
+			return nil, nil, 0, 0, fmt.Errorf("%w: both Jobs and Source are set", ErrInvalid)
+		case cfg.EstimateFactor != 0 && !exact:
+			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v with a Source (want 0 or 1)", ErrInvalid, cfg.EstimateFactor)
+		}
+		n = cfg.Source.Len()
+	}
 	if f := cfg.EstimateFactor; f != 0 && !exact {
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 1 {
 			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrInvalid, f)
@@ -386,22 +434,26 @@ func replayJobs(cfg *Config, by map[string]int) (in *replayIn, queues []string, 
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	if len(src) > math.MaxInt32 {
-		return nil, nil, 0, 0, fmt.Errorf("%w: %d jobs (at most %d)", ErrInvalid, len(src), math.MaxInt32)
+	if n < 0 || n > math.MaxInt32 {
+		return nil, nil, 0, 0, fmt.Errorf("%w: %d jobs (at most %d)", ErrInvalid, n, math.MaxInt32)
 	}
-	in = &replayIn{src: src, exact: exact, total: total, per: per, custom: len(cfg.Spec.Nodes) > 0,
-		frac: replayFractional(&spec), width: len(strconv.Itoa(len(src)))}
+	in = &replayIn{src: src, source: cfg.Source, n: n, exact: exact, total: total, per: per, custom: len(cfg.Spec.Nodes) > 0,
+		frac: replayFractional(&spec), width: len(strconv.Itoa(n))}
 	seen := map[string]bool{}
-	in.keep = make([]int32, 0, len(src))
+	in.keep = make([]int32, 0, n)
 	sorted := true
-	for i := range src {
-		w := &src[i]
+	var last time.Duration
+	in.each(func(i int, w *workload.Job) bool {
+		if i != len(in.keep)+dropped || i >= n {
+			err = fmt.Errorf("%w: the source gave job %d after %d jobs (Len %d)", ErrInvalid, i, len(in.keep)+dropped, n)
+			return false
+		}
 		g := w.GPUs
 		if w.Runtime <= 0 {
 			dropped++
 			noRuntime++
 			by["no runtime"]++
-			continue
+			return true
 		}
 		if (g <= 0 && !in.share(w)) || g > total {
 			dropped++
@@ -413,17 +465,31 @@ func replayJobs(cfg *Config, by map[string]int) (in *replayIn, queues []string, 
 			default:
 				by["no GPUs"]++
 			}
-			continue
+			return true
 		}
 		qn := cmp.Or(w.User, w.Queue, "default")
 		if !seen[qn] {
 			seen[qn] = true
 			queues = append(queues, qn)
 		}
-		if n := len(in.keep); n > 0 && w.Submit < src[in.keep[n-1]].Submit {
+		if len(in.keep) > 0 && w.Submit < last {
 			sorted = false
 		}
+		if len(in.keep) == 0 || w.Submit < in.first {
+			in.first = w.Submit
+		}
+		last = w.Submit
 		in.keep = append(in.keep, int32(i))
+		return true
+	})
+	if err == nil && len(in.keep)+dropped != n {
+		err = fmt.Errorf("%w: the source gave %d jobs, not Len %d", ErrInvalid, len(in.keep)+dropped, n)
+	}
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	if !sorted && in.source != nil {
+		return nil, nil, 0, 0, fmt.Errorf("%w: the source's jobs are not in order of Submit", ErrInvalid)
 	}
 	if !sorted {
 		in.arrive = make([]int32, len(in.keep))
@@ -492,10 +558,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ecfg.EagerPending = cfg.AllPending
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
-	for _, i := range wl.keep {
-		if t := replayBase.Add(wl.src[i].Submit); t.Before(ecfg.Start) {
-			ecfg.Start = t
-		}
+	if t := replayBase.Add(wl.first); len(wl.keep) > 0 && t.Before(ecfg.Start) {
+		ecfg.Start = t
 	}
 	s, err := sim.New(sim.Config{Cluster: spec, Start: ecfg.Start, RuntimeFactor: pl.factor()})
 	if err != nil {
@@ -504,11 +568,34 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// The jobs arrive as their time comes: the simulator asks for each
 	// one when its submission is the next event.
 	next := 0
+	var pull func() (int, *workload.Job, bool)
+	if wl.source != nil {
+		var stop func()
+		pull, stop = iter.Pull2(iter.Seq2[int, *workload.Job](wl.source.Each))
+		defer stop()
+	}
+	var serr error
 	s.Stream(func() (*queue.Job, time.Duration, bool) {
 		if next == len(wl.keep) {
 			return nil, 0, false
 		}
-		q, runtime, _ := wl.job(wl.pos(next))
+		var q *queue.Job
+		var runtime time.Duration
+		if pull == nil {
+			q, runtime = wl.job(wl.pos(next))
+		} else {
+			// Sorted: the kept jobs arrive in the source's order.
+			for want := int(wl.keep[next]); q == nil; {
+				i, w, ok := pull()
+				if !ok {
+					serr = fmt.Errorf("%w: the source ended before job %d, which it gave before", ErrInvalid, want)
+					return nil, 0, false
+				}
+				if i == want {
+					q, runtime = wl.convert(i, w)
+				}
+			}
+		}
 		next++
 		pl.request(&q.Request)
 		if q.Request.Groups[0].GPUMilli > 0 {
@@ -534,6 +621,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := r.Run(ctx); err != nil {
 		return res, fmt.Errorf("replay: %s/%s: %w", cfg.Workload, cfg.Policy, err)
 	}
+	if serr != nil {
+		return res, fmt.Errorf("replay: %s/%s: %w", cfg.Workload, cfg.Policy, serr)
+	}
 
 	res.Violations = s.Violations()
 	res.Sim = s.Stats()
@@ -541,7 +631,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// them all), in workload order: the simulator's is arrival order.
 	mo := make([]metrics.Outcome, len(wl.keep))
 	var firstSubmit, lastEnd time.Duration
-	n := 0
+	n, unstarted := 0, 0
 	var rerr error
 	s.EachOutcome(func(o *sim.Outcome) {
 		if n >= len(mo) {
@@ -550,9 +640,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		i := wl.pos(n)
 		n++
-		held := wl.gpuMilli(i)
+		var held int64 // the ask, filled in below, for a job that never started
 		if o.Started {
 			held = o.Milli // what the run held: a MIG instance may be larger than the ask
+		} else {
+			unstarted++
 		}
 		m := metrics.Outcome{
 			ID: o.ID, Submit: o.Submit.Sub(replayBase), GPUMilli: held,
@@ -581,6 +673,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, rerr
 	}
 	ob.sim = nil // the simulator's records are garbage from here on
+	if unstarted > 0 {
+		k := 0
+		wl.each(func(i int, w *workload.Job) bool {
+			if k < len(wl.keep) && int(wl.keep[k]) == i {
+				if !mo[k].Started {
+					mo[k].GPUMilli = wl.gpuMilli(w)
+				}
+				k++
+			}
+			return k < len(wl.keep)
+		})
+	}
 	in := metrics.Input{Policy: cfg.Policy, ClusterGPUs: gpus, Jobs: mo}
 	if res.Result, err = metrics.Compute(in); err != nil {
 		return res, err

@@ -411,7 +411,7 @@ func TestReplayJobsArrivalOrder(t *testing.T) {
 	var ids []string
 	var at []time.Duration
 	for n := range wl.keep {
-		q, _, _ := wl.job(wl.pos(n))
+		q, _ := wl.job(wl.pos(n))
 		ids = append(ids, q.ID)
 		at = append(at, q.Submit.Sub(replayBase))
 	}
@@ -422,4 +422,66 @@ func TestReplayJobsArrivalOrder(t *testing.T) {
 	wl, _, _, _, err = replayJobs(&Config{Jobs: sorted, Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, EstimateFactor: 1}, map[string]int{})
 	require.NoError(t, err)
 	assert.Nil(t, wl.arrive, "sorted: arrival order is workload order")
+}
+
+// sliceSource is a JobSource over a slice.
+type sliceSource []workload.Job
+
+func (s sliceSource) Len() int { return len(s) }
+func (s sliceSource) Each(yield func(int, *workload.Job) bool) {
+	for i := range s {
+		j := s[i] // a copy: the replay may not keep it
+		if !yield(i, &j) {
+			return
+		}
+	}
+}
+
+// A Source replays exactly as the same jobs in Jobs: the generated
+// workload streamed (workload.SyntheticJobs) and a slice with dropped jobs.
+func TestRunSource(t *testing.T) {
+	c := workload.DefaultSynthetic()
+	c.Jobs, c.ClusterGPUs = 400, 64
+	jobs, err := workload.Synthetic(c)
+	require.NoError(t, err)
+	gen, err := workload.NewSyntheticJobs(c)
+	require.NoError(t, err)
+	cl := Cluster{Nodes: 8, GPUsPerNode: 8}
+	for _, policy := range []string{"easy", "fairshare"} {
+		a, err := Run(context.Background(), Config{Workload: "w", Jobs: jobs, Cluster: cl, Policy: policy, EstimateFactor: 1})
+		require.NoError(t, err)
+		b, err := Run(context.Background(), Config{Workload: "w", Source: gen, Cluster: cl, Policy: policy, EstimateFactor: 1})
+		require.NoError(t, err)
+		assert.Positive(t, a.Result.AvgWait, "the jobs queue")
+		assert.Equal(t, a, b, policy)
+	}
+	// Dropped jobs (no runtime, too large) and estimates of the workload.
+	mixed := slices.Clone(jobs[:100])
+	mixed[3].Runtime = 0
+	mixed[7].GPUs = 1000
+	a, err := Run(context.Background(), Config{Workload: "w", Jobs: mixed, Cluster: cl, Policy: "easy"})
+	require.NoError(t, err)
+	b, err := Run(context.Background(), Config{Workload: "w", Source: sliceSource(mixed), Cluster: cl, Policy: "easy"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, b.Dropped)
+	assert.Equal(t, a, b)
+}
+
+func TestRunSourceInvalid(t *testing.T) {
+	jobs := replaySynthetic(t, 20, 64)
+	cl := Cluster{Nodes: 8, GPUsPerNode: 8}
+	back := slices.Clone(jobs)
+	slices.Reverse(back)
+	for name, cfg := range map[string]Config{
+		"unsorted":      {Source: sliceSource(back)},
+		"jobs and src":  {Source: sliceSource(jobs), Jobs: jobs},
+		"inflated est.": {Source: sliceSource(jobs), EstimateFactor: 2},
+	} {
+		cfg.Cluster, cfg.Policy = cl, "easy"
+		if cfg.EstimateFactor == 0 {
+			cfg.EstimateFactor = 1
+		}
+		_, err := Run(context.Background(), cfg)
+		assert.ErrorIs(t, err, ErrInvalid, name)
+	}
 }
