@@ -90,8 +90,14 @@ type Sim struct {
 	now     time.Time
 	evq     evHeap
 	seq     uint64
-	jobs    map[string]*job
-	order   []*job // submission order
+	// jobs maps every job submitted to its record; nil once it finished
+	// (the ID stays: a second submission of it is a duplicate).
+	jobs map[string]*job
+	// outs holds every submitted job's outcome, in submission order, in
+	// chunks of outChunk (no copy as it grows); njobs counts them. A
+	// finished job keeps only its outcome there.
+	outs    [][]Outcome
+	njobs   int
 	refuse  map[injKey]int
 	fail    map[injKey]int
 	refMIG  map[migKey]int
@@ -166,15 +172,15 @@ type job struct {
 	gpus    int   // whole GPUs bound now
 	milli   int64 // GPU milli bound now
 	gen     uint64
-	out     Outcome
+	out     *Outcome // in Sim.outs (replicas: their own)
 	prev    runStart // before the current run began (restored on rollback)
 	// submitted: its submission was delivered (Next); until it ends it is
 	// running or pending.
 	submitted bool
 	// replica: a service replica (service.go): no runtime, never finishes.
 	replica bool
-	// idx is its position in Sim.order; live its index in Sim.live plus
-	// one (0: no member bound).
+	// idx is its position in submission order (Sim.outs); live its index
+	// in Sim.live plus one (0: no member bound).
 	idx, live int
 }
 
@@ -356,11 +362,22 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	return nil
 }
 
+// outChunk is the number of outcomes in one chunk of Sim.outs.
+const outChunk = 4096
+
+// outAt is the outcome of the i-th job submitted.
+func (s *Sim) outAt(i int) *Outcome { return &s.outs[i/outChunk][i%outChunk] }
+
 // enroll adds js to the submitted jobs (its submission is on its way).
 func (s *Sim) enroll(js *job) {
-	js.out, js.idx = Outcome{ID: js.j.ID, Submit: js.j.Submit}, len(s.order)
+	if s.njobs%outChunk == 0 {
+		s.outs = append(s.outs, make([]Outcome, outChunk))
+	}
+	js.idx = s.njobs
+	s.njobs++
+	js.out = s.outAt(js.idx)
+	*js.out = Outcome{ID: js.j.ID, Submit: js.j.Submit}
 	s.jobs[js.j.ID] = js
-	s.order = append(s.order, js)
 }
 
 // Stream gives the simulator jobs to submit as their time comes, instead
@@ -384,6 +401,13 @@ func (s *Sim) Stream(next func() (*queue.Job, time.Duration, bool)) {
 	s.stream = next
 }
 
+// known reports whether a job of that ID was submitted (finished ones
+// included).
+func (s *Sim) known(id string) bool {
+	_, ok := s.jobs[id]
+	return ok
+}
+
 // pull takes the next job of the stream ahead, if none is and a stream is
 // set; a bad job ends the stream and is kept in streamErr.
 func (s *Sim) pull() {
@@ -401,7 +425,7 @@ func (s *Sim) pull() {
 		err = fmt.Errorf("%w: streamed job without an ID", ErrInvalid)
 	case runtime <= 0:
 		err = fmt.Errorf("%w: streamed job %q: runtime %v is not positive", ErrInvalid, j.ID, runtime)
-	case s.jobs[j.ID] != nil:
+	case s.known(j.ID):
 		err = fmt.Errorf("%w: streamed %q", ErrDuplicateJob, j.ID)
 	case j.Submit.Before(s.now):
 		err = fmt.Errorf("%w: streamed job %q submitted at %v, clock at %v (out of order)", ErrInvalid, j.ID, j.Submit, s.now)
@@ -532,9 +556,11 @@ func (s *Sim) Pending(ctx context.Context) ([]*queue.Job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*queue.Job
-	for _, js := range s.order {
-		if js.submitted && len(js.members) == 0 && !js.out.Finished {
-			out = append(out, js.j)
+	for i := range s.njobs {
+		if o := s.outAt(i); !o.Finished {
+			if js := s.jobs[o.ID]; js != nil && js.submitted && len(js.members) == 0 {
+				out = append(out, js.j)
+			}
 		}
 	}
 	return out, nil
@@ -587,7 +613,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 			if s.streamErr != nil {
 				continue
 			}
-			if wake.IsZero() || s.finished == len(s.order) && !s.provPending() {
+			if wake.IsZero() || s.finished == s.njobs && !s.provPending() {
 				return nil, backends.ErrClosed
 			}
 			s.advanceTo(wake)
@@ -619,7 +645,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		for s.ahead != nil && s.ahead.j.Submit.Equal(t) {
 			js := s.ahead
 			s.ahead = nil
-			if s.jobs[js.j.ID] != nil { // given to Submit since it was taken
+			if s.known(js.j.ID) { // given to Submit since it was taken
 				s.stream, s.streamErr = nil, fmt.Errorf("%w: streamed %q", ErrDuplicateJob, js.j.ID)
 				break
 			}
@@ -672,10 +698,13 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		js.out.Finished, js.out.End = true, s.now
 		js.gen++
 		s.finished++
-		// A finished job's record keeps only its outcome: the engine
-		// has forgotten the job, and a month's replay holds millions.
+		// A finished job keeps only its outcome (in Sim.outs): the
+		// engine has forgotten the job, and a month's replay holds
+		// millions. Its ID stays known.
+		id := js.out.ID
 		js.j = nil
-		return engine.Finished(s.now, js.out.ID), true
+		s.jobs[id] = nil
+		return engine.Finished(s.now, id), true
 	case evNodeFail:
 		n := &s.nodes[s.nodeIdx[e.node]]
 		s.histAdd(n, -1)
@@ -951,15 +980,15 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	js := s.jobs[jobID]
+	js, known := s.jobs[jobID]
+	if known && js == nil {
+		return refused("job %q has finished", jobID)
+	}
 	if js == nil {
 		js = s.replicaJob(jobID)
 	}
 	if js == nil {
 		return refused("unknown job %q", jobID)
-	}
-	if js.j == nil {
-		return refused("job %q has finished", jobID)
 	}
 	ni, ok := s.nodeIdx[m.Node]
 	if !ok {
@@ -1167,9 +1196,9 @@ func (s *Sim) Stats() Stats {
 func (s *Sim) Outcomes() []Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Outcome, len(s.order))
-	for i, js := range s.order {
-		out[i] = js.out
+	out := make([]Outcome, s.njobs)
+	for i := range out {
+		out[i] = *s.outAt(i)
 	}
 	return out
 }
@@ -1180,8 +1209,8 @@ func (s *Sim) Outcomes() []Outcome {
 func (s *Sim) EachOutcome(f func(o *Outcome)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, js := range s.order {
-		f(&js.out)
+	for i := range s.njobs {
+		f(s.outAt(i))
 	}
 }
 
