@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -131,6 +130,8 @@ type Sim struct {
 	stream    func() (*queue.Job, time.Duration, bool)
 	ahead     *job
 	streamErr error // the stream's bad job, returned by the next Next
+
+	batch []event // Next's scratch
 }
 
 type node struct {
@@ -241,21 +242,55 @@ type event struct {
 	svc  *engine.Event // evService
 }
 
+// evHeap is a binary min-heap of events by (at, seq), a total order (seq
+// is unique). Typed, not container/heap: that boxed every event pushed and
+// popped (two allocations an event, millions in a month's replay).
 type evHeap []event
 
-func (h evHeap) Len() int { return len(h) }
-func (h evHeap) Less(i, k int) bool {
+func (h evHeap) less(i, k int) bool {
 	if c := h[i].at.Compare(h[k].at); c != 0 {
 		return c < 0
 	}
 	return h[i].seq < h[k].seq
 }
-func (h evHeap) Swap(i, k int) { h[i], h[k] = h[k], h[i] }
-func (h *evHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *evHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (h *evHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+// pop removes and returns the least event; h must not be empty.
+func (h *evHeap) pop() event {
+	q := *h
+	n := len(q) - 1
+	e := q[0]
+	q[0] = q[n]
+	q[n] = event{}
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
 	return e
 }
 
@@ -510,7 +545,7 @@ func takeMIG(m map[migKey]int, node string, gpu int) bool {
 func (s *Sim) push(e event) {
 	s.seq++
 	e.seq = s.seq
-	heap.Push(&s.evq, e)
+	s.evq.push(e)
 }
 
 // ---------------------------------------------------------------- clock
@@ -636,9 +671,9 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 			return []engine.Event{}, nil
 		}
 		s.advanceTo(t)
-		var batch []event
+		batch := s.batch[:0] // scratch: the events are copied out below
 		for len(s.evq) > 0 && s.evq[0].at.Equal(t) {
-			batch = append(batch, heap.Pop(&s.evq).(event))
+			batch = append(batch, s.evq.pop())
 		}
 		// Streamed jobs arrive: submitted now, after those given to
 		// Submit (a later seq).
@@ -669,6 +704,8 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 				evs = append(evs, ev)
 			}
 		}
+		clear(batch) // no job kept alive by the scratch
+		s.batch = batch[:0]
 		if len(evs) > 0 {
 			return evs, nil
 		}
