@@ -123,7 +123,7 @@ type Config struct {
 	// asks of jobs that never started) and holds none of its jobs. Its
 	// jobs must come in order of Submit, and EstimateFactor must be 0 or 1;
 	// errors wrap ErrInvalid.
-	Source JobSource
+	Source  JobSource
 	Cluster Cluster
 	Policy  string // one of Policies
 	// EstimateFactor sets the runtime estimates the engine sees: 1, exact
@@ -294,12 +294,12 @@ type replayIn struct {
 	src    []workload.Job
 	source JobSource // instead of src
 	n      int       // jobs in the workload
-	exact  bool // estimates are runtimes
-	total  int  // the cluster's GPUs
-	per    int  // the largest GPU count of a node
-	custom bool // Config.Spec: host resources per member
-	frac   bool // the cluster takes fractional members
-	width  int  // digits of the job IDs
+	exact  bool      // estimates are runtimes
+	total  int       // the cluster's GPUs
+	per    int       // the largest GPU count of a node
+	custom bool      // Config.Spec: host resources per member
+	frac   bool      // the cluster takes fractional members
+	width  int       // digits of the job IDs
 	// keep lists the workload index of every kept job, in workload order
 	// (the order of the outcomes); arrive, when not nil, the positions in
 	// keep in order of submission (stable: ties in workload order), when
