@@ -293,7 +293,6 @@ type JobSource interface {
 type replayIn struct {
 	src    []workload.Job
 	source JobSource // instead of src
-	n      int       // jobs in the workload
 	exact  bool      // estimates are runtimes
 	total  int       // the cluster's GPUs
 	per    int       // the largest GPU count of a node
@@ -437,7 +436,7 @@ func replayJobs(cfg *Config, by map[string]int) (in *replayIn, queues []string, 
 	if n < 0 || n > math.MaxInt32 {
 		return nil, nil, 0, 0, fmt.Errorf("%w: %d jobs (at most %d)", ErrInvalid, n, math.MaxInt32)
 	}
-	in = &replayIn{src: src, source: cfg.Source, n: n, exact: exact, total: total, per: per, custom: len(cfg.Spec.Nodes) > 0,
+	in = &replayIn{src: src, source: cfg.Source, exact: exact, total: total, per: per, custom: len(cfg.Spec.Nodes) > 0,
 		frac: replayFractional(&spec), width: len(strconv.Itoa(n))}
 	seen := map[string]bool{}
 	in.keep = make([]int32, 0, n)
