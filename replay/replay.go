@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"runtime"
 	"slices"
@@ -114,7 +115,15 @@ type Config struct {
 	// Workload names the workload in rows and plots.
 	Workload string
 	// Jobs are the workload's jobs; Run does not modify them.
-	Jobs    []workload.Job
+	Jobs []workload.Job
+	// Source, when set, is the workload instead of Jobs (which must then
+	// be empty), for workloads too large to hold, such as a generated
+	// month (workload.SyntheticJobs). Run reads it three times (to sort it
+	// out, to hand each job to the simulator when it arrives, and for the
+	// asks of jobs that never started) and holds none of its jobs. Its
+	// jobs must come in order of Submit, and EstimateFactor must be 0 or 1;
+	// errors wrap ErrInvalid.
+	Source  JobSource
 	Cluster Cluster
 	Policy  string // one of Policies
 	// EstimateFactor sets the runtime estimates the engine sees: 1, exact
@@ -266,12 +275,118 @@ type ReservationDelay struct {
 // replayBase is the wall time of trace offset 0.
 var replayBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// replayJob is a workload job converted for the engine.
-type replayJob struct {
-	q        *queue.Job
-	runtime  time.Duration
-	minPer   int // smallest GPU count the job asks of one node
-	gpuMilli int64
+// JobSource is a workload read in order as often as needed, the same jobs
+// every time, instead of held in a slice (Config.Source).
+type JobSource interface {
+	// Len is the number of jobs.
+	Len() int
+	// Each calls yield with every job and its index (0 to Len-1), in
+	// order, until yield returns false. The job is valid during the call
+	// only.
+	Each(yield func(i int, j *workload.Job) bool)
+}
+
+// replayIn is a workload's jobs as the replay takes them: which are
+// kept, in which order they arrive, and each converted for the engine only
+// when the simulator asks for it (job), so that a month's replay holds no
+// queue.Job, gang request or submission event for a job before it arrives.
+type replayIn struct {
+	src    []workload.Job
+	source JobSource // instead of src
+	exact  bool      // estimates are runtimes
+	total  int       // the cluster's GPUs
+	per    int       // the largest GPU count of a node
+	custom bool      // Config.Spec: host resources per member
+	frac   bool      // the cluster takes fractional members
+	width  int       // digits of the job IDs
+	// keep lists the workload index of every kept job, in workload order
+	// (the order of the outcomes); arrive, when not nil, the positions in
+	// keep in order of submission (stable: ties in workload order), when
+	// the workload is not sorted by submission.
+	keep   []int32
+	arrive []int32
+	// first is the earliest submission of a kept job (zero: none kept).
+	first time.Duration
+}
+
+// each calls fn with every job of the workload, in order.
+func (in *replayIn) each(fn func(i int, w *workload.Job) bool) {
+	if in.source != nil {
+		in.source.Each(fn)
+		return
+	}
+	for i := range in.src {
+		if !fn(i, &in.src[i]) {
+			return
+		}
+	}
+}
+
+// pos is the position in keep of the job that arrives n-th.
+func (in *replayIn) pos(n int) int {
+	if in.arrive != nil {
+		return int(in.arrive[n])
+	}
+	return n
+}
+
+// share reports whether w becomes one fractional member.
+func (in *replayIn) share(w *workload.Job) bool { return in.frac && w.Shared() && w.NumGPU == 1 }
+
+// job converts the kept job at position k of keep (Jobs, not Source): the
+// engine's job and its runtime.
+func (in *replayIn) job(k int) (*queue.Job, time.Duration) {
+	i := int(in.keep[k])
+	return in.convert(i, &in.src[i])
+}
+
+// convert converts w, job i of the workload: the engine's job and its
+// runtime.
+func (in *replayIn) convert(i int, w *workload.Job) (*queue.Job, time.Duration) {
+	g := w.GPUs
+	qn := cmp.Or(w.User, w.Queue, "default")
+	est := w.Estimate
+	if in.exact || est <= 0 {
+		est = w.Runtime
+	}
+	var req gang.Request
+	if in.share(w) {
+		req = gang.Request{Groups: []gang.Group{{Members: 1, GPUMilli: w.GPUMilli}}}
+	} else {
+		req = replayRequest(g, in.per)
+	}
+	if in.custom {
+		// Host resources per member, split like the GPUs.
+		n := 0
+		for _, gr := range req.Groups {
+			n += gr.Members
+		}
+		for k := range req.Groups {
+			req.Groups[k].CPUMilli = w.CPUMilli / int64(n)
+			req.Groups[k].MemoryMiB = w.MemoryMiB / int64(n)
+		}
+	}
+	return &queue.Job{
+		ID: "j" + fmt.Sprintf("%0*d", in.width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
+		Request: req, RuntimeEstimate: est,
+	}, w.Runtime
+}
+
+// gpuMilli is what w asks for, in GPU thousandths.
+func (in *replayIn) gpuMilli(w *workload.Job) int64 {
+	if in.share(w) {
+		return int64(w.GPUMilli)
+	}
+	return int64(w.GPUs) * 1000
+}
+
+// minPer is the smallest GPU count a job of the replay asks of one node
+// (its last member group's; 1 for a fraction of a GPU).
+func minPer(j *queue.Job) int {
+	if len(j.Request.Groups) == 0 {
+		return 1
+	}
+	return max(1, j.Request.Groups[len(j.Request.Groups)-1].GPUsPerMember)
 }
 
 // replayRequest splits g whole GPUs into members of at most per GPUs:
@@ -287,13 +402,24 @@ func replayRequest(g, per int) gang.Request {
 	return gang.Request{Groups: groups}
 }
 
-// replayJobs converts the workload: IDs by position (so ties in FIFO
+// replayJobs sorts out the workload: IDs by position (so ties in FIFO
 // order follow the trace), queue by user, else queue, else "default".
 // Share pods (a fraction of one GPU) become one fractional member where
-// the cluster takes them.
-func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []string, dropped, noRuntime int, err error) {
+// the cluster takes them. The jobs are converted as they arrive
+// (replayIn.job).
+func replayJobs(cfg *Config, by map[string]int) (in *replayIn, queues []string, dropped, noRuntime int, err error) {
 	src := cfg.Jobs
 	exact := cfg.EstimateFactor == 1 // estimates are runtimes: no copy of the jobs
+	n := len(src)
+	if cfg.Source != nil {
+		switch {
+		case len(src) > 0:
+			return nil, nil, 0, 0, fmt.Errorf("%w: both Jobs and Source are set", ErrInvalid)
+		case cfg.EstimateFactor != 0 && !exact:
+			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v with a Source (want 0 or 1)", ErrInvalid, cfg.EstimateFactor)
+		}
+		n = cfg.Source.Len()
+	}
 	if f := cfg.EstimateFactor; f != 0 && !exact {
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 1 {
 			return nil, nil, 0, 0, fmt.Errorf("%w: estimate factor %v is not 0 or >= 1", ErrInvalid, f)
@@ -307,22 +433,28 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	custom := len(cfg.Spec.Nodes) > 0
-	frac := replayFractional(&spec)
-	width := len(strconv.Itoa(len(src)))
+	if n < 0 || n > math.MaxInt32 {
+		return nil, nil, 0, 0, fmt.Errorf("%w: %d jobs (at most %d)", ErrInvalid, n, math.MaxInt32)
+	}
+	in = &replayIn{src: src, source: cfg.Source, exact: exact, total: total, per: per, custom: len(cfg.Spec.Nodes) > 0,
+		frac: replayFractional(&spec), width: len(strconv.Itoa(n))}
 	seen := map[string]bool{}
-	jobs = make([]replayJob, 0, len(src))
-	for i := range src {
-		w := &src[i]
+	in.keep = make([]int32, 0, n)
+	sorted := true
+	var last time.Duration
+	in.each(func(i int, w *workload.Job) bool {
+		if i != len(in.keep)+dropped || i >= n {
+			err = fmt.Errorf("%w: the source gave job %d after %d jobs (Len %d)", ErrInvalid, i, len(in.keep)+dropped, n)
+			return false
+		}
 		g := w.GPUs
-		share := frac && w.Shared() && w.NumGPU == 1
 		if w.Runtime <= 0 {
 			dropped++
 			noRuntime++
 			by["no runtime"]++
-			continue
+			return true
 		}
-		if (g <= 0 && !share) || g > total {
+		if (g <= 0 && !in.share(w)) || g > total {
 			dropped++
 			switch {
 			case g > total:
@@ -332,47 +464,43 @@ func replayJobs(cfg *Config, by map[string]int) (jobs []replayJob, queues []stri
 			default:
 				by["no GPUs"]++
 			}
-			continue
+			return true
 		}
 		qn := cmp.Or(w.User, w.Queue, "default")
 		if !seen[qn] {
 			seen[qn] = true
 			queues = append(queues, qn)
 		}
-		est := w.Estimate
-		if exact || est <= 0 {
-			est = w.Runtime
+		if len(in.keep) > 0 && w.Submit < last {
+			sorted = false
 		}
-		var req gang.Request
-		milli := int64(g) * 1000
-		if share {
-			req = gang.Request{Groups: []gang.Group{{Members: 1, GPUMilli: w.GPUMilli}}}
-			milli = int64(w.GPUMilli)
-		} else {
-			req = replayRequest(g, per)
+		if len(in.keep) == 0 || w.Submit < in.first {
+			in.first = w.Submit
 		}
-		if custom {
-			// Host resources per member, split like the GPUs.
-			n := 0
-			for _, gr := range req.Groups {
-				n += gr.Members
-			}
-			for k := range req.Groups {
-				req.Groups[k].CPUMilli = w.CPUMilli / int64(n)
-				req.Groups[k].MemoryMiB = w.MemoryMiB / int64(n)
-			}
+		last = w.Submit
+		in.keep = append(in.keep, int32(i))
+		return true
+	})
+	if err == nil && len(in.keep)+dropped != n {
+		err = fmt.Errorf("%w: the source gave %d jobs, not Len %d", ErrInvalid, len(in.keep)+dropped, n)
+	}
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	if !sorted && in.source != nil {
+		return nil, nil, 0, 0, fmt.Errorf("%w: the source's jobs are not in order of Submit", ErrInvalid)
+	}
+	if !sorted {
+		in.arrive = make([]int32, len(in.keep))
+		for k := range in.arrive {
+			in.arrive[k] = int32(k)
 		}
-		minPer := max(1, req.Groups[len(req.Groups)-1].GPUsPerMember)
-		jobs = append(jobs, replayJob{
-			q: &queue.Job{
-				ID: "j" + fmt.Sprintf("%0*d", width, i), Queue: qn, User: w.User, Submit: replayBase.Add(w.Submit),
-				Request: req, RuntimeEstimate: est,
-			},
-			runtime: w.Runtime, minPer: minPer, gpuMilli: milli,
+		slices.SortStableFunc(in.arrive, func(a, b int32) int {
+			return cmp.Compare(src[in.keep[a]].Submit, src[in.keep[b]].Submit)
 		})
 	}
 	slices.Sort(queues)
-	return jobs, queues, dropped, noRuntime, nil
+	return in, queues, dropped, noRuntime, nil
 }
 
 // replayQueues is one cohort holding twice the cluster's GPUs, with a
@@ -412,7 +540,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.DroppedBy = map[string]int{}
-	jobs, queues, dropped, noRuntime, err := replayJobs(&cfg, res.DroppedBy)
+	wl, queues, dropped, noRuntime, err := replayJobs(&cfg, res.DroppedBy)
 	if err != nil {
 		return res, err
 	}
@@ -429,28 +557,53 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ecfg.EagerPending = cfg.AllPending
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
-	for _, j := range jobs {
-		if j.q.Submit.Before(ecfg.Start) {
-			ecfg.Start = j.q.Submit
-		}
+	if t := replayBase.Add(wl.first); len(wl.keep) > 0 && t.Before(ecfg.Start) {
+		ecfg.Start = t
 	}
 	s, err := sim.New(sim.Config{Cluster: spec, Start: ecfg.Start, RuntimeFactor: pl.factor()})
 	if err != nil {
 		return res, err
 	}
-	minPer := make(map[string]int, len(jobs))
-	for _, j := range jobs {
-		pl.request(&j.q.Request)
-		if err := s.Submit(j.q, j.runtime); err != nil {
-			return res, err
+	// The jobs arrive as their time comes: the simulator asks for each
+	// one when its submission is the next event.
+	next := 0
+	var pull func() (int, *workload.Job, bool)
+	if wl.source != nil {
+		var stop func()
+		pull, stop = iter.Pull2(iter.Seq2[int, *workload.Job](wl.source.Each))
+		defer stop()
+	}
+	var serr error
+	s.Stream(func() (*queue.Job, time.Duration, bool) {
+		if next == len(wl.keep) {
+			return nil, 0, false
 		}
-		minPer[j.q.ID] = j.minPer
-		if j.q.Request.Groups[0].GPUMilli > 0 {
+		var q *queue.Job
+		var runtime time.Duration
+		if pull == nil {
+			q, runtime = wl.job(wl.pos(next))
+		} else {
+			// Sorted: the kept jobs arrive in the source's order.
+			for want := int(wl.keep[next]); q == nil; {
+				i, w, ok := pull()
+				if !ok {
+					serr = fmt.Errorf("%w: the source ended before job %d, which it gave before", ErrInvalid, want)
+					return nil, 0, false
+				}
+				if i == want {
+					q, runtime = wl.convert(i, w)
+				}
+			}
+		}
+		next++
+		pl.request(&q.Request)
+		if q.Request.Groups[0].GPUMilli > 0 {
 			res.Fractional++
 		}
-	}
+		return q, runtime, true
+	})
 
-	ob := newObserver(cfg, s, minPer, per)
+	ob := newObserver(cfg, s, per)
 	// The simulator answers every bind at once (no timeouts, no late
 	// calls), so the Runner's poll of its running jobs finds nothing to
 	// settle; it only forgets the jobs that ended. Once a minute of
@@ -467,14 +620,30 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := r.Run(ctx); err != nil {
 		return res, fmt.Errorf("replay: %s/%s: %w", cfg.Workload, cfg.Policy, err)
 	}
+	if serr != nil {
+		return res, fmt.Errorf("replay: %s/%s: %w", cfg.Workload, cfg.Policy, serr)
+	}
 
-	outs := s.Outcomes()
-	mo := make([]metrics.Outcome, len(outs))
+	res.Violations = s.Violations()
+	res.Sim = s.Stats()
+	// The outcomes, read once from the simulator's records (no copy of
+	// them all), in workload order: the simulator's is arrival order.
+	mo := make([]metrics.Outcome, len(wl.keep))
 	var firstSubmit, lastEnd time.Duration
-	for i, o := range outs {
-		held := jobs[i].gpuMilli
+	n, unstarted := 0, 0
+	var rerr error
+	s.EachOutcome(func(o *sim.Outcome) {
+		if n >= len(mo) {
+			rerr = fmt.Errorf("replay: the simulator has more outcomes than the %d jobs streamed", len(mo))
+			return
+		}
+		i := wl.pos(n)
+		n++
+		var held int64 // the ask, filled in below, for a job that never started
 		if o.Started {
 			held = o.Milli // what the run held: a MIG instance may be larger than the ask
+		} else {
+			unstarted++
 		}
 		m := metrics.Outcome{
 			ID: o.ID, Submit: o.Submit.Sub(replayBase), GPUMilli: held,
@@ -495,6 +664,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if p, ok := ob.promised[o.ID]; ok && o.Started && o.Start.After(p) {
 			res.Delayed = append(res.Delayed, ReservationDelay{Job: o.ID, Promised: p.Sub(replayBase), Started: o.Start.Sub(replayBase)})
 		}
+	})
+	if rerr == nil && n != len(mo) {
+		rerr = fmt.Errorf("replay: %d outcomes for %d jobs", n, len(mo))
+	}
+	if rerr != nil {
+		return res, rerr
+	}
+	ob.sim = nil // the simulator's records are garbage from here on
+	if unstarted > 0 {
+		k := 0
+		wl.each(func(i int, w *workload.Job) bool {
+			if k < len(wl.keep) && int(wl.keep[k]) == i {
+				if !mo[k].Started {
+					mo[k].GPUMilli = wl.gpuMilli(w)
+				}
+				k++
+			}
+			return k < len(wl.keep)
+		})
 	}
 	in := metrics.Input{Policy: cfg.Policy, ClusterGPUs: gpus, Jobs: mo}
 	if res.Result, err = metrics.Compute(in); err != nil {
@@ -504,9 +692,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Cycles, res.MaxPending = ob.cycles, ob.maxPending
 	res.MeanPending = ob.meanPending()
 	res.Reserved = len(ob.promised)
-	res.Violations = s.Violations()
 	res.MIGDecided = ob.migDecided
-	res.Sim = s.Stats()
 	res.Price = pl.stats()
 	res.Waits = metrics.Waits(mo)
 	step := cfg.Step
@@ -526,7 +712,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 type observer struct {
 	cfg      Config
 	sim      *sim.Sim
-	minPer   map[string]int
 	per      int                  // the largest GPU count of a node
 	promised map[string]time.Time // first reservation start per job
 
@@ -543,8 +728,8 @@ type observer struct {
 	pendingArea                 float64 // its integral over time (job-seconds)
 }
 
-func newObserver(cfg Config, s *sim.Sim, minPer map[string]int, per int) *observer {
-	return &observer{cfg: cfg, sim: s, minPer: minPer, per: per, promised: map[string]time.Time{}}
+func newObserver(cfg Config, s *sim.Sim, per int) *observer {
+	return &observer{cfg: cfg, sim: s, per: per, promised: map[string]time.Time{}}
 }
 
 func (o *observer) observe(c backends.Cycle) {
@@ -611,9 +796,7 @@ func (o *observer) measure(hist []int, v *engine.View) (frag, largest float64) {
 	ask, some := per+1, false
 	v.EachPending(func(j *queue.Job) bool {
 		some = true
-		if m, ok := o.minPer[j.ID]; ok && m < ask {
-			ask = m
-		}
+		ask = min(ask, minPer(j))
 		return ask > 1
 	})
 	if !some {

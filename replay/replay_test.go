@@ -368,3 +368,120 @@ func TestReplaySharePods(t *testing.T) {
 	_, _, err = SyntheticMIG(SyntheticMIGConfig{Nodes: 1, WholeJobs: 1})
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// The jobs arrive in submission order whatever the workload's order: a
+// workload listed backwards replays as the same workload listed forwards
+// (distinct submit times, so IDs break no ties), and the outcomes keep the
+// workload's order.
+func TestRunUnsortedWorkload(t *testing.T) {
+	fwd := replaySynthetic(t, 300, 64)
+	for i := range fwd {
+		fwd[i].Submit = time.Duration(i) * 37 * time.Second
+	}
+	back := slices.Clone(fwd)
+	slices.Reverse(back)
+	cl := Cluster{Nodes: 8, GPUsPerNode: 8}
+	a, err := Run(context.Background(), Config{Workload: "fwd", Jobs: fwd, Cluster: cl, Policy: "easy", EstimateFactor: 1})
+	require.NoError(t, err)
+	b, err := Run(context.Background(), Config{Workload: "back", Jobs: back, Cluster: cl, Policy: "easy", EstimateFactor: 1})
+	require.NoError(t, err)
+	require.Equal(t, 300, b.Result.Finished)
+	assert.Positive(t, a.Result.AvgWait, "the jobs queue")
+	assert.Equal(t, a.Waits, b.Waits)
+	assert.Equal(t, a.Result.Makespan, b.Result.Makespan)
+	assert.InDelta(t, a.Result.Utilization, b.Result.Utilization, 1e-12)
+	assert.InDelta(t, a.Result.AvgWait.Seconds(), b.Result.AvgWait.Seconds(), 1e-6)
+	assert.Equal(t, a.GPUMicroseconds, b.GPUMicroseconds)
+	assert.Equal(t, a.Cycles, b.Cycles)
+}
+
+// replayJobs orders the arrivals by submit time (ties in workload order)
+// and keeps the workload's IDs and outcome positions.
+func TestReplayJobsArrivalOrder(t *testing.T) {
+	js := replaySynthetic(t, 6, 64)
+	subs := []time.Duration{50, 10, 30, 10, 0, 30}
+	for i := range js {
+		js[i].Submit = subs[i] * time.Second
+	}
+	js[2].Runtime = 0 // dropped: no runtime
+	wl, _, dropped, _, err := replayJobs(&Config{Jobs: js, Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, EstimateFactor: 1}, map[string]int{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, dropped)
+	assert.Equal(t, []int32{0, 1, 3, 4, 5}, wl.keep)
+	var ids []string
+	var at []time.Duration
+	for n := range wl.keep {
+		q, _ := wl.job(wl.pos(n))
+		ids = append(ids, q.ID)
+		at = append(at, q.Submit.Sub(replayBase))
+	}
+	assert.Equal(t, []string{"j4", "j1", "j3", "j5", "j0"}, ids)
+	assert.True(t, slices.IsSorted(at))
+	sorted := slices.Clone(js)
+	slices.SortStableFunc(sorted, func(a, b workload.Job) int { return int(a.Submit - b.Submit) })
+	wl, _, _, _, err = replayJobs(&Config{Jobs: sorted, Cluster: Cluster{Nodes: 8, GPUsPerNode: 8}, EstimateFactor: 1}, map[string]int{})
+	require.NoError(t, err)
+	assert.Nil(t, wl.arrive, "sorted: arrival order is workload order")
+}
+
+// sliceSource is a JobSource over a slice.
+type sliceSource []workload.Job
+
+func (s sliceSource) Len() int { return len(s) }
+func (s sliceSource) Each(yield func(int, *workload.Job) bool) {
+	for i := range s {
+		j := s[i] // a copy: the replay may not keep it
+		if !yield(i, &j) {
+			return
+		}
+	}
+}
+
+// A Source replays exactly as the same jobs in Jobs: the generated
+// workload streamed (workload.SyntheticJobs) and a slice with dropped jobs.
+func TestRunSource(t *testing.T) {
+	c := workload.DefaultSynthetic()
+	c.Jobs, c.ClusterGPUs = 400, 64
+	jobs, err := workload.Synthetic(c)
+	require.NoError(t, err)
+	gen, err := workload.NewSyntheticJobs(c)
+	require.NoError(t, err)
+	cl := Cluster{Nodes: 8, GPUsPerNode: 8}
+	for _, policy := range []string{"easy", "fairshare"} {
+		a, err := Run(context.Background(), Config{Workload: "w", Jobs: jobs, Cluster: cl, Policy: policy, EstimateFactor: 1})
+		require.NoError(t, err)
+		b, err := Run(context.Background(), Config{Workload: "w", Source: gen, Cluster: cl, Policy: policy, EstimateFactor: 1})
+		require.NoError(t, err)
+		assert.Positive(t, a.Result.AvgWait, "the jobs queue")
+		assert.Equal(t, a, b, policy)
+	}
+	// Dropped jobs (no runtime, too large) and estimates of the workload.
+	mixed := slices.Clone(jobs[:100])
+	mixed[3].Runtime = 0
+	mixed[7].GPUs = 1000
+	a, err := Run(context.Background(), Config{Workload: "w", Jobs: mixed, Cluster: cl, Policy: "easy"})
+	require.NoError(t, err)
+	b, err := Run(context.Background(), Config{Workload: "w", Source: sliceSource(mixed), Cluster: cl, Policy: "easy"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, b.Dropped)
+	assert.Equal(t, a, b)
+}
+
+func TestRunSourceInvalid(t *testing.T) {
+	jobs := replaySynthetic(t, 20, 64)
+	cl := Cluster{Nodes: 8, GPUsPerNode: 8}
+	back := slices.Clone(jobs)
+	slices.Reverse(back)
+	for name, cfg := range map[string]Config{
+		"unsorted":      {Source: sliceSource(back)},
+		"jobs and src":  {Source: sliceSource(jobs), Jobs: jobs},
+		"inflated est.": {Source: sliceSource(jobs), EstimateFactor: 2},
+	} {
+		cfg.Cluster, cfg.Policy = cl, "easy"
+		if cfg.EstimateFactor == 0 {
+			cfg.EstimateFactor = 1
+		}
+		_, err := Run(context.Background(), cfg)
+		assert.ErrorIs(t, err, ErrInvalid, name)
+	}
+}

@@ -187,88 +187,134 @@ func (c SyntheticConfig) Validate() error {
 //
 // Heavy tails matter for short workloads; see DefaultSynthetic.
 func Synthetic(c SyntheticConfig) ([]Job, error) {
+	g, err := NewSyntheticJobs(c)
+	if err != nil || c.Jobs == 0 {
+		return nil, err
+	}
+	jobs := make([]Job, 0, c.Jobs)
+	g.Each(func(_ int, j *Job) bool {
+		jobs = append(jobs, *j)
+		return true
+	})
+	return jobs, nil
+}
+
+// SyntheticJobs is the workload of Synthetic generated on demand: the same
+// jobs, in the same order, one at a time, without holding them (a month's
+// workload is millions of jobs). Each generates them again from the seed
+// at every call. It is a replay.JobSource.
+type SyntheticJobs struct {
+	c           SyntheticConfig
+	sizes       []SizeWeight
+	totalWeight uint64
+	queueCum    []float64
+	sum, uMax   float64
+	queues      []string
+	idWidth     int
+	// window is the arrival window in seconds and total the sum of the
+	// Jobs+1 arrival gaps: both need every job, so NewSyntheticJobs draws
+	// the sizes, runtimes and gaps once to find them.
+	window, total float64
+}
+
+// NewSyntheticJobs validates c and prepares its generation (one pass over
+// the random streams of sizes, runtimes and arrivals). Errors wrap
+// ErrConfig.
+func NewSyntheticJobs(c SyntheticConfig) (*SyntheticJobs, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if c.Jobs == 0 {
-		return nil, nil
-	}
-	var sizes []SizeWeight
-	var totalWeight uint64
+	g := &SyntheticJobs{c: c}
 	for _, s := range c.Sizes {
 		if s.GPUs <= c.ClusterGPUs && s.Weight > 0 {
-			sizes = append(sizes, s)
-			totalWeight += uint64(s.Weight)
+			g.sizes = append(g.sizes, s)
+			g.totalWeight += uint64(s.Weight)
 		}
 	}
-	queueCum := make([]float64, c.Queues)
-	sum := 0.0
-	for i := range queueCum {
-		sum += math.Pow(float64(i+1), -c.QueueSkew)
-		queueCum[i] = sum
+	g.queueCum = make([]float64, c.Queues)
+	for i := range g.queueCum {
+		g.sum += math.Pow(float64(i+1), -c.QueueSkew)
+		g.queueCum[i] = g.sum
 	}
-	uMax := 1.0
+	g.uMax = 1.0
 	if c.MaxRuntime > 0 {
-		uMax = runtimeCDF(c.Runtimes, c.MaxRuntime)
+		g.uMax = runtimeCDF(c.Runtimes, c.MaxRuntime)
 	}
+	g.idWidth = len(strconv.Itoa(c.Jobs - 1))
+	qWidth := len(strconv.Itoa(c.Queues - 1))
+	g.queues = make([]string, c.Queues)
+	for i := range g.queues {
+		g.queues[i] = fmt.Sprintf("q%0*d", qWidth, i)
+	}
+	sizeR := newStream(c.Seed, streamSize)
+	runR := newStream(c.Seed, streamRuntime)
+	work := 0.0 // GPU-seconds
+	for range c.Jobs {
+		gpus, sec := g.sizeRuntime(sizeR, runR)
+		work += float64(float64(gpus) * sec) // float64(): no fused multiply-add
+	}
+	arrR := newStream(c.Seed, streamArrival)
+	for range c.Jobs + 1 {
+		g.total += arrR.exp()
+	}
+	g.window = work / (c.Load * float64(c.ClusterGPUs))
+	return g, nil
+}
 
+// Len is the number of jobs (SyntheticConfig.Jobs).
+func (g *SyntheticJobs) Len() int { return g.c.Jobs }
+
+// sizeRuntime draws one job's size and runtime (whole seconds).
+func (g *SyntheticJobs) sizeRuntime(sizeR, runR *SplitMix64) (int, float64) {
+	gpus := 0
+	x := sizeR.Draw(g.totalWeight)
+	for _, s := range g.sizes {
+		if x < uint64(s.Weight) {
+			gpus = s.GPUs
+			break
+		}
+		x -= uint64(s.Weight)
+	}
+	sec := runtimeAt(g.c.Runtimes, runR.float()*g.uMax)
+	if g.c.MaxRuntime > 0 {
+		sec = min(sec, math.Floor(g.c.MaxRuntime.Seconds()))
+	}
+	return gpus, sec
+}
+
+// Each generates the jobs in order (sorted by Submit) and calls yield
+// with each one's index and the job, until yield returns false. The job is
+// valid during the call only (the next one reuses it): copy it to keep it.
+func (g *SyntheticJobs) Each(yield func(i int, j *Job) bool) {
+	c := g.c
 	sizeR := newStream(c.Seed, streamSize)
 	runR := newStream(c.Seed, streamRuntime)
 	queueR := newStream(c.Seed, streamQueue)
 	estR := newStream(c.Seed, streamEstimate)
 	arrR := newStream(c.Seed, streamArrival)
-
-	idWidth := len(strconv.Itoa(c.Jobs - 1))
-	qWidth := len(strconv.Itoa(c.Queues - 1))
-	queues := make([]string, c.Queues)
-	for i := range queues {
-		queues[i] = fmt.Sprintf("q%0*d", qWidth, i)
-	}
-
-	jobs := make([]Job, c.Jobs)
-	work := 0.0 // GPU-seconds
-	for i := range jobs {
-		j := &jobs[i]
-		j.ID = fmt.Sprintf("j%0*d", idWidth, i)
-		x := sizeR.Draw(totalWeight)
-		for _, s := range sizes {
-			if x < uint64(s.Weight) {
-				j.GPUs = s.GPUs
-				break
-			}
-			x -= uint64(s.Weight)
-		}
-		j.NumGPU, j.GPUMilli = j.GPUs, 1000
-		sec := runtimeAt(c.Runtimes, runR.float()*uMax)
-		if c.MaxRuntime > 0 {
-			sec = min(sec, math.Floor(c.MaxRuntime.Seconds()))
-		}
-		j.Runtime = time.Duration(sec) * time.Second
-		work += float64(float64(j.GPUs) * sec) // float64(): no fused multiply-add
-		u := queueR.float() * sum
-		q := 0
-		for q < len(queueCum)-1 && u >= queueCum[q] {
-			q++
-		}
-		j.Queue = queues[q]
-		j.Estimate = inflate(j.Runtime, c.EstimateFactor, estR)
-	}
-
 	// Arrivals: S_k / S_{n+1} are the order statistics of n uniforms on
 	// [0, 1), i.e. Poisson arrivals given n of them in the window.
-	gaps := make([]float64, c.Jobs+1)
-	total := 0.0
-	for i := range gaps {
-		gaps[i] = arrR.exp()
-		total += gaps[i]
-	}
-	window := work / (c.Load * float64(c.ClusterGPUs))
 	at := 0.0
-	for i := range jobs {
-		at += gaps[i]
-		jobs[i].Submit = time.Duration(math.Floor(window*at/total)) * time.Second
+	j := new(Job)
+	for i := range c.Jobs {
+		*j = Job{ID: fmt.Sprintf("j%0*d", g.idWidth, i)}
+		gpus, sec := g.sizeRuntime(sizeR, runR)
+		j.GPUs = gpus
+		j.NumGPU, j.GPUMilli = j.GPUs, 1000
+		j.Runtime = time.Duration(sec) * time.Second
+		u := queueR.float() * g.sum
+		q := 0
+		for q < len(g.queueCum)-1 && u >= g.queueCum[q] {
+			q++
+		}
+		j.Queue = g.queues[q]
+		j.Estimate = inflate(j.Runtime, c.EstimateFactor, estR)
+		at += arrR.exp()
+		j.Submit = time.Duration(math.Floor(g.window*at/g.total)) * time.Second
+		if !yield(i, j) {
+			return
+		}
 	}
-	return jobs, nil
 }
 
 // runtimeAt maps u in [0, 1) to a whole-second runtime by log-linear

@@ -291,3 +291,29 @@ func TestRuntimeTable(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, runtimeCDF(q, 1e7*time.Second))
 }
+
+// SyntheticJobs generates Synthetic's jobs again at every Each, and stops
+// when yield does.
+func TestSyntheticJobsEach(t *testing.T) {
+	cfg := DefaultSynthetic()
+	cfg.Jobs = 500
+	want, err := Synthetic(cfg)
+	require.NoError(t, err)
+	g, err := NewSyntheticJobs(cfg)
+	require.NoError(t, err)
+	assert.Equal(t, 500, g.Len())
+	for range 2 {
+		var got []Job
+		g.Each(func(i int, j *Job) bool {
+			assert.Equal(t, len(got), i)
+			got = append(got, *j)
+			return true
+		})
+		assert.Equal(t, want, got)
+	}
+	n := 0
+	g.Each(func(int, *Job) bool { n++; return n < 10 })
+	assert.Equal(t, 10, n)
+	_, err = NewSyntheticJobs(SyntheticConfig{})
+	assert.ErrorIs(t, err, ErrConfig)
+}

@@ -7,7 +7,10 @@
 //
 //   - Submit schedules a job's submission at its Submit time; once its
 //     first member is bound it runs for the given runtime (the trace's
-//     duration) and is then reported finished.
+//     duration) and is then reported finished. Stream gives it jobs to
+//     submit as their time comes instead (a replay of millions of jobs
+//     holds none before it arrives); a finished job keeps only its
+//     outcome, and binding it again is refused.
 //   - Next moves the virtual clock to the next instant with events (or to
 //     the Runner's wake-up) and returns that instant's events: finishes
 //     (by job ID), node failures and recoveries, then submissions (in

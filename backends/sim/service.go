@@ -85,7 +85,7 @@ func (s *Sim) replicaJob(id string) *job {
 	j := svc.Replica
 	j.ID, j.Queue, j.Submit = id, svc.Queue, s.now
 	j.Class = queue.ClassInference
-	js := &job{j: &j, replica: true, submitted: true, out: Outcome{ID: id, Submit: s.now}}
+	js := &job{j: &j, replica: true, submitted: true, out: &Outcome{ID: id, Submit: s.now}}
 	s.jobs[id] = js
 	s.replicas = append(s.replicas, js)
 	return js
@@ -120,7 +120,7 @@ func (s *Sim) Replicas() []Outcome {
 	defer s.mu.Unlock()
 	out := make([]Outcome, len(s.replicas))
 	for i, js := range s.replicas {
-		out[i] = js.out
+		out[i] = *js.out
 	}
 	return out
 }

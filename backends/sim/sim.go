@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -90,8 +89,14 @@ type Sim struct {
 	now     time.Time
 	evq     evHeap
 	seq     uint64
-	jobs    map[string]*job
-	order   []*job // submission order
+	// jobs maps every job submitted to its record; nil once it finished
+	// (the ID stays: a second submission of it is a duplicate).
+	jobs map[string]*job
+	// outs holds every submitted job's outcome, in submission order, in
+	// chunks of outChunk (no copy as it grows); njobs counts them. A
+	// finished job keeps only its outcome there.
+	outs    [][]Outcome
+	njobs   int
 	refuse  map[injKey]int
 	fail    map[injKey]int
 	refMIG  map[migKey]int
@@ -119,6 +124,14 @@ type Sim struct {
 	replicas []*job                     // replicas, by first bind
 
 	prov *provisioner // autoscaling pools (provision.go); nil: none
+
+	// stream, if set, yields the jobs still to arrive (Stream); ahead is
+	// the next of them, taken from it and not yet submitted.
+	stream    func() (*queue.Job, time.Duration, bool)
+	ahead     *job
+	streamErr error // the stream's bad job, returned by the next Next
+
+	batch []event // Next's scratch
 }
 
 type node struct {
@@ -160,17 +173,25 @@ type job struct {
 	gpus    int   // whole GPUs bound now
 	milli   int64 // GPU milli bound now
 	gen     uint64
-	out     Outcome
-	prev    Outcome // before the current run began (restored on rollback)
-	seq     uint64
+	out     *Outcome // in Sim.outs (replicas: their own)
+	prev    runStart // before the current run began (restored on rollback)
 	// submitted: its submission was delivered (Next); until it ends it is
 	// running or pending.
 	submitted bool
 	// replica: a service replica (service.go): no runtime, never finishes.
 	replica bool
-	// idx is its position in Sim.order; live its index in Sim.live plus
-	// one (0: no member bound).
+	// idx is its position in submission order (Sim.outs); live its index
+	// in Sim.live plus one (0: no member bound).
 	idx, live int
+}
+
+// runStart is the part of an Outcome a run's first bind changes, as it
+// was before: a run rolled back in the instant it began restores it.
+type runStart struct {
+	started bool
+	start   time.Time
+	gpus    int
+	milli   int64
 }
 
 type injKey struct{ job, node string }
@@ -221,21 +242,55 @@ type event struct {
 	svc  *engine.Event // evService
 }
 
+// evHeap is a binary min-heap of events by (at, seq), a total order (seq
+// is unique). Typed, not container/heap: that boxed every event pushed and
+// popped (two allocations an event, millions in a month's replay).
 type evHeap []event
 
-func (h evHeap) Len() int { return len(h) }
-func (h evHeap) Less(i, k int) bool {
+func (h evHeap) less(i, k int) bool {
 	if c := h[i].at.Compare(h[k].at); c != 0 {
 		return c < 0
 	}
 	return h[i].seq < h[k].seq
 }
-func (h evHeap) Swap(i, k int) { h[i], h[k] = h[k], h[i] }
-func (h *evHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *evHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (h *evHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+// pop removes and returns the least event; h must not be empty.
+func (h *evHeap) pop() event {
+	q := *h
+	n := len(q) - 1
+	e := q[0]
+	q[0] = q[n]
+	q[n] = event{}
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
 	return e
 }
 
@@ -336,11 +391,85 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	if j.Submit.Before(s.now) {
 		return fmt.Errorf("%w: job %q submitted at %v, clock at %v", ErrInvalid, j.ID, j.Submit, s.now)
 	}
-	js := &job{j: j, runtime: runtime, out: Outcome{ID: j.ID, Submit: j.Submit}, idx: len(s.order)}
-	s.jobs[j.ID] = js
-	s.order = append(s.order, js)
+	js := &job{j: j, runtime: runtime}
+	s.enroll(js)
 	s.push(event{at: j.Submit, kind: evSubmit, job: js})
 	return nil
+}
+
+// outChunk is the number of outcomes in one chunk of Sim.outs.
+const outChunk = 4096
+
+// outAt is the outcome of the i-th job submitted.
+func (s *Sim) outAt(i int) *Outcome { return &s.outs[i/outChunk][i%outChunk] }
+
+// enroll adds js to the submitted jobs (its submission is on its way).
+func (s *Sim) enroll(js *job) {
+	if s.njobs%outChunk == 0 {
+		s.outs = append(s.outs, make([]Outcome, outChunk))
+	}
+	js.idx = s.njobs
+	s.njobs++
+	js.out = s.outAt(js.idx)
+	*js.out = Outcome{ID: js.j.ID, Submit: js.j.Submit}
+	s.jobs[js.j.ID] = js
+}
+
+// Stream gives the simulator jobs to submit as their time comes, instead
+// of all at set-up (Submit): next returns the next job and its runtime
+// (as Submit takes them), and false when there are no more. The jobs must
+// come in order of their Submit times; those of one instant are delivered
+// in the order next returns them, after the jobs of that instant given to
+// Submit. The simulator takes one job ahead of its clock: a job counts as
+// submitted (Pending, Outcomes, binds) only once its time has come, so a
+// long workload holds no record, and the engine no job, of what has not
+// arrived yet. A job that Submit would refuse (nil, without an ID, a
+// runtime that is not positive, a duplicate ID, a Submit time before the
+// clock, so before the job before it) ends the stream: the next call of
+// Next returns its error (ErrInvalid or ErrDuplicateJob). The simulator
+// owns the jobs next returns. Stream replaces a stream set before (the job
+// taken ahead from it is kept and delivered first); nil ends it. next is
+// called with the simulator's lock held: it must not call the simulator.
+func (s *Sim) Stream(next func() (*queue.Job, time.Duration, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stream = next
+}
+
+// known reports whether a job of that ID was submitted (finished ones
+// included).
+func (s *Sim) known(id string) bool {
+	_, ok := s.jobs[id]
+	return ok
+}
+
+// pull takes the next job of the stream ahead, if none is and a stream is
+// set; a bad job ends the stream and is kept in streamErr.
+func (s *Sim) pull() {
+	if s.ahead != nil || s.stream == nil {
+		return
+	}
+	j, runtime, ok := s.stream()
+	if !ok {
+		s.stream = nil
+		return
+	}
+	var err error
+	switch {
+	case j == nil || j.ID == "":
+		err = fmt.Errorf("%w: streamed job without an ID", ErrInvalid)
+	case runtime <= 0:
+		err = fmt.Errorf("%w: streamed job %q: runtime %v is not positive", ErrInvalid, j.ID, runtime)
+	case s.known(j.ID):
+		err = fmt.Errorf("%w: streamed %q", ErrDuplicateJob, j.ID)
+	case j.Submit.Before(s.now):
+		err = fmt.Errorf("%w: streamed job %q submitted at %v, clock at %v (out of order)", ErrInvalid, j.ID, j.Submit, s.now)
+	}
+	if err != nil {
+		s.stream, s.streamErr = nil, err
+		return
+	}
+	s.ahead = &job{j: j, runtime: runtime}
 }
 
 // FailNode schedules the failure of node at time at: its running jobs stop
@@ -416,7 +545,7 @@ func takeMIG(m map[migKey]int, node string, gpu int) bool {
 func (s *Sim) push(e event) {
 	s.seq++
 	e.seq = s.seq
-	heap.Push(&s.evq, e)
+	s.evq.push(e)
 }
 
 // ---------------------------------------------------------------- clock
@@ -462,9 +591,11 @@ func (s *Sim) Pending(ctx context.Context) ([]*queue.Job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*queue.Job
-	for _, js := range s.order {
-		if js.submitted && len(js.members) == 0 && !js.out.Finished {
-			out = append(out, js.j)
+	for i := range s.njobs {
+		if o := s.outAt(i); !o.Finished {
+			if js := s.jobs[o.ID]; js != nil && js.submitted && len(js.members) == 0 {
+				out = append(out, js.j)
+			}
 		}
 	}
 	return out, nil
@@ -508,29 +639,62 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if len(s.evq) == 0 {
-			if wake.IsZero() || s.finished == len(s.order) && !s.provPending() {
+		if err := s.streamErr; err != nil {
+			s.streamErr = nil
+			return nil, err
+		}
+		s.pull()
+		if len(s.evq) == 0 && s.ahead == nil {
+			if s.streamErr != nil {
+				continue
+			}
+			if wake.IsZero() || s.finished == s.njobs && !s.provPending() {
 				return nil, backends.ErrClosed
 			}
 			s.advanceTo(wake)
 			return []engine.Event{}, nil
 		}
-		t := s.evq[0].at
+		var t time.Time
+		switch {
+		case len(s.evq) == 0:
+			t = s.ahead.j.Submit
+		case s.ahead == nil:
+			t = s.evq[0].at
+		default:
+			t = s.evq[0].at
+			if s.ahead.j.Submit.Before(t) {
+				t = s.ahead.j.Submit
+			}
+		}
 		if !wake.IsZero() && wake.Before(t) {
 			s.advanceTo(wake)
 			return []engine.Event{}, nil
 		}
 		s.advanceTo(t)
-		var batch []event
+		batch := s.batch[:0] // scratch: the events are copied out below
 		for len(s.evq) > 0 && s.evq[0].at.Equal(t) {
-			batch = append(batch, heap.Pop(&s.evq).(event))
+			batch = append(batch, s.evq.pop())
+		}
+		// Streamed jobs arrive: submitted now, after those given to
+		// Submit (a later seq).
+		for s.ahead != nil && s.ahead.j.Submit.Equal(t) {
+			js := s.ahead
+			s.ahead = nil
+			if s.known(js.j.ID) { // given to Submit since it was taken
+				s.stream, s.streamErr = nil, fmt.Errorf("%w: streamed %q", ErrDuplicateJob, js.j.ID)
+				break
+			}
+			s.enroll(js)
+			s.seq++
+			batch = append(batch, event{at: t, kind: evSubmit, seq: s.seq, job: js})
+			s.pull()
 		}
 		slices.SortFunc(batch, func(a, b event) int {
 			if c := cmp.Compare(a.kind, b.kind); c != 0 {
 				return c
 			}
 			if a.kind == evFinish {
-				return cmp.Compare(a.job.j.ID, b.job.j.ID)
+				return cmp.Compare(a.job.out.ID, b.job.out.ID)
 			}
 			return cmp.Compare(a.seq, b.seq)
 		})
@@ -540,6 +704,8 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 				evs = append(evs, ev)
 			}
 		}
+		clear(batch) // no job kept alive by the scratch
+		s.batch = batch[:0]
 		if len(evs) > 0 {
 			return evs, nil
 		}
@@ -569,7 +735,13 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		js.out.Finished, js.out.End = true, s.now
 		js.gen++
 		s.finished++
-		return engine.Finished(s.now, js.j.ID), true
+		// A finished job keeps only its outcome (in Sim.outs): the
+		// engine has forgotten the job, and a month's replay holds
+		// millions. Its ID stays known.
+		id := js.out.ID
+		js.j = nil
+		s.jobs[id] = nil
+		return engine.Finished(s.now, id), true
 	case evNodeFail:
 		n := &s.nodes[s.nodeIdx[e.node]]
 		s.histAdd(n, -1)
@@ -593,7 +765,7 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 				add(u.job)
 			}
 		}
-		slices.SortFunc(hit, func(a, b *job) int { return cmp.Compare(a.j.ID, b.j.ID) })
+		slices.SortFunc(hit, func(a, b *job) int { return cmp.Compare(a.out.ID, b.out.ID) })
 		for _, js := range hit {
 			js.out.Interrupted++
 			js.out.LostRun += s.now.Sub(js.out.Start)
@@ -619,7 +791,7 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 // in their GPU's layout, idle.
 func (s *Sim) release(js *job) {
 	for _, m := range js.members {
-		s.unhold(js.j.ID, m, false)
+		s.unhold(js.out.ID, m, false)
 	}
 	js.gpus, js.milli = 0, 0
 	js.members = nil
@@ -845,7 +1017,10 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	js := s.jobs[jobID]
+	js, known := s.jobs[jobID]
+	if known && js == nil {
+		return refused("job %q has finished", jobID)
+	}
 	if js == nil {
 		js = s.replicaJob(jobID)
 	}
@@ -876,7 +1051,7 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		return err
 	}
 	if len(js.members) == 0 {
-		js.prev = js.out
+		js.prev = runStart{js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli}
 		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
@@ -930,7 +1105,7 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 		s.unlive(js)
 		js.gen++
 		if js.out.Start.Equal(s.now) {
-			js.out = js.prev
+			js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = js.prev.started, js.prev.start, js.prev.gpus, js.prev.milli
 		} else {
 			js.out.LostRun += s.now.Sub(js.out.Start)
 		}
@@ -1058,11 +1233,22 @@ func (s *Sim) Stats() Stats {
 func (s *Sim) Outcomes() []Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Outcome, len(s.order))
-	for i, js := range s.order {
-		out[i] = js.out
+	out := make([]Outcome, s.njobs)
+	for i := range out {
+		out[i] = *s.outAt(i)
 	}
 	return out
+}
+
+// EachOutcome calls f with every submitted job's outcome, in submission
+// order (Outcomes' order), without copying them all as Outcomes does: for
+// replays of millions of jobs. f must not keep o nor call the simulator.
+func (s *Sim) EachOutcome(f func(o *Outcome)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.njobs {
+		f(s.outAt(i))
+	}
 }
 
 // State is the simulated cluster's occupancy at one instant.
@@ -1146,7 +1332,7 @@ func (s *Sim) stretch(js *job) {
 	for _, b := range js.members {
 		s.fnodes = append(s.fnodes, b.Node)
 	}
-	f := s.factor(js.j.ID, s.fnodes)
+	f := s.factor(js.out.ID, s.fnodes)
 	if !(f > 1) { // NaN too
 		f = 1
 	}

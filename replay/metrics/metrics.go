@@ -212,7 +212,16 @@ func Percentile(ds []time.Duration, p int) time.Duration {
 // Waits returns the waits (Start - Submit) of the finished jobs, sorted
 // ascending: the data of a wait-time CDF.
 func Waits(jobs []Outcome) []time.Duration {
+	n := 0
+	for i := range jobs {
+		if jobs[i].Finished {
+			n++
+		}
+	}
 	var ws []time.Duration
+	if n > 0 {
+		ws = make([]time.Duration, 0, n)
+	}
 	for i := range jobs {
 		if jobs[i].Finished {
 			ws = append(ws, jobs[i].Start-jobs[i].Submit)
