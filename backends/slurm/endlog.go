@@ -246,24 +246,18 @@ func (b *Backend) endsToConfirmLocked(ids []string) (want []string, all bool) {
 // some job not shown ended (a forged line, a job still running), or the
 // read failed.
 //
-// A job is taken as ended when its state is terminal, or COMPLETING with
-// exit code 0:0 (its batch script exited 0: slurmctld writes the end log
-// before the epilog, the job still COMPLETING, and its GPUs are being
-// released; SLURM starts a job bound there once they are), in both cases
-// with the restart count of the run berth started: a requeue counts a
-// restart in the same step that makes the job COMPLETING, so a job being
-// requeued is never taken as ended. A job COMPLETING with another exit
-// code (a failure, a signal: scancel, a time limit) waits for the poll,
-// which tells a cancel from an end. Where slurm.conf sets RequeueExit or
-// RequeueExitHold (SLURM requeues a job by its exit code after the
-// epilog, once COMPLETING is over), a COMPLETING job waits too
-// (endsAtCompleting).
+// A job is taken as ended when its state is terminal (Cancelled for
+// CANCELLED, else Finished, as a poll does) with the restart count of the
+// run berth started. slurmctld writes the end log before the epilog, the
+// job still COMPLETING, whose state does not yet tell a completion from a
+// cancel (scancel leaves ExitCode=0:0 until the batch step reports): such
+// a job is read again every completingRetry, completingTries times, then
+// left to a poll.
 func (b *Backend) confirmEnds(ctx context.Context, sids []string) (poll bool) {
 	start := time.Now()
 	// One REQUEST_JOB_INFO_SINGLE a job (--local: no federation lookup),
 	// on the long-lived scontrol (showproc.go), where a squeue of several
 	// jobs packs every job slurmctld keeps.
-	early := b.endsAtCompleting(ctx)
 	out, err := b.showJobs(ctx, sids)
 	var ans map[string]endAnswer
 	ok := err == nil
@@ -287,6 +281,7 @@ func (b *Backend) confirmEnds(ctx context.Context, sids []string) (poll bool) {
 		id := b.berthIDLocked(sid)
 		t := b.jobs[id]
 		if t == nil || t.state == inEnded {
+			delete(b.completing, sid)
 			continue // (a poll reported it meanwhile)
 		}
 		if t.binding {
@@ -295,17 +290,26 @@ func (b *Backend) confirmEnds(ctx context.Context, sids []string) (poll bool) {
 		}
 		a, shown := ans[sid]
 		if !shown || t.state != inRunning || t.preempted || t.misplaced || a.restarts != t.restarts {
+			delete(b.completing, sid)
 			poll = true
 			continue
 		}
 		switch {
 		case a.state == "CANCELLED":
 			t.state = inEnded
+			delete(b.completing, sid)
 			evs = append(evs, engine.Cancelled(now, id))
-		case terminal(a.state), early && a.state == "COMPLETING" && a.exit == "0:0":
+		case terminal(a.state):
 			t.state = inEnded
+			delete(b.completing, sid)
 			evs = append(evs, engine.Finished(now, id))
+		case a.state == "COMPLETING" && b.completing[sid] < completingTries:
+			// Ending (slurmctld writes the end log before the epilog):
+			// read again shortly, for the state it ends in.
+			b.completing[sid]++
+			b.completingAt = now.Add(completingRetry)
 		default:
+			delete(b.completing, sid)
 			poll = true
 		}
 	}
@@ -315,44 +319,9 @@ func (b *Backend) confirmEnds(ctx context.Context, sids []string) (poll bool) {
 	return poll
 }
 
-// endsAtCompleting reports whether a job COMPLETING after exit 0 may be
-// taken as ended: slurm.conf sets neither RequeueExit nor RequeueExitHold
-// (`scontrol show config`, read once; a failed read answers false, and is
-// tried again at the next confirmation).
-func (b *Backend) endsAtCompleting(ctx context.Context) bool {
-	b.mu.Lock()
-	known, ok := b.requeueExitRead, b.noRequeueExit
-	b.mu.Unlock()
-	if known {
-		return ok
-	}
-	out, err := b.cli.run(ctx, "scontrol", "show", "config")
-	if err != nil {
-		return false
-	}
-	ok = noRequeueExit(out)
-	b.mu.Lock()
-	b.requeueExitRead, b.noRequeueExit = true, ok
-	b.mu.Unlock()
-	return ok
-}
-
-// noRequeueExit reads `scontrol show config`: true when RequeueExit and
-// RequeueExitHold are both listed and unset.
-func noRequeueExit(out []byte) bool {
-	seen := 0
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(k) {
-		case "RequeueExit", "RequeueExitHold":
-			seen++
-			if v := strings.TrimSpace(v); v != "(null)" && v != "" {
-				return false
-			}
-		}
-	}
-	return seen == 2
-}
+// completingRetry and completingTries: how often and how many times a
+// job seen COMPLETING is read again before a poll decides.
+const (
+	completingRetry = 50 * time.Millisecond
+	completingTries = 20
+)

@@ -116,7 +116,7 @@ func fakeScontrol(t *testing.T, recs map[string]string) *Backend {
 	for _, c := range commands {
 		body := "#!/bin/sh\nexit 0\n"
 		if c == "scontrol" {
-			body = "#!/bin/sh\nif [ \"$1\" = show ]; then printf 'RequeueExit             = (null)\\nRequeueExitHold         = (null)\\n'; exit 0; fi\nwhile IFS= read -r line; do\n  echo \"scontrol: $line\"\n  case \"$line\" in \"show job \"*) cat \"" + dir + "/job.${line#show job }\" 2>/dev/null;; esac\ndone\n"
+			body = "#!/bin/sh\nwhile IFS= read -r line; do\n  echo \"scontrol: $line\"\n  case \"$line\" in \"show job \"*) cat \"" + dir + "/job.${line#show job }\" 2>/dev/null;; esac\ndone\n"
 		}
 		require.NoError(t, os.WriteFile(filepath.Join(bin, c), []byte(body), 0o755))
 	}
@@ -135,10 +135,9 @@ func showRec(id, name, state, restarts, exit string) string {
 
 // A job an end-log line names is reported ended only from squeue's
 // answer: a running job (a forged line) stays running and asks for a
-// poll; a job requeued (restart count up), COMPLETING with a failure or
-// a signal, stopped by berth, or pending is left to the poll; a
-// job COMPLETING after exit 0 or COMPLETED is Finished, CANCELLED
-// Cancelled, each once.
+// poll; a job requeued (restart count up), stopped by berth, or pending
+// is left to the poll; a COMPLETING one is read again; a COMPLETED job
+// is Finished, a CANCELLED one Cancelled, each once.
 func TestConfirmEnds(t *testing.T) {
 	b := fakeScontrol(t, map[string]string{
 		"1": showRec("1", "wrap", "RUNNING", "0", "0:0"), "2": showRec("2", "wrap", "COMPLETING", "0", "0:0"), "3": showRec("3", "wrap", "COMPLETED", "0", "0:0"),
@@ -161,15 +160,18 @@ func TestConfirmEnds(t *testing.T) {
 		assert.False(t, dup, ev.JobID)
 		got[ev.JobID] = ev.Kind
 	}
-	assert.Equal(t, map[string]engine.EventKind{"2": engine.EventJobFinished, "3": engine.EventJobFinished, "6": engine.EventJobCancelled}, got)
-	for _, id := range []string{"1", "4", "5", "7", "8"} {
+	assert.Equal(t, map[string]engine.EventKind{"3": engine.EventJobFinished, "6": engine.EventJobCancelled}, got)
+	for _, id := range []string{"1", "2", "4", "5", "7", "8"} {
 		assert.Equal(t, inRunning, b.jobs[id].state, id)
 	}
-	assert.Equal(t, 3, b.Stats().Confirmed)
+	assert.Equal(t, 2, b.Stats().Confirmed)
+	// COMPLETING (2, 5): read again shortly, not taken as ended (a cancel
+	// reads COMPLETING with ExitCode=0:0 too).
+	assert.Equal(t, map[string]int{"2": 1, "5": 1}, b.completing)
 
 	// Confirmed again (a second line of the same job): nothing new.
 	b.queued = nil
-	want, all = b.endsToConfirmLocked([]string{"2", "3"})
+	want, all = b.endsToConfirmLocked([]string{"3", "6"})
 	assert.True(t, all)
 	assert.Empty(t, want)
 
@@ -188,23 +190,6 @@ func TestConfirmEnds(t *testing.T) {
 	assert.Empty(t, b3.queued)
 }
 
-// Running reads JSON unless every job of RunPartition ended and none was
-// being stopped by berth; a line it cannot read makes it read JSON.
-func TestRunIdle(t *testing.T) {
-	assert.True(t, runIdle([]byte("")))
-	assert.True(t, runIdle([]byte("12|COMPLETED|berth:from=berth\n13_2|CANCELLED|(null)\n14|FAILED|x|y\n")))
-	for _, busy := range []string{
-		"12|RUNNING|berth:from=berth\n",
-		"12|PENDING|berth:from=berth\n",
-		"12|COMPLETING|berth:from=berth\n",
-		"12|CANCELLED|berth:from=berth berth:stopping\n",
-		"12|COMPLETED|a\nb\n",
-		"12||berth:from=berth\n",
-		"x|COMPLETED|\n",
-	} {
-		assert.False(t, runIdle([]byte(busy)), busy)
-	}
-}
 
 // The long-lived scontrol serves request after request; a job's text that
 // holds an end token of its own does not end an answer early (each
@@ -237,26 +222,7 @@ func TestShowJobsLongLived(t *testing.T) {
 	assert.ErrorIs(t, err, ErrBadArgument)
 }
 
-func TestNoRequeueExit(t *testing.T) {
-	assert.True(t, noRequeueExit([]byte("JobRequeue              = 1\nRequeueExit             = (null)\nRequeueExitHold         = (null)\n")))
-	assert.False(t, noRequeueExit([]byte("RequeueExit             = 0,3\nRequeueExitHold         = (null)\n")))
-	assert.False(t, noRequeueExit([]byte("RequeueExit             = (null)\nRequeueExitHold         = 5\n")))
-	assert.False(t, noRequeueExit([]byte("JobRequeue              = 1\n")), "not listed")
-}
 
-// Under RequeueExit (or RequeueExitHold), a job COMPLETING after exit 0
-// may still be requeued: it waits for the poll.
-func TestConfirmEndsRequeueExit(t *testing.T) {
-	b := fakeScontrol(t, map[string]string{"2": showRec("2", "wrap", "COMPLETING", "0", "0:0"), "3": showRec("3", "wrap", "COMPLETED", "0", "0:0")})
-	b.requeueExitRead, b.noRequeueExit = true, false
-	for _, id := range []string{"2", "3"} {
-		b.jobs[id] = &tracked{state: inRunning, nodes: 1}
-	}
-	assert.True(t, b.confirmEnds(context.Background(), []string{"2", "3"}))
-	require.Len(t, b.queued, 1)
-	assert.Equal(t, "3", b.queued[0].JobID)
-	assert.Equal(t, inRunning, b.jobs["2"].state)
-}
 
 // A job whose bind is still in flight (its line came before scontrol
 // returned) is confirmed again once the bind answered: no poll for it.

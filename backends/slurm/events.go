@@ -51,6 +51,14 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			}
 			b.bindWait = still
 		}
+		if len(b.completing) > 0 && !time.Now().Before(b.completingAt) {
+			for sid := range b.completing {
+				if !slices.Contains(b.hints, sid) {
+					b.hints = append(b.hints, sid)
+				}
+			}
+			b.completingAt = time.Now().Add(completingRetry)
+		}
 		if len(b.queued) > 0 {
 			evs := b.queued
 			b.queued = nil

@@ -216,9 +216,10 @@ type Backend struct {
 	// again once it answered (endlog.go); under mu.
 	bindWait []string
 
-	// slurm.conf sets neither RequeueExit nor RequeueExitHold (read once,
-	// endsAtCompleting); under mu.
-	requeueExitRead, noRequeueExit bool
+	// Jobs a confirmation saw COMPLETING: how many times, and when to read
+	// them again (endlog.go); under mu.
+	completing   map[string]int
+	completingAt time.Time
 	life                           context.Context    // the polls' (Next returns while one runs)
 	endLife                        context.CancelFunc // Close: ends a poll in flight
 	stats                          Stats
@@ -331,7 +332,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg: c, cli: cl, life: life, endLife: stop,
 		jobs: map[string]*tracked{}, skipped: map[string]bool{}, nodes: map[string]topo.NodeState{},
 		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
-		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{},
+		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{}, completing: map[string]int{},
 		toSlurm: map[string]string{}, toBerth: map[string]string{},
 	}, nil
 }
@@ -496,9 +497,9 @@ func nodeState(r nodeRec) topo.NodeState {
 }
 
 // Running reads the jobs berth started that run now (squeue --json: jobs
-// in RunPartition), with the GPU indices SLURM gave them; nothing when a
-// fixed-format read shows no job of RunPartition that runs, waits or was
-// being stopped (runPartitionIdle). A job berth had
+// in RunPartition), with the GPU indices SLURM gave them. (Not from a
+// fixed-format read: 22.05's squeue -O has no AdminComment, which marks a
+// victim berth was stopping; it prints the field empty and exits 0.) A job berth had
 // moved to RunPartition that has not started yet is moved back to its
 // managed partition: the Runner places it again (never twice).
 func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
@@ -517,9 +518,6 @@ func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
 var errStartedMeanwhile = errors.New("slurm: a job started while it was moved back")
 
 func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
-	if idle, err := b.runPartitionIdle(ctx); err == nil && idle {
-		return nil, nil
-	}
 	recs, err := b.squeue(ctx)
 	if err != nil {
 		return nil, err
@@ -576,40 +574,6 @@ func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
 		}
 	}
 	return out, nil
-}
-
-// runPartitionIdle reports whether RunPartition holds nothing running()
-// acts on: every job of it ended, none tagged stopping (a job preempted by
-// a berth that stopped in its grace period). It reads one squeue in a
-// fixed format (ID, state, admin comment), where running() reads every job
-// slurmctld keeps as JSON (22.05's JSON ignores -p and -t): on a busy
-// cluster, thousands of ended jobs and seconds at every start (3.6 s for
-// 3,300 jobs on the test cluster). The admin comment comes last, and only
-// SLURM's administrators and berth write it; a line that does not parse
-// answers false (the JSON read decides).
-func (b *Backend) runPartitionIdle(ctx context.Context) (bool, error) {
-	out, err := b.cli.run(ctx, "squeue", "-h", "-r", "-t", "all", "-p", b.cfg.RunPartition, "-O", "JobArrayID:0"+sep+",State:0"+sep+",AdminComment:0")
-	if err != nil {
-		return false, err
-	}
-	return runIdle(out), nil
-}
-
-// runIdle reads runPartitionIdle's squeue output.
-func runIdle(out []byte) bool {
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		f := strings.SplitN(line, sep, 3)
-		if len(f) != 3 || !arrayIDRE.MatchString(strings.TrimSpace(f[0])) {
-			return false
-		}
-		if st := strings.TrimSpace(f[1]); st == "" || !terminal(st) || stopping(f[2]) {
-			return false
-		}
-	}
-	return true
 }
 
 // RunningNow lists the jobs berth started that run now, as Running does,
