@@ -83,10 +83,11 @@ var compLineRE = regexp.MustCompile(`^JobId=([0-9]+) UserId=\S+ GroupId=\S+ Name
 type endWatch struct {
 	path string
 	off  int64
+	seen map[string]time.Time // when the watch read each job's COMPLETED line
 }
 
 func watchEnds(tb testing.TB, conf string) *endWatch {
-	w := &endWatch{path: endLogOf(conf)}
+	w := &endWatch{path: endLogOf(conf), seen: map[string]time.Time{}}
 	if w.path == "" {
 		tb.Logf("no end log: ends observed by squeue every 100 ms")
 		return w
@@ -151,6 +152,7 @@ func waitCompleted(tb testing.TB, conf string, w *endWatch, ids []string) time.T
 			switch m[2] {
 			case "COMPLETED":
 				done[m[1]] = true
+				w.seen[m[1]] = at
 			case "PENDING", "RESIZING": // requeued (it ends again later), resized
 				delete(done, m[1])
 			default:
@@ -182,9 +184,14 @@ func waitCompleted(tb testing.TB, conf string, w *endWatch, ids []string) time.T
 // once slurmctld logs it COMPLETED in its end log, endWatch). It reports
 // jobs/s (berth), sbatch-jobs/s (SLURM alone), their ratio berth/sbatch,
 // and p99-cycle-s, the 99th percentile of the Runner's Cycle.Duration.
+// Where berth's time goes: to-first-bind-s (the Runner's start to its
+// first BindGang: the start-up reads), end-to-finished-s and its p90 (a
+// job's COMPLETED line read by the watch to its Finished out of Next),
+// the backend's Stats (polls, binds, confirmations of ends).
 //
 // It takes minutes: hack/test.sh's one-shot benchmark run skips it unless
-// BERTH_SLURM_BENCH=1.
+// BERTH_SLURM_BENCH=1. BERTH_SLURM_BENCH_POLL sets berth's PollInterval
+// (default the tests' 200 ms).
 func BenchmarkEndToEnd500(b *testing.B) {
 	conf := benchConf(b)
 	if os.Getenv("BERTH_SLURM_BENCH") != "1" {
@@ -193,6 +200,8 @@ func BenchmarkEndToEnd500(b *testing.B) {
 	var berthRate, slurmRate float64
 	var durs []time.Duration
 	var st slurm.Stats
+	var lags []time.Duration // a job's COMPLETED line read -> its Finished out of Next
+	var toBind time.Duration // the Runner's start -> its first BindGang
 	for i := 0; i < b.N; i++ {
 		// (a) SLURM alone.
 		reset(b, conf)
@@ -211,12 +220,18 @@ func BenchmarkEndToEnd500(b *testing.B) {
 		ids = submitMix(b, conf, "berth")
 		w = watchEnds(b, conf)
 		start = time.Now()
-		rn := startRunner(b, conf, nil)
+		rn := startRunner(b, conf, benchPoll(b))
 		end = waitCompleted(b, conf, w, ids)
 		rn.stop(b)
 		berthRate += float64(len(ids)) / end.Sub(start).Seconds()
 		rn.mu.Lock()
 		durs = append(durs, rn.durs...)
+		toBind += rn.firstBind.Sub(start)
+		for id, at := range w.seen {
+			if f, ok := rn.finishedAt[id]; ok {
+				lags = append(lags, f.Sub(at))
+			}
+		}
 		rn.mu.Unlock()
 		st = rn.b.Stats()
 	}
@@ -229,6 +244,16 @@ func BenchmarkEndToEnd500(b *testing.B) {
 		b.ReportMetric(durs[len(durs)*99/100].Seconds(), "p99-cycle-s")
 		b.ReportMetric(durs[len(durs)/2].Seconds(), "p50-cycle-s")
 	}
+	b.ReportMetric(toBind.Seconds()/n, "to-first-bind-s")
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		var sum time.Duration
+		for _, l := range lags {
+			sum += l
+		}
+		b.ReportMetric((sum / time.Duration(len(lags))).Seconds(), "end-to-finished-s")
+		b.ReportMetric(lags[len(lags)*9/10].Seconds(), "p90-end-to-finished-s")
+	}
 	// Where berth's time went (the last run).
 	b.ReportMetric(float64(st.PollTime.Milliseconds())/float64(max(st.Polls, 1)), "poll-ms")
 	b.ReportMetric(float64(st.Polls), "polls")
@@ -238,6 +263,22 @@ func BenchmarkEndToEnd500(b *testing.B) {
 	b.ReportMetric(st.BatchTime.Seconds(), "scontrol-s")
 	b.ReportMetric(float64(st.BatchFails), "batch-fails")
 	b.ReportMetric(st.PollTime.Seconds(), "poll-s")
+	b.ReportMetric(float64(st.Confirms), "confirms")
+	b.ReportMetric(float64(st.Confirmed), "confirmed-ends")
+	b.ReportMetric(float64(st.ConfirmTime.Milliseconds())/float64(max(st.Confirms, 1)), "confirm-ms")
+}
+
+// benchPoll sets the backend's PollInterval from BERTH_SLURM_BENCH_POLL
+// (a duration; unset: the tests' 200 ms).
+func benchPoll(tb testing.TB) func(*slurm.Config) {
+	v := os.Getenv("BERTH_SLURM_BENCH_POLL")
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	require.NoError(tb, err, "BERTH_SLURM_BENCH_POLL")
+	tb.Logf("PollInterval %v", d)
+	return func(c *slurm.Config) { c.PollInterval = d }
 }
 
 // jobStates reads the state and restart count of jobs (squeue -O).

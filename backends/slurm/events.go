@@ -21,12 +21,44 @@ import (
 //
 // A poll runs on a goroutine of its own, one at a time: Next may return
 // (wake, ctx) while one is in flight, and its events come with a later
-// call. With Config.EndLog, a job's end starts the next poll at once
-// (endlog.go).
+// call. With Config.EndLog, a job's end is confirmed by scontrol reading
+// that job at once, on a goroutine of its own too, or starts the next
+// poll at once (endlog.go).
 func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
 	for {
-		pollNow := b.endLogGrew()
+		grew, ids, known := b.readEndLog()
+		pollNow := grew && !known
+		if grew && known {
+			b.mu.Lock()
+			want, all := b.endsToConfirmLocked(ids)
+			b.mu.Unlock()
+			pollNow = !all
+			for _, id := range want {
+				if !slices.Contains(b.hints, id) {
+					b.hints = append(b.hints, id)
+				}
+			}
+		}
 		b.mu.Lock()
+		if len(b.bindWait) > 0 {
+			var still []string
+			for _, sid := range b.bindWait {
+				if t := b.jobs[b.berthIDLocked(sid)]; t != nil && t.binding {
+					still = append(still, sid)
+				} else if !slices.Contains(b.hints, sid) {
+					b.hints = append(b.hints, sid)
+				}
+			}
+			b.bindWait = still
+		}
+		if len(b.completing) > 0 && !time.Now().Before(b.completingAt) {
+			for sid := range b.completing {
+				if !slices.Contains(b.hints, sid) {
+					b.hints = append(b.hints, sid)
+				}
+			}
+			b.completingAt = time.Now().Add(completingRetry)
+		}
 		if len(b.queued) > 0 {
 			evs := b.queued
 			b.queued = nil
@@ -52,6 +84,11 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			ch := make(chan error, 1)
 			b.polling = ch
 			go func() { ch <- b.poll(b.life) }()
+		}
+		if b.confirm == nil && len(b.hints) > 0 {
+			ch, sids := make(chan bool, 1), b.hints
+			b.confirm, b.hints = ch, nil
+			go func() { ch <- b.confirmEnds(b.life, sids) }()
 		}
 		var until time.Time
 		if b.polling == nil {
@@ -79,6 +116,14 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 		case <-ctx.Done():
 		case err = <-b.polling:
 			polled = true
+		case again := <-b.confirm:
+			b.confirm = nil
+			if again && b.failures == 0 {
+				// A named job was not shown ended: poll, as for a line
+				// of unknown content.
+				b.nextPoll = time.Time{}
+				b.pollAgain = b.polling != nil
+			}
 		case <-tc:
 		}
 		if timer != nil {
@@ -268,7 +313,14 @@ func (b *Backend) poll(ctx context.Context) error {
 	// (Cancelled, Submitted) that the engine bound again before its move
 	// back would have that bind undone by the move.
 	b.mu.Lock()
-	b.queued = append(b.queued, evs...)
+	for _, ev := range evs {
+		if ev.Kind == engine.EventDevicesReported {
+			if t := b.jobs[ev.JobID]; t != nil && t.state == inEnded {
+				continue // a confirmation (endlog.go) reported its end meanwhile
+			}
+		}
+		b.queued = append(b.queued, ev)
+	}
 	b.mu.Unlock()
 	return nil
 }

@@ -203,6 +203,9 @@ type run struct {
 	resv    map[string]engine.Reservation // the latest reservation of each job
 
 	rejectSubmits bool // submissions the engine refuses go to Backend.StepError
+
+	finishedAt map[string]time.Time // when Next returned each job's Finished (BenchmarkEndToEnd500)
+	firstBind  time.Time            // when the Runner first called BindGang
 }
 
 // decision is a bind the engine decided: its members and when.
@@ -221,8 +224,22 @@ func (t timedBackend) Next(ctx context.Context, wake time.Time) ([]engine.Event,
 	evs, err := t.Backend.Next(ctx, wake)
 	t.rn.mu.Lock()
 	t.rn.lastEv = time.Now()
+	for _, ev := range evs {
+		if ev.Kind == engine.EventJobFinished {
+			t.rn.finishedAt[ev.JobID] = t.rn.lastEv
+		}
+	}
 	t.rn.mu.Unlock()
 	return evs, err
+}
+
+func (t timedBackend) BindGang(ctx context.Context, job string, ms []engine.Member) error {
+	t.rn.mu.Lock()
+	if t.rn.firstBind.IsZero() {
+		t.rn.firstBind = time.Now()
+	}
+	t.rn.mu.Unlock()
+	return t.Backend.BindGang(ctx, job, ms)
 }
 
 // startRunner starts a Runner over a backend of the test cluster; mod
@@ -235,7 +252,7 @@ func startRunner(tb testing.TB, conf string, mod func(*slurm.Config), opts ...fu
 	}
 	b, err := slurm.New(bc)
 	require.NoError(tb, err)
-	rn := &run{b: b, done: make(chan error, 1), decided: map[string]decision{}, binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}}
+	rn := &run{b: b, done: make(chan error, 1), decided: map[string]decision{}, binds: map[string][]engine.Member{}, boundAt: map[string]time.Time{}, resv: map[string]engine.Reservation{}, finishedAt: map[string]time.Time{}}
 	for _, o := range opts {
 		o(rn)
 	}

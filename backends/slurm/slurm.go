@@ -73,9 +73,11 @@ type Config struct {
 	PollInterval time.Duration
 	// EndLog, if set, is a file slurmctld appends to as each job ends:
 	// JobCompLoc with JobCompType=jobcomp/filetxt (hack/slurm-up.sh sets
-	// both). Next looks at its size every 10 ms and polls as soon as it
-	// grew, rather than PollInterval after the last poll (endlog.go). Its
-	// lines are not read (they hold text users wrote). Empty: polls only.
+	// both). Next reads it every 10 ms and confirms the ends it names
+	// with squeue at once, or polls at once, rather than PollInterval
+	// after the last poll (endlog.go). Its
+	// lines are hints (they hold text users wrote): a job a line names is
+	// reported ended only once squeue shows it so. Empty: polls only.
 	EndLog string
 	// MaxBackoff bounds the wait between failed polls (doubling from
 	// PollInterval); MaxPollFailures failed polls in a row stop the event
@@ -201,14 +203,26 @@ type Backend struct {
 
 	nextPoll  time.Time
 	failures  int
-	polling   chan error         // the poll in flight (Next's goroutine only)
-	pollAgain bool               // poll again once it is done (Next's goroutine only)
-	nodesRead time.Time          // when a poll last read sinfo (mu)
-	runNodes  []string           // the nodes of RunPartition, as sinfo last showed them (mu)
-	ends      endLog             // Config.EndLog's reader (Next's goroutine only)
-	life      context.Context    // the polls' (Next returns while one runs)
-	endLife   context.CancelFunc // Close: ends a poll in flight
-	stats     Stats
+	polling   chan error // the poll in flight (Next's goroutine only)
+	pollAgain bool       // poll again once it is done (Next's goroutine only)
+	nodesRead time.Time  // when a poll last read sinfo (mu)
+	runNodes  []string   // the nodes of RunPartition, as sinfo last showed them (mu)
+	ends      endLog     // Config.EndLog's reader (Next's goroutine only)
+	hints     []string   // job IDs the end log named, not yet confirmed (Next's goroutine only)
+	confirm   chan bool  // the confirmation in flight: true asks for a poll (Next's goroutine only)
+	show      showProc   // the long-lived scontrol of confirmations (showproc.go)
+
+	// Ends confirmed while their job's bind was in flight, to confirm
+	// again once it answered (endlog.go); under mu.
+	bindWait []string
+
+	// Jobs a confirmation saw COMPLETING: how many times, and when to read
+	// them again (endlog.go); under mu.
+	completing   map[string]int
+	completingAt time.Time
+	life                           context.Context    // the polls' (Next returns while one runs)
+	endLife                        context.CancelFunc // Close: ends a poll in flight
+	stats                          Stats
 
 	// smu orders a grace period's stop (requeuehold, then the move back:
 	// Lock) against binds (RLock): a bind of the requeued job made
@@ -264,13 +278,16 @@ type Stats struct {
 	BatchTime   time.Duration // their run time, summed
 	BatchFails  int           // batches scontrol reported a failure of
 	Preemptions int
-	DetailReads int // squeue reads of new jobs' user fields
-	DeviceReads int // scontrol -d reads of started jobs' GPU indices
-	JSONReads   int // polls that read squeue --json (a check failed, or a job berth does not know in RunPartition)
-	Reasons     int // reasons written (ShowReasons)
-	Rejects     int // jobs held as never runnable
-	PowerUps    int // nodes ScaleUp asked SLURM to power up
-	PowerDowns  int // nodes ScaleDown asked SLURM to power down
+	DetailReads int           // squeue reads of new jobs' user fields
+	DeviceReads int           // scontrol -d reads of started jobs' GPU indices
+	JSONReads   int           // polls that read squeue --json (a check failed, or a job berth does not know in RunPartition)
+	Confirms    int           // scontrol reads of the jobs end-log lines named (endlog.go)
+	ConfirmTime time.Duration // their run time, summed
+	Confirmed   int           // ends reported from them (the others: from polls)
+	Reasons     int           // reasons written (ShowReasons)
+	Rejects     int           // jobs held as never runnable
+	PowerUps    int           // nodes ScaleUp asked SLURM to power up
+	PowerDowns  int           // nodes ScaleDown asked SLURM to power down
 }
 
 // job states as the backend told the engine.
@@ -315,7 +332,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg: c, cli: cl, life: life, endLife: stop,
 		jobs: map[string]*tracked{}, skipped: map[string]bool{}, nodes: map[string]topo.NodeState{},
 		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
-		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{},
+		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{}, completing: map[string]int{},
 		toSlurm: map[string]string{}, toBerth: map[string]string{},
 	}, nil
 }
@@ -330,13 +347,14 @@ func (b *Backend) Stats() Stats {
 // Close stops pending grace-period timers and ends the event stream.
 func (b *Backend) Close() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.closed = true
-	b.endLife()
+	b.endLife() // (kills a confirmation's scontrol in flight: showJobs)
 	for id, t := range b.timers {
 		t.Stop()
 		delete(b.timers, id)
 	}
+	b.mu.Unlock()
+	b.show.close()
 }
 
 func (b *Backend) skip(id string, err error) {
@@ -479,7 +497,9 @@ func nodeState(r nodeRec) topo.NodeState {
 }
 
 // Running reads the jobs berth started that run now (squeue --json: jobs
-// in RunPartition), with the GPU indices SLURM gave them. A job berth had
+// in RunPartition), with the GPU indices SLURM gave them. (Not from a
+// fixed-format read: 22.05's squeue -O has no AdminComment, which marks a
+// victim berth was stopping; it prints the field empty and exits 0.) A job berth had
 // moved to RunPartition that has not started yet is moved back to its
 // managed partition: the Runner places it again (never twice).
 func (b *Backend) Running(ctx context.Context) ([]backends.RunningJob, error) {
