@@ -240,13 +240,40 @@ func nodeFreeMilli(s *topo.Snapshot, n topo.NodeID) int64 {
 func (p *Placer) collectScored(d int, gi *groupInfo) int {
 	p.snodes, p.scaps = p.snodes[:0], p.scaps[:0]
 	total := 0
-	p.nodeRanges(d, func(n topo.NodeID) {
+	visit := func(n topo.NodeID) {
 		if c := p.nodeCap(n, gi); c > 0 {
 			p.snodes = append(p.snodes, n)
 			p.scaps = append(p.scaps, int32(c))
 			total += c
 		}
-	})
+	}
+	// Only the nodes the index leaves in (a bound of nodeCap > 0), in the
+	// same ascending order.
+	var rows [4]int
+	p.ix.sync(p.s)
+	if nr, ok := p.ix.query(gi, &rows); ok && !p.noIndex {
+		if gi.g.Members == 1 && len(gi.g.Selector) == 0 {
+			exact := exactOne(gi)
+			visit = func(n topo.NodeID) {
+				if c := p.capOne(n, gi, exact); c > 0 {
+					p.snodes = append(p.snodes, n)
+					p.scaps = append(p.scaps, int32(c))
+					total += c
+				}
+			}
+		}
+		if p.lp < 0 {
+			lo, hi := p.span(p.lr, d, p.nl)
+			p.ix.each(lo, hi, rows[:nr], visit)
+			return total
+		}
+		for _, c := range p.best {
+			lo, hi := p.span(p.bestL, int(c), p.nl)
+			p.ix.each(lo, hi, rows[:nr], visit)
+		}
+		return total
+	}
+	p.nodeRanges(d, visit)
 	return total
 }
 
