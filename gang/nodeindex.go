@@ -21,19 +21,19 @@ import (
 // again, so it serves any snapshot of the cluster (clones, what-if
 // copies) without a full rebuild.
 type nodeIndex struct {
-	c      *topo.Cluster
-	nw     int      // words per bitset
-	bst    []uint64 // block stamps seen (0: never)
-	st     []uint64 // node stamps seen (0: never)
-	track  []bool   // the node tracks host CPU
-	tmem   []bool   // the node tracks host memory
+	c     *topo.Cluster
+	nw    int      // words per bitset
+	bst   []uint64 // block stamps seen (0: never)
+	st    []uint64 // node stamps seen (0: never)
+	track []bool   // the node tracks host CPU
+	tmem  []bool   // the node tracks host memory
 	// Per node, as of its stamp: free host CPU and memory (MaxInt64 where
 	// the node does not track them) and shareBound (0 when not ready).
 	hcpu, hmem []int64
 	shr        []int32
-	maxG   int
-	rows   []uint64 // bitsets, nw words each (rowReady, rowAvail, ...)
-	model0 int      // first row of the models' sets (static)
+	maxG       int
+	rows       []uint64 // bitsets, nw words each (rowReady, rowAvail, ...)
+	model0     int      // first row of the models' sets (static)
 }
 
 // shareStep is the step, in thousandths, of the share bounds: row
