@@ -368,9 +368,7 @@ func (c *scoreCache) sync(s *topo.Snapshot, n topo.NodeID) uint64 {
 		case mask&(1<<uint(i)) != 0:
 			f = FullMilli
 		case s.IsSharedGPU(g):
-			if info, err := s.Pool().GPU(g); err == nil {
-				f = int16(info.FreeMilli)
-			}
+			f = int16(s.SharedFreeMilli(g))
 		}
 		if gpus[i] != f {
 			gpus[i], changed = f, true

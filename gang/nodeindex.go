@@ -233,8 +233,20 @@ func (p *Placer) capOne(id topo.NodeID, gi *groupInfo, exact bool) int {
 	if exact {
 		return 1
 	}
-	if gi.frac && gi.mreq.Profile == "" && int(x.shr[id]) < gi.mreq.Milli {
-		return 0
+	if gi.frac && gi.mreq.Profile == "" && gi.mreq.Milli > 0 {
+		if int(x.shr[id]) < gi.mreq.Milli {
+			return 0
+		}
+		// A free GPU under Spec.ShareFreeGPUs gives 1000/Milli >= 1
+		// shares (shareFits' first case): the node holds the member.
+		if gi.models.n == 0 && x.c.SharesFreeGPUs() {
+			if m := p.s.NodeFreeMask(id); m != 0 && p.s.NodeState(id) == topo.Ready {
+				first, _ := x.c.NodeGPUs(id)
+				if !p.s.IsSharedGPU(first + uint32(bits.TrailingZeros64(m))) {
+					return 1
+				}
+			}
+		}
 	}
 	return p.nodeCap(id, gi)
 }

@@ -205,12 +205,7 @@ func NodeGPUMilli(s *topo.Snapshot, n topo.NodeID, dst []int16) []int16 {
 		case mask&(1<<i) != 0:
 			dst = append(dst, FullMilli)
 		case s.IsSharedGPU(g):
-			info, err := s.Pool().GPU(g)
-			if err != nil {
-				dst = append(dst, 0)
-				continue
-			}
-			dst = append(dst, int16(info.FreeMilli))
+			dst = append(dst, int16(s.SharedFreeMilli(g)))
 		default:
 			dst = append(dst, 0)
 		}
@@ -224,12 +219,9 @@ func nodeFreeMilli(s *topo.Snapshot, n topo.NodeID) int64 {
 	first, cnt := s.Cluster().NodeGPUs(n)
 	mask := s.NodeFreeMask(n)
 	sum := int64(bits.OnesCount64(mask)) * FullMilli
-	for i := range uint32(cnt) {
-		if g := first + i; mask&(1<<i) == 0 && s.IsSharedGPU(g) {
-			if info, err := s.Pool().GPU(g); err == nil {
-				sum += int64(info.FreeMilli)
-			}
-		}
+	// The GPUs shared (IsSharedGPU) that are not free, in local order.
+	for m := s.NodeSharedMask(n) &^ mask & (1<<uint(cnt) - 1); m != 0; m &= m - 1 {
+		sum += int64(s.SharedFreeMilli(first + uint32(bits.TrailingZeros64(m))))
 	}
 	return sum
 }

@@ -51,6 +51,17 @@ func (s *Snapshot) SharedFits(g uint32, r mig.Request) int {
 	return 0
 }
 
+// SharedFreeMilli is Pool().GPU(g).FreeMilli, without the rest of the
+// GPU's description: on a shared GPU the compute not held by shares, on a
+// GPU in MIG mode the memory slices not in use, in thousandths. 0 for a
+// bad index or a cluster without a pool.
+func (s *Snapshot) SharedFreeMilli(g uint32) int {
+	if s.pool == nil {
+		return 0
+	}
+	return s.pool.FreeMilli(g)
+}
+
 // NodeSharedMask returns the GPUs of node id that are in MIG mode or
 // currently shared, as a mask (bit i is GPU FirstGPU+i): IsSharedGPU of
 // each, in one read.
