@@ -259,3 +259,33 @@ func exactOne(gi *groupInfo) bool {
 	g := gi.g
 	return g.Members == 1 && gi.slow && !gi.frac && !gi.noModel && gi.models.n == 0 && len(g.Selector) == 0
 }
+
+// collectOne is collectScored's scan of the nodes in [lo, hi) for a group
+// of one member without a node selector: the nodes in all of rows, each
+// asked capOne, appended to p.snodes / p.scaps. It returns the members
+// they hold.
+func (p *Placer) collectOne(lo, hi int, rows []int, gi *groupInfo, exact bool) int {
+	x := &p.ix
+	total := 0
+	for w := lo / 64; w*64 < hi; w++ {
+		v := ^uint64(0)
+		for _, r := range rows {
+			v &= x.rows[r*x.nw+w]
+		}
+		if w*64 < lo {
+			v &^= 1<<(uint(lo)%64) - 1
+		}
+		if end := (w + 1) * 64; end > hi {
+			v &= 1<<(uint(hi)%64) - 1
+		}
+		for ; v != 0; v &= v - 1 {
+			n := topo.NodeID(w*64 + bits.TrailingZeros64(v))
+			if c := p.capOne(n, gi, exact); c > 0 {
+				p.snodes = append(p.snodes, n)
+				p.scaps = append(p.scaps, int32(c))
+				total += c
+			}
+		}
+	}
+	return total
+}

@@ -246,13 +246,15 @@ func (p *Placer) collectScored(d int, gi *groupInfo) int {
 	if nr, ok := p.ix.query(gi, &rows); ok && !p.noIndex {
 		if gi.g.Members == 1 && len(gi.g.Selector) == 0 {
 			exact := exactOne(gi)
-			visit = func(n topo.NodeID) {
-				if c := p.capOne(n, gi, exact); c > 0 {
-					p.snodes = append(p.snodes, n)
-					p.scaps = append(p.scaps, int32(c))
-					total += c
-				}
+			if p.lp < 0 {
+				lo, hi := p.span(p.lr, d, p.nl)
+				return p.collectOne(lo, hi, rows[:nr], gi, exact)
 			}
+			for _, c := range p.best {
+				lo, hi := p.span(p.bestL, int(c), p.nl)
+				total += p.collectOne(lo, hi, rows[:nr], gi, exact)
+			}
+			return total
 		}
 		if p.lp < 0 {
 			lo, hi := p.span(p.lr, d, p.nl)
