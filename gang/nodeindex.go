@@ -196,20 +196,25 @@ func (x *nodeIndex) query(gi *groupInfo, rows *[4]int) (int, bool) {
 	return n, true
 }
 
-// each calls f for every node in [lo, hi) in all of rows[:n], ascending.
+// word is word w of the intersection of rows, limited to nodes [lo, hi).
+func (x *nodeIndex) word(w, lo, hi int, rows []int) uint64 {
+	v := ^uint64(0)
+	for _, r := range rows {
+		v &= x.rows[r*x.nw+w]
+	}
+	if w*64 < lo {
+		v &^= 1<<(uint(lo)%64) - 1
+	}
+	if end := (w + 1) * 64; end > hi {
+		v &= 1<<(uint(hi)%64) - 1
+	}
+	return v
+}
+
+// each calls f for every node in [lo, hi) in all of rows, ascending.
 func (x *nodeIndex) each(lo, hi int, rows []int, f func(topo.NodeID)) {
 	for w := lo / 64; w*64 < hi; w++ {
-		v := ^uint64(0)
-		for _, r := range rows {
-			v &= x.rows[r*x.nw+w]
-		}
-		if w*64 < lo {
-			v &^= 1<<(uint(lo)%64) - 1
-		}
-		if end := (w + 1) * 64; end > hi {
-			v &= 1<<(uint(hi)%64) - 1
-		}
-		for ; v != 0; v &= v - 1 {
+		for v := x.word(w, lo, hi, rows); v != 0; v &= v - 1 {
 			f(topo.NodeID(w*64 + bits.TrailingZeros64(v)))
 		}
 	}
@@ -268,17 +273,7 @@ func (p *Placer) collectOne(lo, hi int, rows []int, gi *groupInfo, exact bool) i
 	x := &p.ix
 	total := 0
 	for w := lo / 64; w*64 < hi; w++ {
-		v := ^uint64(0)
-		for _, r := range rows {
-			v &= x.rows[r*x.nw+w]
-		}
-		if w*64 < lo {
-			v &^= 1<<(uint(lo)%64) - 1
-		}
-		if end := (w + 1) * 64; end > hi {
-			v &= 1<<(uint(hi)%64) - 1
-		}
-		for ; v != 0; v &= v - 1 {
+		for v := x.word(w, lo, hi, rows); v != 0; v &= v - 1 {
 			n := topo.NodeID(w*64 + bits.TrailingZeros64(v))
 			if c := p.capOne(n, gi, exact); c > 0 {
 				p.snodes = append(p.snodes, n)
