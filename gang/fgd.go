@@ -299,6 +299,7 @@ type scoreCache struct {
 	models []string
 	ver    []uint64
 	stamp  uint64
+	nst    []uint64 // per node: the topo.Snapshot.NodeStamp last read
 
 	shapes map[shapeKey]int
 	tabs   [][]cacheEntry
@@ -332,7 +333,7 @@ func (c *scoreCache) reset(cl *topo.Cluster) {
 	n := cl.NumNodes()
 	*c = scoreCache{
 		c: cl, off: make([]uint32, n+1), cpu: make([]int64, n), mem: make([]int64, n),
-		models: make([]string, n), ver: make([]uint64, n), first: make([]uint32, n),
+		models: make([]string, n), ver: make([]uint64, n), first: make([]uint32, n), nst: make([]uint64, n),
 		shapes: map[shapeKey]int{}, bases: make([]baseEntry, n),
 	}
 	for id := range topo.NodeID(n) {
@@ -349,6 +350,12 @@ func (c *scoreCache) gpus(n topo.NodeID) []int16 { return c.free[c.off[n]:c.off[
 // sync reads node n from s (what NodeGPUMilli reads, into the mirror)
 // and returns its version.
 func (c *scoreCache) sync(s *topo.Snapshot, n topo.NodeID) uint64 {
+	// The same stamp: the node is as it was read last (NodeStamp).
+	st := s.NodeStamp(n)
+	if st == c.nst[n] && c.ver[n] != 0 {
+		return c.ver[n]
+	}
+	c.nst[n] = st
 	cpu, mem := s.NodeHostFree(n)
 	changed := c.ver[n] == 0 || cpu != c.cpu[n] || mem != c.mem[n]
 	c.cpu[n], c.mem[n] = cpu, mem
@@ -361,9 +368,7 @@ func (c *scoreCache) sync(s *topo.Snapshot, n topo.NodeID) uint64 {
 		case mask&(1<<uint(i)) != 0:
 			f = FullMilli
 		case s.IsSharedGPU(g):
-			if info, err := s.Pool().GPU(g); err == nil {
-				f = int16(info.FreeMilli)
-			}
+			f = int16(s.SharedFreeMilli(g))
 		}
 		if gpus[i] != f {
 			gpus[i], changed = f, true

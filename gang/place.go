@@ -78,6 +78,8 @@ type Placer struct {
 	spos    []int32 // trial positions of snodes (scoredTrial)
 	sfree   []uint8 // free GPUs of snodes (packOne)
 	memo    domainMemo
+	ix      nodeIndex // nodes by free capacity (collectScored)
+	noIndex bool      // tests: collectScored scans every node
 	cands   []candDom // pruned's domains
 	mods    []int32   // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),

@@ -205,12 +205,7 @@ func NodeGPUMilli(s *topo.Snapshot, n topo.NodeID, dst []int16) []int16 {
 		case mask&(1<<i) != 0:
 			dst = append(dst, FullMilli)
 		case s.IsSharedGPU(g):
-			info, err := s.Pool().GPU(g)
-			if err != nil {
-				dst = append(dst, 0)
-				continue
-			}
-			dst = append(dst, int16(info.FreeMilli))
+			dst = append(dst, int16(s.SharedFreeMilli(g)))
 		default:
 			dst = append(dst, 0)
 		}
@@ -224,12 +219,9 @@ func nodeFreeMilli(s *topo.Snapshot, n topo.NodeID) int64 {
 	first, cnt := s.Cluster().NodeGPUs(n)
 	mask := s.NodeFreeMask(n)
 	sum := int64(bits.OnesCount64(mask)) * FullMilli
-	for i := range uint32(cnt) {
-		if g := first + i; mask&(1<<i) == 0 && s.IsSharedGPU(g) {
-			if info, err := s.Pool().GPU(g); err == nil {
-				sum += int64(info.FreeMilli)
-			}
-		}
+	// The GPUs shared (IsSharedGPU) that are not free, in local order.
+	for m := s.NodeSharedMask(n) &^ mask & (1<<uint(cnt) - 1); m != 0; m &= m - 1 {
+		sum += int64(s.SharedFreeMilli(first + uint32(bits.TrailingZeros64(m))))
 	}
 	return sum
 }
@@ -240,13 +232,42 @@ func nodeFreeMilli(s *topo.Snapshot, n topo.NodeID) int64 {
 func (p *Placer) collectScored(d int, gi *groupInfo) int {
 	p.snodes, p.scaps = p.snodes[:0], p.scaps[:0]
 	total := 0
-	p.nodeRanges(d, func(n topo.NodeID) {
+	visit := func(n topo.NodeID) {
 		if c := p.nodeCap(n, gi); c > 0 {
 			p.snodes = append(p.snodes, n)
 			p.scaps = append(p.scaps, int32(c))
 			total += c
 		}
-	})
+	}
+	// Only the nodes the index leaves in (a bound of nodeCap > 0), in the
+	// same ascending order.
+	var rows [4]int
+	p.ix.sync(p.s)
+	if nr, ok := p.ix.query(gi, &rows); ok && !p.noIndex {
+		if gi.g.Members == 1 && len(gi.g.Selector) == 0 {
+			exact := exactOne(gi)
+			if p.lp < 0 {
+				lo, hi := p.span(p.lr, d, p.nl)
+				return p.collectOne(lo, hi, rows[:nr], gi, exact)
+			}
+			for _, c := range p.best {
+				lo, hi := p.span(p.bestL, int(c), p.nl)
+				total += p.collectOne(lo, hi, rows[:nr], gi, exact)
+			}
+			return total
+		}
+		if p.lp < 0 {
+			lo, hi := p.span(p.lr, d, p.nl)
+			p.ix.each(lo, hi, rows[:nr], visit)
+			return total
+		}
+		for _, c := range p.best {
+			lo, hi := p.span(p.bestL, int(c), p.nl)
+			p.ix.each(lo, hi, rows[:nr], visit)
+		}
+		return total
+	}
+	p.nodeRanges(d, visit)
 	return total
 }
 

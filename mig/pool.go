@@ -228,17 +228,13 @@ func (p *Pool) GPU(g uint32) (GPUInfo, error) {
 	if err != nil {
 		return GPUInfo{}, err
 	}
-	info := GPUInfo{Model: st.layout.model, MIG: st.mig(), Layout: st.layout, InUse: st.inUseLayout()}
+	info := GPUInfo{Model: st.layout.model, MIG: st.mig(), Layout: st.layout, InUse: st.inUseLayout(), FreeMilli: st.infoMilli()}
 	switch {
 	case st.mig():
-		n := st.layout.model.MemorySlices()
-		info.FreeMilli = (n - bits.OnesCount8(st.inUseMask())) * 1000 / n
 	case st.mode == Exclusive:
 		info.Sharing = Sharing{Mode: Exclusive}
-		info.FreeMilli = 1000
 	default:
 		info.Sharing = Sharing{Mode: st.mode, Replicas: int(st.maxClients), MemoryMiB: int(st.memTotal)}
-		info.FreeMilli = st.freeMilli()
 	}
 	for i := st.head; i >= 0; i = p.shares.at(int(i)).next {
 		info.Shares++
@@ -260,6 +256,27 @@ func (st *gpuState) inUseLayout() Layout {
 		}
 	}
 	return l
+}
+
+// FreeMilli is GPU(g).FreeMilli, without the rest of GPUInfo (0 for a
+// bad index).
+func (p *Pool) FreeMilli(g uint32) int {
+	if int64(g) >= int64(p.gpus.len()) {
+		return 0
+	}
+	return p.gpus.at(int(g)).infoMilli()
+}
+
+// infoMilli is GPUInfo.FreeMilli.
+func (st *gpuState) infoMilli() int {
+	switch {
+	case st.mig():
+		n := st.layout.model.MemorySlices()
+		return (n - bits.OnesCount8(st.inUseMask())) * 1000 / n
+	case st.mode == Exclusive:
+		return 1000
+	}
+	return st.freeMilli()
 }
 
 func (st *gpuState) freeMilli() int {

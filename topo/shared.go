@@ -51,6 +51,17 @@ func (s *Snapshot) SharedFits(g uint32, r mig.Request) int {
 	return 0
 }
 
+// SharedFreeMilli is Pool().GPU(g).FreeMilli, without the rest of the
+// GPU's description: on a shared GPU the compute not held by shares, on a
+// GPU in MIG mode the memory slices not in use, in thousandths. 0 for a
+// bad index or a cluster without a pool.
+func (s *Snapshot) SharedFreeMilli(g uint32) int {
+	if s.pool == nil {
+		return 0
+	}
+	return s.pool.FreeMilli(g)
+}
+
 // NodeSharedMask returns the GPUs of node id that are in MIG mode or
 // currently shared, as a mask (bit i is GPU FirstGPU+i): IsSharedGPU of
 // each, in one read.
@@ -97,6 +108,7 @@ func (s *Snapshot) AllocateShared(g uint32, r mig.Request) (mig.Grant, error) {
 	slot := int(id) & (pageSize - 1)
 	p := s.nodes[int(id)>>pageShift]
 	if n.gpuCfg != nil || p.auto[slot]&bit != 0 {
+		s.touch(id)
 		return s.poolW().Allocate(g, r, mig.MayCreate)
 	}
 	if !c.shareFree || p.free[slot]&bit == 0 {
@@ -105,6 +117,7 @@ func (s *Snapshot) AllocateShared(g uint32, r mig.Request) (mig.Grant, error) {
 	if r.Profile != "" {
 		return mig.Grant{}, fmt.Errorf("%w: GPU %d on node %q is not in MIG mode", ErrNotShared, g, n.name)
 	}
+	s.touch(id)
 	pool := s.poolW()
 	if err := pool.Configure(g, mig.GPUConfig{Sharing: mig.Sharing{Mode: mig.TimeSlicing, Replicas: 1000}}); err != nil {
 		return mig.Grant{}, err
@@ -127,11 +140,12 @@ func (s *Snapshot) ReleaseShared(gr mig.Grant) error {
 	if s.pool == nil || int(gr.GPU) >= len(c.gpuNode) {
 		return fmt.Errorf("%w: %d", ErrUnknownGPU, gr.GPU)
 	}
+	id := c.gpuNode[gr.GPU]
+	s.touch(id)
 	pool := s.poolW()
 	if err := pool.Release(gr); err != nil {
 		return err
 	}
-	id := c.gpuNode[gr.GPU]
 	bit := uint64(1) << (gr.GPU - c.nodes[id].base)
 	slot := int(id) & (pageSize - 1)
 	if s.nodes[int(id)>>pageShift].auto[slot]&bit != 0 && pool.Idle(gr.GPU) {
@@ -198,6 +212,7 @@ func (s *Snapshot) SetMIGLayout(g uint32, l mig.Layout) error {
 	if l.Model() != n.gpuCfg.Model {
 		return fmt.Errorf("%w: layout of %v on a %v", mig.ErrModelMismatch, l.Model(), n.gpuCfg.Model)
 	}
+	s.touchGPU(g)
 	return s.poolW().Configure(g, mig.GPUConfig{Model: n.gpuCfg.Model, MIG: true, Layout: l})
 }
 
@@ -209,6 +224,7 @@ func (s *Snapshot) ClaimInstance(g uint32, in mig.Instance) (mig.Grant, error) {
 	if _, err := s.migGPU(g); err != nil {
 		return mig.Grant{}, err
 	}
+	s.touchGPU(g)
 	return s.poolW().Claim(g, in)
 }
 
@@ -225,6 +241,9 @@ func (s *Snapshot) ApplyMIGPlan(pl mig.Plan) error {
 		if ch.EnableMIG {
 			return fmt.Errorf("%w: GPU %d: switching MIG mode is not supported here", ErrNotShared, ch.GPU)
 		}
+	}
+	for _, ch := range pl.Changes {
+		s.touchGPU(ch.GPU)
 	}
 	return s.poolW().Apply(pl)
 }

@@ -62,6 +62,10 @@ type nodePage struct {
 	auto  [pageSize]uint64 // GPUs booked because ShareFreeGPUs made them shared
 	cpu   [pageSize]int64  // free host CPU milli
 	mem   [pageSize]int64  // free host memory MiB
+	// st are the nodes' stamps (NodeStamp), pst the page's: the latest
+	// of them (NodeBlockStamp).
+	st  [pageSize]uint64
+	pst uint64
 }
 
 // cntPage holds the counters of pageSize domains of one level, and their
@@ -91,6 +95,7 @@ func (c *Cluster) NewSnapshot() *Snapshot {
 	if c.shared {
 		s.pool, s.poolTok = mig.NewPool(c.totalGPUs), s.tok
 	}
+	st0 := c.newTok() // every node's first stamp (NodeStamp)
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		p := s.nodes[i>>pageShift]
@@ -107,6 +112,7 @@ func (c *Cluster) NewSnapshot() *Snapshot {
 		p.state[i&(pageSize-1)] = n.state0
 		p.cpu[i&(pageSize-1)] = n.cpuMilli
 		p.mem[i&(pageSize-1)] = n.hostMiB
+		p.st[i&(pageSize-1)], p.pst = st0, st0
 		if n.state0 == Ready {
 			s.count(NodeID(i), bits.OnesCount64(free), +1)
 		}
@@ -195,7 +201,43 @@ func (s *Snapshot) nodePageW(id NodeID) *nodePage {
 		p = cp
 		s.nodes[i] = p
 	}
+	st := s.c.newTok() // a number no stamp holds yet (NodeStamp)
+	p.st[int(id)&(pageSize-1)], p.pst = st, st
 	return p
+}
+
+// NodeStamp identifies the state of node id: its free GPUs, state, host
+// resources, and what the pool holds of its GPUs (MIG and shares). Every
+// write to one of them gives the node a stamp no snapshot of the cluster
+// held before, and Clone keeps it; so two snapshots of one cluster
+// (clones of each other or not) that show a node the same stamp show it
+// the same. For caches of what is computed from one node's state (the
+// node index of gang.Placer, the scorers' caches). Never 0.
+//
+// Like the Domain accessors it does not check its argument.
+func (s *Snapshot) NodeStamp(id NodeID) uint64 {
+	return s.nodes[int(id)>>pageShift].st[int(id)&(pageSize-1)]
+}
+
+// NodeBlockSize is the number of nodes a NodeBlockStamp covers.
+const NodeBlockSize = pageSize
+
+// NodeBlockStamp identifies the nodes b*NodeBlockSize up to
+// (b+1)*NodeBlockSize-1 together: it changes whenever the NodeStamp of one
+// of them does, and two snapshots of one cluster that show a block the
+// same stamp show each of its nodes the same NodeStamp. b must be in
+// 0..(NumNodes-1)/NodeBlockSize.
+func (s *Snapshot) NodeBlockStamp(b int) uint64 { return s.nodes[b].pst }
+
+// touch gives node id a new stamp (a write to what the pool holds of its
+// GPUs).
+func (s *Snapshot) touch(id NodeID) { s.nodePageW(id) }
+
+// touchGPU is touch for the node of GPU g (nothing for a bad index).
+func (s *Snapshot) touchGPU(g uint32) {
+	if int(g) < len(s.c.gpuNode) {
+		s.touch(s.c.gpuNode[g])
+	}
 }
 
 // cntBase returns the page index and offset of a domain's counters.

@@ -348,6 +348,7 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 	for id := range frag {
 		frag[id] = p.target.NodeFrag(snap, topo.NodeID(id))
 	}
+	fs := newFragSum(frag)
 	fragValues := make([]float64, len(order))
 	values := make([]float64, len(order))
 	bins := make([]int, len(order))
@@ -383,7 +384,7 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 			}
 			cv.Placed++
 			allocated += pd.demand
-			frag[n] = p.target.NodeFrag(snap, n)
+			fs.set(int(n), p.target.NodeFrag(snap, n))
 		} else {
 			_ = rng.Int31n(int32(p.cluster.NumNodes())) // preemption offset
 			cv.FirstFail = min(cv.FirstFail, i)
@@ -391,7 +392,7 @@ func runOne(ctx context.Context, p *prepared, policy string, seed int64, tune fl
 		arrived += pd.demand
 		values[i] = round2(float64(allocated) / div)
 		bins[i] = int(math.RoundToEven(float64(arrived) / div))
-		fragValues[i] = fragRatio(frag, capacity-allocated)
+		fragValues[i] = fs.ratio(capacity - allocated)
 	}
 	if err := checkAllocated(snap, allocated); err != nil {
 		return Curve{}, fmt.Errorf("fgd: %s seed %d: %w", policy, seed, err)
@@ -420,6 +421,52 @@ func checkAllocated(s *topo.Snapshot, allocated int64) error {
 		return fmt.Errorf("%w: %d milli allocated on the snapshot, %d placed", ErrTrace, got, allocated)
 	}
 	return nil
+}
+
+// fragSum keeps Σ_n Frag(n) as fragRatio adds it up (in node order, one
+// rounding per node), with the prefix sums, so that changing one node's
+// value adds up only the nodes from it on: the same float64 operations in
+// the same order, so the same sum.
+type fragSum struct {
+	frag []float64
+	pre  []float64 // pre[i] = (...(frag[0] + frag[1]) + ...) + frag[i], from 0.0
+}
+
+func newFragSum(frag []float64) *fragSum {
+	f := &fragSum{frag: frag, pre: make([]float64, len(frag))}
+	f.from(0)
+	return f
+}
+
+func (f *fragSum) from(i int) {
+	sum := 0.0
+	if i > 0 {
+		sum = f.pre[i-1]
+	}
+	for ; i < len(f.frag); i++ {
+		sum += f.frag[i]
+		f.pre[i] = sum
+	}
+}
+
+// set changes node n's value.
+func (f *fragSum) set(n int, v float64) {
+	if f.frag[n] != v || math.Signbit(f.frag[n]) != math.Signbit(v) {
+		f.frag[n] = v
+		f.from(n)
+	}
+}
+
+// ratio is fragRatio(frag, free).
+func (f *fragSum) ratio(free int64) float64 {
+	if free == 0 {
+		return 0
+	}
+	sum := 0.0
+	if len(f.pre) > 0 {
+		sum = f.pre[len(f.pre)-1]
+	}
+	return round2(100 * sum / float64(free))
 }
 
 // fragRatio is round(100·Σ_n Frag(n) / free, 2), 0 when nothing is free.
