@@ -190,7 +190,6 @@ func TestConfirmEnds(t *testing.T) {
 	assert.Empty(t, b3.queued)
 }
 
-
 // The long-lived scontrol serves request after request; a job's text that
 // holds an end token of its own does not end an answer early (each
 // request's token is fresh), and a job not shown is no record; a process
@@ -221,8 +220,6 @@ func TestShowJobsLongLived(t *testing.T) {
 	_, err = b.showJobs(ctx, []string{"2; rm"})
 	assert.ErrorIs(t, err, ErrBadArgument)
 }
-
-
 
 // A job whose bind is still in flight (its line came before scontrol
 // returned) is confirmed again once the bind answered: no poll for it.

@@ -220,9 +220,9 @@ type Backend struct {
 	// them again (endlog.go); under mu.
 	completing   map[string]int
 	completingAt time.Time
-	life                           context.Context    // the polls' (Next returns while one runs)
-	endLife                        context.CancelFunc // Close: ends a poll in flight
-	stats                          Stats
+	life         context.Context    // the polls' (Next returns while one runs)
+	endLife      context.CancelFunc // Close: ends a poll in flight
+	stats        Stats
 
 	// smu orders a grace period's stop (requeuehold, then the move back:
 	// Lock) against binds (RLock): a bind of the requeued job made
