@@ -701,7 +701,9 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 	}
 	// While quota holds nothing back, every job fits (cs.quotaIdle); a
 	// guaranteed replica asks anyway, since it must fit without borrowing
-	// (Fit.Borrowing, which the idle shortcut does not know).
+	// (Fit.Borrowing, which the idle shortcut does not know). Today no walk
+	// with a service can cut (cutAllowed), so quotaIdle is never set with
+	// a replica in it; the guard keeps that so if the cut is widened.
 	guaranteed := js.svc != nil && js.svc.spec.QoS == QoSGuaranteed
 	fit, err := queue.Fit{OK: true}, error(nil)
 	if !cs.quotaIdle || guaranteed {
