@@ -55,8 +55,10 @@ func (n psNode) off() bool {
 
 // upIdle: powered up, idle, responding.
 func (n psNode) upIdle() bool {
+	// COMPLETING: a job's end is still being cleaned up (its epilog);
+	// ScaleDown refuses such a node as busy (nodeBusy).
 	return n.State == "idle" && !slices.ContainsFunc(n.Flags, func(f string) bool {
-		return strings.HasPrefix(f, "POWER") || f == "NOT_RESPONDING" || f == "DRAIN"
+		return strings.HasPrefix(f, "POWER") || f == "NOT_RESPONDING" || f == "DRAIN" || f == "COMPLETING"
 	})
 }
 
