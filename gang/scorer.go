@@ -243,31 +243,27 @@ func (p *Placer) collectScored(d int, gi *groupInfo) int {
 	// same ascending order.
 	var rows [4]int
 	p.ix.sync(p.s)
-	if nr, ok := p.ix.query(gi, &rows); ok && !p.noIndex {
-		if gi.g.Members == 1 && len(gi.g.Selector) == 0 {
-			exact := exactOne(gi)
-			if p.lp < 0 {
-				lo, hi := p.span(p.lr, d, p.nl)
-				return p.collectOne(lo, hi, rows[:nr], gi, exact)
-			}
-			for _, c := range p.best {
-				lo, hi := p.span(p.bestL, int(c), p.nl)
-				total += p.collectOne(lo, hi, rows[:nr], gi, exact)
-			}
-			return total
-		}
-		if p.lp < 0 {
-			lo, hi := p.span(p.lr, d, p.nl)
-			p.ix.each(lo, hi, rows[:nr], visit)
-			return total
-		}
-		for _, c := range p.best {
-			lo, hi := p.span(p.bestL, int(c), p.nl)
-			p.ix.each(lo, hi, rows[:nr], visit)
-		}
+	nr, ok := p.ix.query(gi, &rows)
+	if !ok || p.noIndex {
+		p.nodeRanges(d, visit)
 		return total
 	}
-	p.nodeRanges(d, visit)
+	one := gi.g.Members == 1 && len(gi.g.Selector) == 0
+	exact := one && exactOne(gi)
+	scan := func(lo, hi int) { // one node range, as nodeRanges walks them
+		if one {
+			total += p.collectOne(lo, hi, rows[:nr], gi, exact)
+		} else {
+			p.ix.each(lo, hi, rows[:nr], visit)
+		}
+	}
+	if p.lp < 0 {
+		scan(p.span(p.lr, d, p.nl))
+		return total
+	}
+	for _, c := range p.best {
+		scan(p.span(p.bestL, int(c), p.nl))
+	}
 	return total
 }
 
