@@ -194,6 +194,13 @@ type runStart struct {
 	milli   int64
 }
 
+func runStartOf(o *Outcome) runStart { return runStart{o.Started, o.Start, o.GPUs, o.Milli} }
+
+// restore puts r back into o.
+func (r runStart) restore(o *Outcome) {
+	o.Started, o.Start, o.GPUs, o.Milli = r.started, r.start, r.gpus, r.milli
+}
+
 type injKey struct{ job, node string }
 
 type migKey struct {
@@ -654,17 +661,13 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 			s.advanceTo(wake)
 			return []engine.Event{}, nil
 		}
+		// The earlier of the next event and the next streamed arrival.
 		var t time.Time
-		switch {
-		case len(s.evq) == 0:
+		if len(s.evq) > 0 {
+			t = s.evq[0].at
+		}
+		if s.ahead != nil && (len(s.evq) == 0 || s.ahead.j.Submit.Before(t)) {
 			t = s.ahead.j.Submit
-		case s.ahead == nil:
-			t = s.evq[0].at
-		default:
-			t = s.evq[0].at
-			if s.ahead.j.Submit.Before(t) {
-				t = s.ahead.j.Submit
-			}
 		}
 		if !wake.IsZero() && wake.Before(t) {
 			s.advanceTo(wake)
@@ -1051,7 +1054,7 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 		return err
 	}
 	if len(js.members) == 0 {
-		js.prev = runStart{js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli}
+		js.prev = runStartOf(js.out)
 		js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = true, s.now, 0, 0
 		js.gen++
 		s.running++
@@ -1105,7 +1108,7 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 		s.unlive(js)
 		js.gen++
 		if js.out.Start.Equal(s.now) {
-			js.out.Started, js.out.Start, js.out.GPUs, js.out.Milli = js.prev.started, js.prev.start, js.prev.gpus, js.prev.milli
+			js.prev.restore(js.out)
 		} else {
 			js.out.LostRun += s.now.Sub(js.out.Start)
 		}
