@@ -34,9 +34,7 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			b.mu.Unlock()
 			pollNow = !all
 			for _, id := range want {
-				if !slices.Contains(b.hints, id) {
-					b.hints = append(b.hints, id)
-				}
+				b.hint(id)
 			}
 		}
 		b.mu.Lock()
@@ -45,17 +43,15 @@ func (b *Backend) Next(ctx context.Context, wake time.Time) ([]engine.Event, err
 			for _, sid := range b.bindWait {
 				if t := b.jobs[b.berthIDLocked(sid)]; t != nil && t.binding {
 					still = append(still, sid)
-				} else if !slices.Contains(b.hints, sid) {
-					b.hints = append(b.hints, sid)
+				} else {
+					b.hint(sid)
 				}
 			}
 			b.bindWait = still
 		}
 		if len(b.completing) > 0 && !time.Now().Before(b.completingAt) {
 			for sid := range b.completing {
-				if !slices.Contains(b.hints, sid) {
-					b.hints = append(b.hints, sid)
-				}
+				b.hint(sid)
 			}
 			b.completingAt = time.Now().Add(completingRetry)
 		}
@@ -506,4 +502,11 @@ func (b *Backend) recsByIDLocked(recs []jobRec) map[string]*jobRec {
 		m[b.berthIDLocked(recID(r))] = r
 	}
 	return m
+}
+
+// hint adds a SLURM job ID to the ends to confirm (Next's goroutine only).
+func (b *Backend) hint(sid string) {
+	if !slices.Contains(b.hints, sid) {
+		b.hints = append(b.hints, sid)
+	}
 }
