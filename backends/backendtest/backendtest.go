@@ -122,6 +122,10 @@ type Shape struct {
 	// backends that cannot put two members of a gang on one node (a SLURM
 	// job has one member per node; docs/backends/slurm.md).
 	WholeNodeGangs bool
+	// OneNodeJobs: every job fits on one node (a gang's members share
+	// it: fewer GPUs each), for backends whose jobs are pinned to a pool
+	// of one node (a federation of single-node boxes).
+	OneNodeJobs bool
 	// HangAfter is how long (wall time) one Runner may run before the
 	// scenario fails as hung (default 5 minutes).
 	HangAfter time.Duration
@@ -266,7 +270,7 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	n := sh.Jobs
 	// The preemption scenarios make every job preemptible (no other draw
 	// changes), so that preemptions happen on small clusters too.
-	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs, sc.preemptLate+sc.preemptForever > 0)
+	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs, sh.OneNodeJobs, sc.preemptLate+sc.preemptForever > 0)
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		late: map[string]int{}, forever: map[string]int{}, restartMid: map[string]int{},
 		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{}, shown: map[string]bool{},
@@ -532,10 +536,11 @@ func (f *faulty) unfinished(ids []string) []string {
 }
 
 // submitJobs submits n random gang jobs (1-3 members of 1-8 GPUs, within
-// what spec's nodes have; a third preemptible) arriving over the first 5
+// what spec's nodes have, all on one node with oneNode; a third
+// preemptible) arriving over the first 5
 // hours after base (durations in units of a minute), and returns their
 // IDs and gang sizes (members).
-func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes, allPreemptible bool) ([]string, map[string]int) {
+func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes, oneNode, allPreemptible bool) ([]string, map[string]int) {
 	t.Helper()
 	maxMembers, maxGPUs := min(3, len(spec.Nodes)), 8
 	for _, nd := range spec.Nodes {
@@ -552,6 +557,9 @@ func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec,
 		}
 		if wholeNodes && members > 1 {
 			per = maxGPUs
+		}
+		for oneNode && per > 1 && per*members > maxGPUs {
+			per /= 2
 		}
 		j := &queue.Job{ID: id, Queue: "q", Submit: base.Add(time.Duration(rng.IntN(300)) * unit),
 			Priority: int32(rng.IntN(3)),

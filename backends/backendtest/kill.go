@@ -191,7 +191,7 @@ func runKill(t *testing.T, bin string, seed uint64, save time.Duration, newBacke
 	spec := topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100")
 	be := newBackend(t, Setup{Cluster: spec, Start: t0})
 	const n = 150
-	ids, size := submitJobs(t, rng, be, n, spec, t0, time.Minute, false, false)
+	ids, size := submitJobs(t, rng, be, n, spec, t0, time.Minute, false, false, false)
 	w := &watch{Backend: be, finished: map[string]int{}, ended: map[string]bool{}, size: size}
 	for range 2 {
 		node := spec.Nodes[rng.IntN(len(spec.Nodes))].Name

@@ -62,8 +62,14 @@
 // # After a timeout
 //
 // A bind is routed to its pool's backend, so a timed-out one means what it
-// means there (see each backend's doc); the federation is not a
-// backends.RunningReporter: the Runner learns the truth from the abandoned
-// call's answer, or, with none within ReconcileInterval, stops the bind
-// through the pool's UnbindMember. See docs/reliability.md.
+// means there (see each backend's doc). The federation is a
+// backends.RunningReporter when every member is one (SLURM, Kubernetes,
+// NVML, the simulator): RunningNow lists what every pool runs, so the
+// Runner settles an unknown bind from the pool's own state and finds a
+// ghost (a bind that came through after it was given up) in any pool. With
+// a member that is not, RunningNow answers errors.ErrUnsupported and the
+// Runner learns the truth from the abandoned call's answer only, or, with
+// none within ReconcileInterval, stops the bind through the pool's
+// UnbindMember. TestFaultSuite runs the fault suite (backends/backendtest)
+// on a federation of two NVML boxes. See docs/reliability.md.
 package federation

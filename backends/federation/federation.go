@@ -405,6 +405,33 @@ func (f *Federation) Running(ctx context.Context) ([]backends.RunningJob, error)
 	return out, nil
 }
 
+// RunningNow is backends.RunningReporter: every member's RunningNow, on
+// the federation's node names, acting on nothing (no job is pinned or
+// noted). It answers only when every member reports: a member without
+// RunningNow (or answering errors.ErrUnsupported) makes the whole answer
+// errors.ErrUnsupported, since a list that left out a pool's jobs would
+// tell the Runner that its unknown binds there did not come through, and
+// the Runner would stop them. A member's error is returned, wrapped with
+// its pool.
+func (f *Federation) RunningNow(ctx context.Context) ([]backends.RunningJob, error) {
+	var out []backends.RunningJob
+	for _, m := range f.members {
+		rr, ok := m.Backend.(backends.RunningReporter)
+		if !ok {
+			return nil, fmt.Errorf("federation: pool %s reports no running list: %w", m.Name, errors.ErrUnsupported)
+		}
+		rs, err := rr.RunningNow(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("federation: pool %s: %w", m.Name, err)
+		}
+		for _, r := range rs {
+			r.Members = renameMembers(m.Name, r.Members)
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 func renameMembers(pool string, ms []engine.Member) []engine.Member {
 	out := slices.Clone(ms)
 	for i := range out {
@@ -635,6 +662,7 @@ func (f *Federation) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) 
 }
 
 var (
-	_ backends.Backend    = (*Federation)(nil)
-	_ backends.GangBinder = (*Federation)(nil)
+	_ backends.Backend         = (*Federation)(nil)
+	_ backends.GangBinder      = (*Federation)(nil)
+	_ backends.RunningReporter = (*Federation)(nil)
 )
