@@ -18,7 +18,7 @@ import "slices"
 // page and each copies before it writes.
 
 const (
-	pageBits = 8 // 256 values a page: 8 KiB of GPU states
+	pageBits = 6 // 64 values a page: 2 KiB of GPU states
 	pageLen  = 1 << pageBits
 	pageMask = pageLen - 1
 )

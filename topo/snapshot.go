@@ -72,7 +72,7 @@ type nodePage struct {
 // stamps (DomainStamp).
 type cntPage struct {
 	tok uint64
-	v   []int32
+	v   []int32 // stride values per domain of the page (up to pageSize)
 	st  [pageSize]uint64
 }
 
@@ -87,9 +87,12 @@ func (c *Cluster) NewSnapshot() *Snapshot {
 	nl := len(c.levels)
 	s.cnt = make([]*cntPage, 0)
 	for l := range nl {
-		np := (len(c.doms[l]) + pageSize - 1) / pageSize
-		for range np {
-			s.cnt = append(s.cnt, &cntPage{tok: s.tok, v: make([]int32, pageSize*c.stride)})
+		// A page holds the counters of its domains only: a level of one
+		// domain (the root) has a page of one stride, not 64, and a
+		// write after Clone copies that much.
+		for lo := 0; lo < len(c.doms[l]); lo += pageSize {
+			n := min(pageSize, len(c.doms[l])-lo)
+			s.cnt = append(s.cnt, &cntPage{tok: s.tok, v: make([]int32, n*c.stride)})
 		}
 	}
 	if c.shared {

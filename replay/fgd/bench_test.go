@@ -35,3 +35,32 @@ func BenchmarkFGD(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFGDViaEngine is BenchmarkFGD through the engine (runEngine): one
+// job submitted and one cycle per pod.
+// Run: go test -run XXX -bench BenchmarkFGDViaEngine ./replay/fgd/
+func BenchmarkFGDViaEngine(b *testing.B) {
+	tracetest.Path(b, workload.OpenbPods)
+	tr, err := LoadDefaultTrace()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := prepare(tr, 0.95)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pol := range []string{"fgd", "berth", "bestfit"} {
+		b.Run("policy="+pol, func(b *testing.B) {
+			b.ReportAllocs()
+			var cv Curve
+			for b.Loop() {
+				cv, err = runEngine(context.Background(), p, pol, 42, 1.3)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(cv.Columns[130], "alloc%@130")
+			b.ReportMetric(float64(cv.Pods)*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
+		})
+	}
+}
