@@ -43,7 +43,9 @@ type Snapshot struct {
 type recycler struct {
 	tok   atomic.Uint64
 	nodes sync.Pool // *nodePage
-	cnt   sync.Pool // *cntPage
+	// cnt holds *cntPage by the number of domains a page holds (1 to
+	// pageSize): a page taken from it has the length it is copied to.
+	cnt   [pageSize + 1]sync.Pool
 	snaps sync.Pool // *Snapshot, with the capacity of its page slices
 }
 
@@ -175,7 +177,7 @@ func (s *Snapshot) Recycle() {
 	}
 	for _, p := range s.cnt {
 		if p.tok == s.tok {
-			c.rec.cnt.Put(p)
+			c.rec.cnt[len(p.v)/c.stride].Put(p)
 		}
 	}
 	clear(s.nodes)
@@ -253,7 +255,7 @@ func (s *Snapshot) cntW(level, d int) []int32 {
 	pi, off := s.cntAt(level, d)
 	p := s.cnt[pi]
 	if p.tok != s.tok {
-		cp, _ := s.c.rec.cnt.Get().(*cntPage)
+		cp, _ := s.c.rec.cnt[len(p.v)/s.c.stride].Get().(*cntPage)
 		if cp == nil {
 			cp = new(cntPage)
 		}
