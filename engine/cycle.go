@@ -235,7 +235,7 @@ func (e *Engine) cycle() Ready {
 			// for about as many, grown by append if it goes further.
 			n = min(n, 2*len(e.lastPend)+64)
 		}
-		if !e.cutAllowed() {
+		if !e.cutAllowed() && n > ownPendMin {
 			// Every job walked, each cycle as long: an array of its own.
 			cs.pend, cs.pendOwn = make([]PendingStatus, 0, n+n/32+16), false
 		} else {
@@ -339,6 +339,17 @@ func (e *Engine) cycle() Ready {
 	return rd
 }
 
+// ownPendMin is the most pending jobs for which a walk that cannot stop
+// early still appends to cs.pendBuf (copied out by publishPend) instead of
+// an array of its own: a short walk's copy costs less than an array with
+// room for resumed appends made every cycle (one job submitted and placed
+// per cycle allocated that array for nothing).
+const ownPendMin = 256
+
+// noPend is the statuses of a walk that listed none: empty, not nil, with
+// no room, so that an append never writes into it.
+var noPend = []PendingStatus{}
+
 // publishPend moves the statuses of a walk that appended to cs.pendBuf
 // into an array of their own, with room for a resumed cycle's appends
 // (resume), and keeps the buffer (grown by the walk's appends) for the
@@ -349,7 +360,14 @@ func (cs *cycleState) publishPend() {
 		return // resumed: cs.pend is lastPend's array, appended to
 	}
 	n := len(cs.pend)
-	out := make([]PendingStatus, n, n+n/32+16)
+	if n == 0 {
+		// Nothing to keep: a resumed cycle's first append allocates.
+		cs.pendBuf, cs.pend, cs.pendOwn = cs.pend[:0], noPend, false
+		return
+	}
+	// Room for a resumed cycle's appends, as much as there are statuses
+	// up to n/32+16 (a resumed cycle that needs more grows it).
+	out := make([]PendingStatus, n, n+min(n, n/32+16))
 	copy(out, cs.pend)
 	cs.pendBuf, cs.pend, cs.pendOwn = cs.pend[:0], out, false
 }

@@ -88,7 +88,8 @@ type Engine struct {
 	noResume bool
 	resumed  int // cycles that resumed (tests)
 	// fitsOK: requests that passed the never-fits check (scalecache.go).
-	fitsOK fitsMemo
+	fitsOK  fitsMemo
+	fitsBuf []byte // the key being looked up in fitsOK
 
 	now   time.Time
 	dirty bool

@@ -158,7 +158,7 @@ func (e *Engine) checkFits(j *queue.Job) error {
 		r.Groups = append([]gang.Group(nil), r.Groups...)
 		r.Groups[0].Members = j.Elastic.MinMembers
 	}
-	return e.neverFitsCached(&r, func() error { return e.neverFits(j, &r) })
+	return e.neverFitsCached(j, &r)
 }
 
 // modelIn reports whether group g accepts a node of GPU model m (any model

@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"fmt"
-	"strings"
+	"strconv"
 
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/queue"
 )
 
 // fitsMemo remembers the requests that passed neverFits on the cluster as
@@ -15,40 +15,58 @@ import (
 // Failures are not remembered (their errors name the job and are rare).
 type fitsMemo map[string]struct{}
 
-// fitsKey is the part of r that neverFits reads.
-func fitsKey(r *gang.Request) string {
-	var b strings.Builder
-	b.WriteString(r.Required)
+// appendFitsKey appends to b the part of r that neverFits reads: numbers
+// in decimal, strings after their length, so that no two requests that
+// differ in it give the same key.
+func appendFitsKey(b []byte, r *gang.Request) []byte {
+	b = append(b, r.Required...)
 	for i := range r.Groups {
 		g := &r.Groups[i]
-		fmt.Fprintf(&b, "|%d/%d/%d/%s/%d/%d/%d", g.Members, g.GPUsPerMember, g.GPUMilli, g.MIGProfile, g.CPUMilli, g.MemoryMiB, len(g.GPUModel))
-		b.WriteString(g.GPUModel)
+		for k, n := range [...]int64{int64(g.Members), int64(g.GPUsPerMember), int64(g.GPUMilli)} {
+			if k == 0 {
+				b = append(b, '|')
+			} else {
+				b = append(b, '/')
+			}
+			b = strconv.AppendInt(b, n, 10)
+		}
+		b = append(b, '/')
+		b = append(b, g.MIGProfile...)
+		for _, n := range [...]int64{g.CPUMilli, g.MemoryMiB, int64(len(g.GPUModel))} {
+			b = append(b, '/')
+			b = strconv.AppendInt(b, n, 10)
+		}
+		b = append(b, g.GPUModel...)
 		for _, m := range g.GPUModels {
-			fmt.Fprintf(&b, ",%d/%s", len(m), m)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(len(m)), 10)
+			b = append(b, '/')
+			b = append(b, m...)
 		}
 		if g.SameModel {
-			b.WriteString(",same")
+			b = append(b, ",same"...)
 		}
 	}
-	return b.String()
+	return b
 }
 
-// neverFitsCached is neverFits through e.fitsOK (none with
-// Config.DisableCaches).
-func (e *Engine) neverFitsCached(r *gang.Request, check func() error) error {
+// neverFitsCached is neverFits(j, r) through e.fitsOK (none with
+// Config.DisableCaches). A request seen before costs its key, built in
+// e.fitsBuf, and one map lookup: no allocation.
+func (e *Engine) neverFitsCached(j *queue.Job, r *gang.Request) error {
 	if e.cfg.DisableCaches {
-		return check()
+		return e.neverFits(j, r)
 	}
-	key := fitsKey(r)
-	if _, ok := e.fitsOK[key]; ok {
+	e.fitsBuf = appendFitsKey(e.fitsBuf[:0], r)
+	if _, ok := e.fitsOK[string(e.fitsBuf)]; ok {
 		return nil
 	}
-	err := check()
+	err := e.neverFits(j, r)
 	if err == nil {
 		if e.fitsOK == nil {
 			e.fitsOK = fitsMemo{}
 		}
-		e.fitsOK[key] = struct{}{}
+		e.fitsOK[string(e.fitsBuf)] = struct{}{}
 	}
 	return err
 }

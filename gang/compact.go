@@ -192,7 +192,7 @@ func (p *Placer) narrow(cl, l int, gi *groupInfo, need, m int) int {
 		c.cont = append(c.cont[:0], c.sel[0])
 		return 1
 	}
-	p.groupItems(cl, l, p.lp, gi, need)
+	p.groupItems(cl, l, p.lp, gi, need, m)
 	c.best = slices.Grow(c.best[:0], len(c.gid))[:len(c.gid)]
 	best, bestFree := -1, 0
 	for g := range len(c.gid) {
@@ -239,7 +239,7 @@ func (p *Placer) refine(cl int, gi *groupInfo, need, m int) {
 	// The domains of level l the current choice needs.
 	c.sel = append(c.sel[:0], p.chosen...)
 	r0, _ := p.choose(p.lp, c.sel, l, gi, need)
-	p.groupItems(cl, p.lp, l, gi, need)
+	p.groupItems(cl, p.lp, l, gi, need, 0)
 	if m == 1 {
 		// One preferred domain: the one needing the fewest, then the
 		// tightest (least free GPUs, lower index).
@@ -286,7 +286,9 @@ func (p *Placer) domainAbove(il, x, l int) int {
 // groupItems fills p.cmp's groups: the domains of level gl inside the
 // containers (level cl), each with the capacities of its domains of level
 // il, clamped to need, descending; groups without capacity are left out.
-func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need int) {
+// With keep > 0 a group keeps its keep largest capacities only (narrow
+// reads no more than the m largest of a group).
+func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 	c := &p.cmp
 	c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
 	cached := c.lpOK && il == p.lp
@@ -296,6 +298,37 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need int) {
 		for g := glo; g < ghi; g++ {
 			start := len(c.gcap)
 			lo, hi := p.span(gl, g, il)
+			if cached && keep > 0 {
+				// The keep largest, descending, by insertion into a
+				// list of at most keep: the same values as the first
+				// keep after a full sort, without sorting the rest.
+				gcap := c.gcap
+				for _, v := range c.lpCap[lo-c.lpBase : hi-c.lpBase] {
+					if v <= 0 {
+						continue
+					}
+					v = min(v, need32)
+					i := len(gcap)
+					if i-start < keep {
+						gcap = append(gcap, v)
+					} else if v > gcap[i-1] {
+						i--
+					} else {
+						continue
+					}
+					for ; i > start && gcap[i-1] < v; i-- {
+						gcap[i] = gcap[i-1]
+					}
+					gcap[i] = v
+				}
+				c.gcap = gcap
+				if len(c.gcap) == start {
+					continue
+				}
+				c.goff = append(c.goff, int32(len(c.gcap)))
+				c.gid = append(c.gid, int32(g))
+				continue
+			}
 			if cached {
 				gcap := c.gcap // a local: appends in registers
 				for _, v := range c.lpCap[lo-c.lpBase : hi-c.lpBase] {

@@ -121,7 +121,8 @@ func (st *gpuState) inUseMask() uint8 {
 type Pool struct {
 	gpus      paged[gpuState]
 	shares    paged[shareRec]
-	gen       atomic.Uint64 // the generation of the pages this pool owns (cow.go)
+	tok       atomic.Uint64  // the token of the pages this pool owns (cow.go)
+	toks      *atomic.Uint64 // the token counter, shared with every clone
 	freeShare int32
 	idx       *poolIndex // nil until an indexed allocation needs it (see index)
 	// migGPUs counts GPUs in MIG mode per model, so queries skip absent
@@ -136,7 +137,8 @@ type Pool struct {
 // NewPool returns a pool of n GPUs, each without a model, MIG off and
 // exclusive (nothing to allocate until Configure).
 func NewPool(n int) *Pool {
-	p := &Pool{freeShare: -1}
+	p := &Pool{freeShare: -1, toks: new(atomic.Uint64)}
+	p.tok.Store(p.toks.Add(1))
 	p.Grow(n)
 	return p
 }
@@ -319,12 +321,14 @@ func (p *Pool) Shares(g uint32) []Share {
 // a page table, not the pool. Clone may be called by several readers of
 // one pool at once.
 func (p *Pool) Clone() *Pool {
-	p.gen.Add(1) // p no longer owns the pages it now shares
+	p.tok.Store(p.toks.Add(1)) // p no longer owns the pages it now shares
 	c := &Pool{
 		gpus:      p.gpus.clone(),
 		shares:    p.shares.clone(),
 		freeShare: p.freeShare,
+		toks:      p.toks,
 		migGPUs:   p.migGPUs,
 	}
+	c.tok.Store(p.toks.Add(1))
 	return c
 }

@@ -265,7 +265,9 @@ func (j *Job) AccountName() string {
 // convention). Counts are saturating; Validate bounds them. The result is a
 // fresh slice.
 func (j *Job) Demand() Resources {
-	var rs Resources
+	// At most three resources a group (GPUs or MIG, CPU, memory): one
+	// array, not one per append.
+	rs := make(Resources, 0, min(3*len(j.Request.Groups), 8))
 	for i := range j.Request.Groups {
 		g := &j.Request.Groups[i]
 		m := int64(g.Members)
@@ -287,6 +289,9 @@ func (j *Job) Demand() Resources {
 		if g.MemoryMiB > 0 {
 			rs.add(MemoryMiB, Amount(g.MemoryMiB).Mul(m))
 		}
+	}
+	if len(rs) == 0 {
+		return nil // as before the array was made up front
 	}
 	slices.SortFunc(rs, func(a, b Quantity) int { return strings.Compare(string(a.Name), string(b.Name)) })
 	return rs

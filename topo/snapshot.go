@@ -43,7 +43,9 @@ type Snapshot struct {
 type recycler struct {
 	tok   atomic.Uint64
 	nodes sync.Pool // *nodePage
-	cnt   sync.Pool // *cntPage
+	// cnt holds *cntPage by the number of domains a page holds (1 to
+	// pageSize): a page taken from it has the length it is copied to.
+	cnt   [pageSize + 1]sync.Pool
 	snaps sync.Pool // *Snapshot, with the capacity of its page slices
 }
 
@@ -72,7 +74,7 @@ type nodePage struct {
 // stamps (DomainStamp).
 type cntPage struct {
 	tok uint64
-	v   []int32
+	v   []int32 // stride values per domain of the page (up to pageSize)
 	st  [pageSize]uint64
 }
 
@@ -87,9 +89,12 @@ func (c *Cluster) NewSnapshot() *Snapshot {
 	nl := len(c.levels)
 	s.cnt = make([]*cntPage, 0)
 	for l := range nl {
-		np := (len(c.doms[l]) + pageSize - 1) / pageSize
-		for range np {
-			s.cnt = append(s.cnt, &cntPage{tok: s.tok, v: make([]int32, pageSize*c.stride)})
+		// A page holds the counters of its domains only: a level of one
+		// domain (the root) has a page of one stride, not 64, and a
+		// write after Clone copies that much.
+		for lo := 0; lo < len(c.doms[l]); lo += pageSize {
+			n := min(pageSize, len(c.doms[l])-lo)
+			s.cnt = append(s.cnt, &cntPage{tok: s.tok, v: make([]int32, n*c.stride)})
 		}
 	}
 	if c.shared {
@@ -172,7 +177,7 @@ func (s *Snapshot) Recycle() {
 	}
 	for _, p := range s.cnt {
 		if p.tok == s.tok {
-			c.rec.cnt.Put(p)
+			c.rec.cnt[len(p.v)/c.stride].Put(p)
 		}
 	}
 	clear(s.nodes)
@@ -250,7 +255,7 @@ func (s *Snapshot) cntW(level, d int) []int32 {
 	pi, off := s.cntAt(level, d)
 	p := s.cnt[pi]
 	if p.tok != s.tok {
-		cp, _ := s.c.rec.cnt.Get().(*cntPage)
+		cp, _ := s.c.rec.cnt[len(p.v)/s.c.stride].Get().(*cntPage)
 		if cp == nil {
 			cp = new(cntPage)
 		}

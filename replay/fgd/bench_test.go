@@ -10,7 +10,15 @@ import (
 
 // BenchmarkFGD replays one seed (10,866 pods on 1,213 nodes) per policy.
 // Run: go test -run XXX -bench BenchmarkFGD ./replay/fgd/
-func BenchmarkFGD(b *testing.B) {
+func BenchmarkFGD(b *testing.B) { benchRuns(b, runOne) }
+
+// BenchmarkFGDViaEngine is BenchmarkFGD through the engine (runEngine): one
+// job submitted and one cycle per pod.
+// Run: go test -run XXX -bench BenchmarkFGDViaEngine ./replay/fgd/
+func BenchmarkFGDViaEngine(b *testing.B) { benchRuns(b, runEngine) }
+
+// benchRuns times run on seed 42 of the openb trace, per policy.
+func benchRuns(b *testing.B, run func(context.Context, *prepared, string, int64, float64) (Curve, error)) {
 	tracetest.Path(b, workload.OpenbPods)
 	tr, err := LoadDefaultTrace()
 	if err != nil {
@@ -25,7 +33,7 @@ func BenchmarkFGD(b *testing.B) {
 			b.ReportAllocs()
 			var cv Curve
 			for b.Loop() {
-				cv, err = runOne(context.Background(), p, pol, 42, 1.3)
+				cv, err = run(context.Background(), p, pol, 42, 1.3)
 				if err != nil {
 					b.Fatal(err)
 				}
