@@ -518,6 +518,9 @@ func TestRunnerAppliesMIGWithRetries(t *testing.T) {
 	}
 	require.Len(t, mig, 1, "one reconfiguration planned")
 	assert.Empty(t, mig[0].Outcome.RefusedMIG, "transient failures are retried")
+	require.Len(t, mig[0].MIG, 1, "on a virtual clock the change's outcome is stepped in its own cycle")
+	assert.NoError(t, mig[0].MIG[0].Err)
+	assert.True(t, mig[0].Outcome.AssumeMIG)
 	assert.Empty(t, mig[0].Errors)
 	assert.Equal(t, 3, f.migCalls)
 	require.Len(t, f.migApplied, 1)
@@ -550,7 +553,12 @@ func TestRunnerReportsRefusedMIG(t *testing.T) {
 
 			var refused []engine.MIGReconfiguration
 			for _, cy := range cycles {
-				refused = append(refused, cy.Outcome.RefusedMIG...)
+				assert.Empty(t, cy.Outcome.RefusedMIG, "changes are assumed, their failures come back as events")
+				for _, m := range cy.MIG {
+					require.Error(t, m.Err)
+					assert.False(t, m.Unknown)
+					refused = append(refused, m.Change)
+				}
 				assert.Empty(t, cy.Errors)
 			}
 			require.Len(t, refused, 1)

@@ -24,7 +24,9 @@ import (
 //     counted), the old layout is booked again, and no MIG change is
 //     planned for Config.MIG.RetryBackoff, as for a refusal in Advance.
 //
-// No other change is planned on a reconfiguring GPU. Outcome events are
+// No other change is planned on a reconfiguring GPU, and while its
+// change is unknown nothing is placed on it (ReasonReconfiguring): its
+// instances may not be those the books say. Outcome events are
 // matched by node, GPU and the change's Seq: one about another change is
 // a late answer and changes nothing.
 
@@ -66,6 +68,25 @@ func (e *Engine) migReconfiguring(yield func(g uint32) bool) {
 	}
 }
 
+// onUnknownMIG reports whether one of gpus (cluster indices) has a MIG
+// change whose outcome is unknown.
+func (e *Engine) onUnknownMIG(gpus []uint32) bool {
+	for k, f := range e.migFlight {
+		if !f.unknown {
+			continue
+		}
+		id, ok := e.cluster.NodeByName(k.node)
+		if !ok {
+			continue
+		}
+		first, _ := e.cluster.NodeGPUs(id)
+		if slices.Contains(gpus, first+uint32(k.gpu)) {
+			return true
+		}
+	}
+	return false
+}
+
 // migOutcome applies EventMIGApplied, EventMIGFailed or EventMIGUnknown.
 // quiet: nothing a cycle decides on changed.
 func (e *Engine) migOutcome(ev Event) (quiet bool, err error) {
@@ -80,7 +101,8 @@ func (e *Engine) migOutcome(ev Event) (quiet bool, err error) {
 	switch ev.Kind {
 	case EventMIGApplied:
 		delete(e.migFlight, k)
-		return true, nil
+		// Unknown until now, nothing was placed on the GPU: a cycle may.
+		return !f.unknown, nil
 	case EventMIGUnknown:
 		f.unknown = true
 		return true, nil
@@ -112,7 +134,8 @@ func (e *Engine) undoMIG(r MIGReconfiguration) {
 			continue
 		}
 		if slices.ContainsFunc(js.place.members, func(pm pmember) bool {
-			return pm.shared && len(pm.gpus) > 0 && pm.gpus[0] == g && !pm.grant.IsShare() && !r.From.Has(pm.grant.Instance)
+			return pm.shared && len(pm.gpus) > 0 && pm.gpus[0] == g && !pm.grant.IsShare() &&
+				(pm.grant.Created || !r.From.Has(pm.grant.Instance))
 		}) {
 			dep = append(dep, js)
 		}

@@ -194,14 +194,21 @@ func TestMIGAssumedSaveRestore(t *testing.T) {
 			assert.Equal(t, ch.Seq, got.Seq)
 			assert.Equal(t, ch.To, got.To)
 			at := t0.Add(2 * time.Minute)
+			require.NoError(t, r.Step(engine.Tick(at)))
 			rd := r.Ready()
 			assert.Empty(t, rd.MIG, "no second change of the GPU")
-			require.Len(t, rd.Binds, 1)
-			assert.Equal(t, "big", rd.Binds[0].Job)
+			assert.Empty(t, rd.Binds, "nothing is placed on a GPU whose change is unknown")
+			require.Len(t, rd.Pending, 1)
+			assert.Equal(t, engine.ReasonReconfiguring, rd.Pending[0].Reason)
 			require.NoError(t, r.Advance(rd, engine.Outcome{AssumeBinds: true, AssumeMIG: true}))
 			if outcome == "applied" {
 				require.NoError(t, r.Step(engine.MIGApplied(at, ch)))
 				assert.Empty(t, r.MIGChanges())
+				rd = r.Ready()
+				require.Len(t, rd.Binds, 1)
+				assert.Equal(t, "big", rd.Binds[0].Job)
+				assert.Equal(t, "3g.40gb@4", rd.Binds[0].Members[0].Instance.String())
+				require.NoError(t, r.Advance(rd, engine.Outcome{AssumeBinds: true, AssumeMIG: true}))
 				assert.Equal(t, 3, placedOneG(t, r, at, "x", 4))
 				return
 			}

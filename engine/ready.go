@@ -175,7 +175,10 @@ const (
 	ReasonBlocked
 	// ReasonReconfiguring: a fractional / MIG job blocked by capacity that
 	// this Ready's MIG reconfiguration serves; it is placed once Advance
-	// confirms the reconfiguration (Place says why it does not fit now).
+	// confirms the reconfiguration (Place says why it does not fit now);
+	// or one whose placement is on a GPU whose reconfiguration's outcome
+	// is unknown (EventMIGUnknown): it is placed once the outcome is
+	// known.
 	ReasonReconfiguring
 	// ReasonLimit: starting it would pass a per-user or per-account limit
 	// (SiteConfig.Limits); Ready.Holds names it.
