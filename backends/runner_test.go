@@ -930,3 +930,72 @@ func TestRunnerHungPreemptDelaysNoOtherJob(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
+
+// migHangFake is liveFake whose MIG changes hang until their context ends
+// (CallTimeout, or Run stopping).
+type migHangFake struct {
+	*liveFake
+	migHung atomic.Int64
+}
+
+func (m *migHangFake) ApplyMIG(ctx context.Context, _ engine.MIGReconfiguration) error {
+	m.migHung.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// On a real clock a MIG change that hangs delays only the binds on its
+// GPU's new instances: while the change of m0 hangs (CallTimeout a
+// minute), the 3g job placed on the instance it creates is booked but not
+// bound (its bind waits behind the change), and jobs submitted one after
+// another on the other nodes are each bound at once.
+func TestRunnerHungMIGDelaysNoOtherJob(t *testing.T) {
+	l := &liveFake{fake: newFake(2, 4), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
+	l.spec.Nodes = append(l.spec.Nodes, topo.NodeSpec{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"})
+	m := &migHangFake{liveFake: l}
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
+			Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}},
+		Backend:     m,
+		CallTimeout: time.Minute,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	prof := func(id, p string) *queue.Job {
+		// Waited an hour: the change is worth its cost at once.
+		return &queue.Job{ID: id, Queue: "q", Submit: time.Now().Add(-time.Hour), RuntimeEstimate: time.Hour,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
+	}
+	l.evs <- []engine.Event{engine.Submitted(time.Now(), prof("small", "1g.10gb")), engine.Submitted(time.Now(), prof("big", "3g.40gb"))}
+	require.Eventually(t, func() bool { return m.migHung.Load() == 1 }, 10*time.Second, time.Millisecond, "the change is called")
+	reason := func(id string) engine.ReasonCode {
+		for _, p := range r.View().Pending {
+			if p.Job == id {
+				return p.Reason
+			}
+		}
+		return engine.ReasonNone
+	}
+	require.Eventually(t, func() bool { return reason("big") == engine.ReasonBinding }, 10*time.Second, time.Millisecond,
+		"big is placed on the new instance, its bind waiting behind the change")
+	for i := range 8 {
+		id := fmt.Sprintf("j%d", i)
+		j := job(id, 1, 1)
+		j.Submit = time.Now()
+		l.evs <- []engine.Event{engine.Submitted(j.Submit, j)}
+		require.Eventually(t, func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			_, ok := l.boundAt[id]
+			return ok
+		}, 20*time.Second, time.Millisecond, "%s bound while the MIG change hangs", id)
+	}
+	assert.Equal(t, int64(1), m.migHung.Load(), "the change still hangs, untried again")
+	assert.Equal(t, engine.ReasonBinding, reason("big"))
+	assert.NotContains(t, l.boundJobs(), "big", "no bind on an instance not made")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	assert.NotContains(t, l.boundJobs(), "big", "the change was cut short: big's bind was not made")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,4 +154,85 @@ func TestMIGCommittedAfterTimeout(t *testing.T) {
 	got, _ := s.Layout("m0", 0)
 	assert.Equal(t, migs[0].Change.To, got)
 	assert.Equal(t, int64(1), h.calls.Load())
+}
+
+// countingSim is the simulator counting its ApplyMIG calls (a restarted
+// Runner's backend).
+type countingSim struct {
+	*sim.Sim
+	seqs []uint64
+}
+
+func (c *countingSim) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error {
+	c.seqs = append(c.seqs, r.Seq)
+	return c.Sim.ApplyMIG(ctx, r)
+}
+
+// A MIG change in flight when the Runner stops (its call timed out) is
+// saved, and the restarted Runner reads the GPU's layout for it
+// (MIGReporter) instead of calling ApplyMIG again: made (commit): applied,
+// and the 3g job runs on the new instance without a second change; not
+// made: failed, and a new change (another Seq) is planned after the MIG
+// backoff. Never lost, never applied twice.
+func TestMIGInFlightSurvivesRestart(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
+			s := mixedSim(t)
+			store := backends.FileStore{Path: filepath.Join(t.TempDir(), "berth.state")}
+			h := &migHangSim{Sim: s, release: make(chan struct{}), commit: commit}
+			t.Cleanup(func() { close(h.release) })
+			cfg := func(be backends.Backend, obs func(backends.Cycle)) backends.RunnerConfig {
+				return backends.RunnerConfig{
+					Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
+						MIG: engine.MIGConfig{RetryBackoff: 10 * time.Minute}, Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}},
+					Backend: be, Clock: s, Store: store, CallTimeout: 50 * time.Millisecond, Observe: obs,
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var first engine.MIGReconfiguration
+			r1, err := backends.NewRunner(cfg(h, func(c backends.Cycle) {
+				for _, m := range c.MIG {
+					if m.Unknown {
+						first = m.Change
+						cancel()
+					}
+				}
+			}))
+			require.NoError(t, err)
+			require.ErrorIs(t, r1.Run(ctx), context.Canceled)
+			require.NotZero(t, first.Seq, "stopped with the change unknown")
+			require.Equal(t, int64(1), h.calls.Load())
+
+			var migs []backends.MIGResult
+			c := &countingSim{Sim: s}
+			r2, err := backends.NewRunner(cfg(c, func(cy backends.Cycle) { migs = append(migs, cy.MIG...) }))
+			require.NoError(t, err)
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel2()
+			require.NoError(t, r2.Run(ctx2))
+			assert.True(t, r2.Reconciled().Restored)
+			assert.Empty(t, s.Violations())
+			require.NotEmpty(t, migs)
+			assert.Equal(t, first.Seq, migs[0].Change.Seq, "the restored change is settled first")
+			assert.False(t, migs[0].Unknown)
+			var big sim.Outcome
+			for _, o := range s.Outcomes() {
+				if o.ID == "big" {
+					big = o
+				}
+			}
+			assert.True(t, big.Finished, "big ran")
+			if commit {
+				assert.NoError(t, migs[0].Err)
+				assert.Empty(t, c.seqs, "the change made is never applied again")
+				assert.Equal(t, 1, s.Stats().MIGApplied)
+				return
+			}
+			assert.Error(t, migs[0].Err)
+			require.Len(t, c.seqs, 1, "one new change after the backoff")
+			assert.NotEqual(t, first.Seq, c.seqs[0])
+			assert.Equal(t, 1, s.Stats().MIGApplied)
+		})
+	}
 }
