@@ -423,18 +423,5 @@ func (r *Runner) giveUpActs(eng *engine.Engine, now time.Time) {
 // actsUnknown reports whether preemptions, releases or MIG changes wait
 // for the backend's state.
 func (a *async) actsUnknown() bool {
-	return len(a.preempting) > 0 || len(a.released) > 0 || a.migPollable()
-}
-
-// migPollable reports whether an unknown MIG change is worth a poll: on a
-// real clock any; on a virtual one those with no call in flight (a call
-// that hangs for ever would keep a simulation polling for ever; its late
-// return settles it).
-func (a *async) migPollable() bool {
-	for _, u := range a.migUnknown {
-		if !a.virtual || u.waiting == 0 {
-			return true
-		}
-	}
-	return false
+	return len(a.preempting) > 0 || len(a.released) > 0 || len(a.migUnknown) > 0
 }

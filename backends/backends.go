@@ -104,16 +104,17 @@ type RunningReporter interface {
 // node has now, read from the GPU, without acting on anything. The Runner
 // applies MIG changes on goroutines (see RunnerConfig.CallTimeout); one
 // whose call timed out is unknown, and its GPU reconfiguring, until the
-// abandoned call returns or MIGLayout says: the change's To (applied), or,
-// with no call of it left in flight, its From (failed). It is called from
-// a goroutine of its own, concurrently with every other method, every
-// RunnerConfig.ReconcileInterval while a change is unknown, and once after
-// a restart for the changes the saved state held in flight. A backend
+// abandoned call returns or MIGLayout says: the change's To (applied), or
+// its From with no call of it left in flight (failed); a From read while
+// the call has not returned within RunnerConfig.ReconcileInterval gives
+// the change up (failed; a call that comes through later is undone with
+// the reverse change). A read that fails settles nothing. It is called
+// from a goroutine of its own, concurrently with every other method,
+// every ReconcileInterval while a change is unknown, and once after a
+// restart for the changes the saved state held in flight. A backend
 // without it (or answering errors.ErrUnsupported) learns the truth from
-// the late return only: an unknown change with no call left in flight
-// (cut short) and no answer within ReconcileInterval is failed, and one
-// whose call hangs for ever stays unknown (only the binds on the new
-// instances of that GPU wait).
+// the late return only: an unknown change that no answer settled within
+// ReconcileInterval is given up the same way.
 type MIGReporter interface {
 	MIGLayout(ctx context.Context, node string, gpu int) (mig.Layout, error)
 }

@@ -60,6 +60,7 @@ const (
 	resGrow                          // a grow ended
 	resMIG                           // a MIG change ended (migops.go)
 	resLateMIG                       // an abandoned MIG call returned
+	resMIGUndo                       // the undo of a MIG change given up ended
 )
 
 // result is what an op sends back to the loop.
@@ -138,6 +139,7 @@ type async struct {
 	// change that failed or is unknown there (migops.go); migs: MIG
 	// outcomes stepped since the last cycle.
 	migUnknown map[string]*unknownMIG
+	migGivenUp map[string]uint64 // GPU key -> the Seq of a change failed with its call in flight
 	migFences  map[string]engine.MIGReconfiguration
 	migs       []MIGResult
 	virtual    bool // the Clock is virtual (see RealClock)
@@ -148,7 +150,7 @@ func newAsync(parallelism int, virtual bool) *async {
 	return &async{chain: map[string]chan struct{}{}, note: make(chan struct{}, 1), slots: make(chan struct{}, parallelism),
 		inflight: map[string]inflightBind{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual,
 		preempting: map[string]*unknownPreempt{}, released: map[string]*releasing{}, fences: map[string]string{},
-		migUnknown: map[string]*unknownMIG{}, migFences: map[string]engine.MIGReconfiguration{}}
+		migUnknown: map[string]*unknownMIG{}, migGivenUp: map[string]uint64{}, migFences: map[string]engine.MIGReconfiguration{}}
 }
 
 func (a *async) post(res result) {
@@ -517,7 +519,7 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 		return r.settleAutoscale(ctx, eng, x)
 	case resPreempt, resLatePreempt, resRelease, resLateRelease, resGrow:
 		return r.settleAct(ctx, eng, x)
-	case resMIG, resLateMIG:
+	case resMIG, resLateMIG, resMIGUndo:
 		return r.settleMIG(eng, x)
 	case resPoll:
 		a.polling = false

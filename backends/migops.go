@@ -31,7 +31,13 @@ import (
 //   - One that timed out is unknown until the abandoned call returns, or
 //     the backend's layout (MIGReporter) says: To: applied; From, with no
 //     call of it in flight: failed. So a hung ApplyMIG delays only the
-//     binds on the new instances of its GPU.
+//     binds on the new instances of its GPU, and only for a while: a
+//     change whose call has not returned within ReconcileInterval (or,
+//     without MIGReporter, that no answer settled by then) is given up
+//     (failed) unless the GPU has the new layout; if that call comes
+//     through after all, the change is undone (the reverse change, To ->
+//     From, ordered on the GPU), so that the GPU is as the engine books
+//     it.
 
 // MIGResult is the outcome of one asynchronous MIG change as the Runner
 // stepped it (see Cycle.MIG). A change that was unknown comes back twice:
@@ -133,6 +139,11 @@ func (r *Runner) settleMIG(eng *engine.Engine, x result) error {
 	cur, _, inFlight := eng.MIGChange(x.mig.Node, x.mig.GPU)
 	inFlight = inFlight && cur.Seq == x.mig.Seq
 	switch x.kind {
+	case resMIGUndo:
+		if x.err != nil {
+			r.log.Error("undoing a MIG change given up failed: the GPU's layout may differ from the engine's", "node", x.mig.Node, "gpu", x.mig.GPU, "err", x.err)
+		}
+		return nil
 	case resMIG:
 		a.migs = append(a.migs, MIGResult{Change: x.mig, Err: x.err, Unknown: x.unknown})
 		switch {
@@ -154,8 +165,12 @@ func (r *Runner) settleMIG(eng *engine.Engine, x result) error {
 	case resLateMIG:
 		u := a.migUnknown[key]
 		if u == nil || u.r.Seq != x.mig.Seq {
-			if x.err == nil {
-				r.log.Error("a MIG change given up came through after all: the engine's layout of the GPU may differ from the backend's", "node", x.mig.Node, "gpu", x.mig.GPU)
+			if x.err == nil && a.migGivenUp[key] == x.mig.Seq {
+				// Given up (failed: the engine books the old layout) and
+				// made after all: undone, so that the GPU is as booked.
+				delete(a.migGivenUp, key)
+				r.log.Warn("a MIG change given up came through after all: undoing it", "node", x.mig.Node, "gpu", x.mig.GPU)
+				r.undoMIGOp(context.WithoutCancel(context.Background()), x.mig)
 			}
 			return nil
 		}
@@ -178,6 +193,21 @@ func (r *Runner) settleMIG(eng *engine.Engine, x result) error {
 		return r.migFailed(eng, now, key, u.r, reason)
 	}
 	return nil
+}
+
+// undoMIGOp applies the reverse of m (To -> From), ordered on its GPU,
+// for a change given up that came through after all.
+func (r *Runner) undoMIGOp(ctx context.Context, m engine.MIGReconfiguration) {
+	rev := engine.MIGReconfiguration{Node: m.Node, GPU: m.GPU, Seq: m.Seq, From: m.To, To: m.From,
+		Destroy: m.Create, Create: m.Destroy, Profiles: nil}
+	for _, in := range rev.To.Instances() {
+		rev.Profiles = append(rev.Profiles, in.Profile.Name())
+	}
+	key := migKeyOf(m)
+	r.goOp(ctx, []string{key}, func(ctx context.Context) result {
+		err := r.retry(ctx, func(ctx context.Context) error { return r.cfg.Backend.ApplyMIG(ctx, rev) })
+		return result{kind: resMIGUndo, job: key, run: m.Seq, err: err, mig: rev}
+	})
 }
 
 // migFailed steps a failed change, lifts its fence (the engine withdrew
@@ -211,6 +241,7 @@ func (r *Runner) reconcileMIG(eng *engine.Engine, x result) {
 		}
 		var reason string
 		lr, read := x.layouts[key]
+		due := !now.Before(u.since.Add(r.cfg.ReconcileInterval))
 		switch {
 		case read && lr.err != nil:
 			r.log.Warn("reading a GPU's MIG layout failed", "node", u.r.Node, "gpu", u.r.GPU, "err", lr.err)
@@ -224,16 +255,21 @@ func (r *Runner) reconcileMIG(eng *engine.Engine, x result) {
 				r.log.Error("stepping a MIG change", "node", u.r.Node, "err", err)
 			}
 			continue
-		case u.waiting > 0:
+		case read && lr.layout != u.r.From:
+			reason = fmt.Sprintf("MIG change timed out and the GPU has the layout %v, neither the old nor the new", lr.layout)
+		case u.waiting > 0 && !due, !read && !due:
 			continue // its call may still come through
-		case read && lr.layout == u.r.From:
+		case read && u.waiting == 0:
 			reason = "MIG change timed out and the GPU still has the old layout"
 		case read:
-			reason = fmt.Sprintf("MIG change timed out and the GPU has the layout %v, neither the old nor the new", lr.layout)
-		case now.Before(u.since.Add(r.cfg.ReconcileInterval)):
-			continue
+			reason = "MIG change timed out, its call has not returned within ReconcileInterval and the GPU still has the old layout: given up"
 		default:
-			reason = "MIG change timed out and the backend did not answer"
+			reason = "MIG change timed out and the backend did not answer within ReconcileInterval: given up"
+		}
+		if u.waiting > 0 {
+			// If the call comes through after all, the change is undone
+			// (settleMIG): the engine books the old layout.
+			a.migGivenUp[key] = u.r.Seq
 		}
 		delete(a.migUnknown, key)
 		a.migs = append(a.migs, MIGResult{Change: u.r, Err: errors.New(reason)})

@@ -21,6 +21,7 @@ import (
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -998,4 +999,106 @@ func TestRunnerHungMIGDelaysNoOtherJob(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	assert.NotContains(t, l.boundJobs(), "big", "the change was cut short: big's bind was not made")
+}
+
+// migLateFake is liveFake with a MIG GPU whose first change hangs until
+// commit is closed and then is made (a call that comes through long after
+// its timeout); MIGLayout reports the layout (backends.MIGReporter).
+type migLateFake struct {
+	*liveFake
+	commit chan struct{}
+	lmu    sync.Mutex
+	layout mig.Layout
+	calls  []engine.MIGReconfiguration
+}
+
+func (m *migLateFake) ApplyMIG(_ context.Context, r engine.MIGReconfiguration) error {
+	m.lmu.Lock()
+	m.calls = append(m.calls, r)
+	first := len(m.calls) == 1
+	m.lmu.Unlock()
+	if first {
+		<-m.commit
+	}
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	if m.layout != r.From {
+		return fmt.Errorf("%w: stale", backends.ErrRefused)
+	}
+	m.layout = r.To
+	return nil
+}
+
+func (m *migLateFake) MIGLayout(context.Context, string, int) (mig.Layout, error) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	return m.layout, nil
+}
+
+func (m *migLateFake) migCallsSeen() []engine.MIGReconfiguration {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+// A MIG change whose call has not returned within ReconcileInterval while
+// the GPU still has the old layout is given up (failed: the engine books
+// the old layout); when the call comes through after all, the Runner
+// undoes it with the reverse change, so that the GPU is as booked.
+func TestRunnerUndoesMIGGivenUpThatCameThrough(t *testing.T) {
+	l := &liveFake{fake: newFake(1, 4), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
+	l.spec.Nodes = append(l.spec.Nodes, topo.NodeSpec{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"})
+	h, err := mig.LookupModel("H100-80GB")
+	require.NoError(t, err)
+	start, err := mig.ParseLayout(h, "1g,1g,1g,1g,1g,1g,1g")
+	require.NoError(t, err)
+	m := &migLateFake{liveFake: l, commit: make(chan struct{}), layout: start}
+	var mu sync.Mutex
+	var results []backends.MIGResult
+	r, err := backends.NewRunner(backends.RunnerConfig{
+		Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
+			Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}, MIG: engine.MIGConfig{RetryBackoff: time.Hour}},
+		Backend:           m,
+		CallTimeout:       50 * time.Millisecond,
+		ReconcileInterval: 200 * time.Millisecond,
+		Observe: func(c backends.Cycle) {
+			mu.Lock()
+			results = append(results, c.MIG...)
+			mu.Unlock()
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	prof := func(id, p string) *queue.Job {
+		return &queue.Job{ID: id, Queue: "q", Submit: time.Now().Add(-time.Hour), RuntimeEstimate: time.Hour,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
+	}
+	l.evs <- []engine.Event{engine.Submitted(time.Now(), prof("small", "1g.10gb")), engine.Submitted(time.Now(), prof("big", "3g.40gb"))}
+	given := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, x := range results {
+			if x.Err != nil && !x.Unknown && strings.Contains(x.Err.Error(), "given up") {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, given, 20*time.Second, time.Millisecond, "the change is given up")
+	require.Len(t, m.migCallsSeen(), 1)
+	first := m.migCallsSeen()[0]
+	close(m.commit) // it comes through after all
+	require.Eventually(t, func() bool { return len(m.migCallsSeen()) == 2 }, 20*time.Second, time.Millisecond, "the Runner undoes it")
+	undo := m.migCallsSeen()[1]
+	assert.Equal(t, first.To, undo.From)
+	assert.Equal(t, first.From, undo.To)
+	require.Eventually(t, func() bool {
+		got, _ := m.MIGLayout(ctx, "m0", 0)
+		return got == start
+	}, 5*time.Second, time.Millisecond, "the GPU is back at the layout the engine books")
+	assert.NotContains(t, l.boundJobs(), "big", "no bind on the instance of a change given up")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
 }
