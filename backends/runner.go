@@ -83,12 +83,14 @@ type RunnerConfig struct {
 	// without more attempts. A bind that timed out is unknown, not failed:
 	// the job stays booked (engine.ReasonBindingUnknown) until the
 	// abandoned call returns or the backend's Running list says whether it
-	// runs (see ReconcileInterval). Binds, preemptions, replica stops and
-	// resizes run on goroutines, so a hung call delays only its own job (a
-	// preemption that timed out is unknown too: the victim stays booked
-	// until the backend's answer; see docs/reliability.md). MIG changes
-	// are applied in the cycle, which a hung one holds for at most
-	// CallTimeout (it is reported refused). Zero: 30 s.
+	// runs (see ReconcileInterval). Binds, preemptions, replica stops,
+	// resizes and MIG changes run on goroutines, so a hung call delays only
+	// its own job (a preemption that timed out is unknown too: the victim
+	// stays booked until the backend's answer), or, for a MIG change, the
+	// binds that wait for its GPU: the change is unknown, and its GPU
+	// reconfiguring, until the abandoned call returns or the backend's
+	// layout (MIGReporter) says, and given up after ReconcileInterval
+	// (see docs/reliability.md). Zero: 30 s.
 	CallTimeout time.Duration
 	// MaxBindTries: a job whose binds failed this many times in a row is
 	// held (engine.ReasonHeld, with the last error) until released
@@ -624,10 +626,10 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	return nil
 }
 
-// cycle runs one cycle, applies it and advances the engine. Binds are
-// issued on goroutines and assumed (Outcome.AssumeBinds): their outcomes
-// are stepped as events when they come back. The other decisions are
-// applied in the cycle. A cancelled ctx stops new Actuator calls; what was
+// cycle runs one cycle, applies it and advances the engine. Every decision
+// is issued on a goroutine and assumed (Outcome.AssumeBinds,
+// AssumePreemptions, AssumeMIG): the outcomes are stepped as events when
+// they come back. A cancelled ctx stops new Actuator calls; what was
 // applied is kept or rolled back, and the engine advanced, before
 // ctx.Err() comes back.
 func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {

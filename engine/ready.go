@@ -326,7 +326,8 @@ type Ready struct {
 	Reservations []Reservation
 	// MIG reconfigurations for blocked fractional / MIG jobs, by node and
 	// GPU; never nil. A backend applies them (destroying idle instances
-	// only) and reports refusals in Outcome.RefusedMIG.
+	// only) and reports refusals in Outcome.RefusedMIG, or, applying them
+	// asynchronously, their outcomes as events (Outcome.AssumeMIG).
 	MIG []MIGReconfiguration
 	// Pending explains every pending job, in the policy's order. It is
 	// read-only: it is shared with the View, and a later cycle that

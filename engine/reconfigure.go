@@ -13,7 +13,8 @@ import (
 // capacity of ready MIG GPUs; the plan is emitted in Ready.MIG when the
 // blocked jobs it serves have waited more GPU-seconds than it costs (see
 // MIGConfig), and applied to the engine's snapshot when Advance confirms
-// it. The next cycle places the jobs on the new instances.
+// it (or booked assumed until its outcome event, Outcome.AssumeMIG:
+// migflight.go). The next cycle places the jobs on the new instances.
 
 // reconfigure is step 8.
 func (e *Engine) reconfigure(rd *Ready) {
