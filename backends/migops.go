@@ -148,9 +148,15 @@ func (r *Runner) settleMIG(eng *engine.Engine, x result) error {
 		a.migs = append(a.migs, MIGResult{Change: x.mig, Err: x.err, Unknown: x.unknown})
 		switch {
 		case !inFlight:
-			// Settled otherwise (cannot happen: the engine books every
-			// change the Runner issues until its outcome).
+			// The engine did not book it (its Advance found it stale:
+			// not expected, no event comes between a Ready and its
+			// Advance). One the backend made is undone, so that the GPU
+			// is as booked.
 			r.unfenceMIG(key, x.mig.Seq)
+			if x.err == nil {
+				r.log.Error("a MIG change the engine did not book was made: undoing it", "node", x.mig.Node, "gpu", x.mig.GPU)
+				r.undoMIGOp(context.WithoutCancel(context.Background()), x.mig)
+			}
 			return nil
 		case x.err == nil:
 			return r.step(eng, engine.MIGApplied(now, x.mig))

@@ -182,8 +182,8 @@ type Cycle struct {
 	// View is the engine's view after the cycle.
 	View *engine.View
 	// Duration is the time the cycle took on the Runner's Clock: the
-	// engine's Ready, the Actuator calls made in the cycle (not the binds,
-	// which run on) and Advance.
+	// engine's Ready, issuing its decisions (their Actuator calls run on
+	// goroutines) and Advance.
 	Duration time.Duration
 }
 
