@@ -932,6 +932,35 @@ func TestRunnerHungPreemptDelaysNoOtherJob(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 }
 
+// liveMIGFake is liveFake on nodes of 4 whole GPUs and "m0", one MIG GPU
+// of seven 1g instances.
+func liveMIGFake(nodes int) *liveFake {
+	l := &liveFake{fake: newFake(nodes, 4), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
+	l.spec.Nodes = append(l.spec.Nodes, topo.NodeSpec{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"})
+	return l
+}
+
+// runMIGLive runs a Runner of cfg (queue "q", EASY backfill) on a real
+// clock and submits "small" (1g) and "big" (3g, which needs a change of
+// m0's layout), both waiting an hour already, so that the change is worth
+// its cost at once. Cancel stops the Runner; done gets Run's error.
+func runMIGLive(t *testing.T, l *liveFake, cfg backends.RunnerConfig) (*backends.Runner, context.CancelFunc, <-chan error) {
+	t.Helper()
+	cfg.Engine.Queues = queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	cfg.Engine.Backfill = engine.BackfillConfig{Mode: engine.BackfillEASY}
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	prof := func(id, p string) *queue.Job {
+		return &queue.Job{ID: id, Queue: "q", Submit: time.Now().Add(-time.Hour), RuntimeEstimate: time.Hour,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
+	}
+	l.evs <- []engine.Event{engine.Submitted(time.Now(), prof("small", "1g.10gb")), engine.Submitted(time.Now(), prof("big", "3g.40gb"))}
+	return r, cancel, done
+}
+
 // migHangFake is liveFake whose MIG changes hang until their context ends
 // (CallTimeout, or Run stopping).
 type migHangFake struct {
@@ -951,25 +980,9 @@ func (m *migHangFake) ApplyMIG(ctx context.Context, _ engine.MIGReconfiguration)
 // bound (its bind waits behind the change), and jobs submitted one after
 // another on the other nodes are each bound at once.
 func TestRunnerHungMIGDelaysNoOtherJob(t *testing.T) {
-	l := &liveFake{fake: newFake(2, 4), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
-	l.spec.Nodes = append(l.spec.Nodes, topo.NodeSpec{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"})
+	l := liveMIGFake(2)
 	m := &migHangFake{liveFake: l}
-	r, err := backends.NewRunner(backends.RunnerConfig{
-		Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
-			Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}},
-		Backend:     m,
-		CallTimeout: time.Minute,
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	prof := func(id, p string) *queue.Job {
-		// Waited an hour: the change is worth its cost at once.
-		return &queue.Job{ID: id, Queue: "q", Submit: time.Now().Add(-time.Hour), RuntimeEstimate: time.Hour,
-			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
-	}
-	l.evs <- []engine.Event{engine.Submitted(time.Now(), prof("small", "1g.10gb")), engine.Submitted(time.Now(), prof("big", "3g.40gb"))}
+	r, cancel, done := runMIGLive(t, l, backends.RunnerConfig{Backend: m, CallTimeout: time.Minute})
 	require.Eventually(t, func() bool { return m.migHung.Load() == 1 }, 10*time.Second, time.Millisecond, "the change is called")
 	reason := func(id string) engine.ReasonCode {
 		for _, p := range r.View().Pending {
@@ -1046,8 +1059,7 @@ func (m *migLateFake) migCallsSeen() []engine.MIGReconfiguration {
 // the old layout); when the call comes through after all, the Runner
 // undoes it with the reverse change, so that the GPU is as booked.
 func TestRunnerUndoesMIGGivenUpThatCameThrough(t *testing.T) {
-	l := &liveFake{fake: newFake(1, 4), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
-	l.spec.Nodes = append(l.spec.Nodes, topo.NodeSpec{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"})
+	l := liveMIGFake(1)
 	h, err := mig.LookupModel("H100-80GB")
 	require.NoError(t, err)
 	start, err := mig.ParseLayout(h, "1g,1g,1g,1g,1g,1g,1g")
@@ -1055,9 +1067,8 @@ func TestRunnerUndoesMIGGivenUpThatCameThrough(t *testing.T) {
 	m := &migLateFake{liveFake: l, commit: make(chan struct{}), layout: start}
 	var mu sync.Mutex
 	var results []backends.MIGResult
-	r, err := backends.NewRunner(backends.RunnerConfig{
-		Engine: engine.Config{Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}},
-			Backfill: engine.BackfillConfig{Mode: engine.BackfillEASY}, MIG: engine.MIGConfig{RetryBackoff: time.Hour}},
+	_, cancel, done := runMIGLive(t, l, backends.RunnerConfig{
+		Engine:            engine.Config{MIG: engine.MIGConfig{RetryBackoff: time.Hour}},
 		Backend:           m,
 		CallTimeout:       50 * time.Millisecond,
 		ReconcileInterval: 200 * time.Millisecond,
@@ -1067,15 +1078,6 @@ func TestRunnerUndoesMIGGivenUpThatCameThrough(t *testing.T) {
 			mu.Unlock()
 		},
 	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	prof := func(id, p string) *queue.Job {
-		return &queue.Job{ID: id, Queue: "q", Submit: time.Now().Add(-time.Hour), RuntimeEstimate: time.Hour,
-			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
-	}
-	l.evs <- []engine.Event{engine.Submitted(time.Now(), prof("small", "1g.10gb")), engine.Submitted(time.Now(), prof("big", "3g.40gb"))}
 	given := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -1095,7 +1097,7 @@ func TestRunnerUndoesMIGGivenUpThatCameThrough(t *testing.T) {
 	assert.Equal(t, first.To, undo.From)
 	assert.Equal(t, first.From, undo.To)
 	require.Eventually(t, func() bool {
-		got, _ := m.MIGLayout(ctx, "m0", 0)
+		got, _ := m.MIGLayout(context.Background(), "m0", 0)
 		return got == start
 	}, 5*time.Second, time.Millisecond, "the GPU is back at the layout the engine books")
 	assert.NotContains(t, l.boundJobs(), "big", "no bind on the instance of a change given up")

@@ -51,18 +51,23 @@ func (e *Engine) assumeMIG(r MIGReconfiguration) {
 	e.migFlight[migKey{r.Node, r.GPU}] = &migFlight{r: r}
 }
 
+// gpuOf is the cluster index of the GPU k names; ok false: no such GPU.
+func (e *Engine) gpuOf(k migKey) (g uint32, ok bool) {
+	id, ok := e.cluster.NodeByName(k.node)
+	if !ok {
+		return 0, false
+	}
+	first, n := e.cluster.NodeGPUs(id)
+	if k.gpu < 0 || k.gpu >= n {
+		return 0, false
+	}
+	return first + uint32(k.gpu), true
+}
+
 // migReconfiguring reports the cluster GPUs with a change in flight.
 func (e *Engine) migReconfiguring(yield func(g uint32) bool) {
 	for k := range e.migFlight {
-		id, ok := e.cluster.NodeByName(k.node)
-		if !ok {
-			continue
-		}
-		first, n := e.cluster.NodeGPUs(id)
-		if k.gpu < 0 || k.gpu >= n {
-			continue
-		}
-		if !yield(first + uint32(k.gpu)) {
+		if g, ok := e.gpuOf(k); ok && !yield(g) {
 			return
 		}
 	}
@@ -72,15 +77,7 @@ func (e *Engine) migReconfiguring(yield func(g uint32) bool) {
 // change whose outcome is unknown.
 func (e *Engine) onUnknownMIG(gpus []uint32) bool {
 	for k, f := range e.migFlight {
-		if !f.unknown {
-			continue
-		}
-		id, ok := e.cluster.NodeByName(k.node)
-		if !ok {
-			continue
-		}
-		first, _ := e.cluster.NodeGPUs(id)
-		if slices.Contains(gpus, first+uint32(k.gpu)) {
+		if g, ok := e.gpuOf(k); ok && f.unknown && slices.Contains(gpus, g) {
 			return true
 		}
 	}
@@ -119,15 +116,10 @@ func (e *Engine) migOutcome(ev Event) (quiet bool, err error) {
 // holds an instance of the new layout: the backend runs it there, so that
 // layout is what it has) keeps its books.
 func (e *Engine) undoMIG(r MIGReconfiguration) {
-	id, ok := e.cluster.NodeByName(r.Node)
+	g, ok := e.gpuOf(migKey{r.Node, r.GPU})
 	if !ok {
 		return
 	}
-	first, n := e.cluster.NodeGPUs(id)
-	if r.GPU < 0 || r.GPU >= n {
-		return
-	}
-	g := first + uint32(r.GPU)
 	var dep []*job
 	for _, js := range e.binding {
 		if js.st != stateRunning || js.confirmed {
