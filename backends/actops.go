@@ -420,6 +420,8 @@ func (r *Runner) giveUpActs(eng *engine.Engine, now time.Time) {
 	}
 }
 
-// actsUnknown reports whether preemptions or releases wait for the
-// backend's state.
-func (a *async) actsUnknown() bool { return len(a.preempting) > 0 || len(a.released) > 0 }
+// actsUnknown reports whether preemptions, releases or MIG changes wait
+// for the backend's state.
+func (a *async) actsUnknown() bool {
+	return len(a.preempting) > 0 || len(a.released) > 0 || len(a.migUnknown) > 0
+}

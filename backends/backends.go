@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -96,6 +97,26 @@ type Actuator interface {
 // commits later still is not found by the Runner.
 type RunningReporter interface {
 	RunningNow(ctx context.Context) ([]RunningJob, error)
+}
+
+// MIGReporter is an optional Backend method for the truth of a MIG change
+// after a timeout: MIGLayout returns the layout GPU gpu (node-local) of
+// node has now, read from the GPU, without acting on anything. The Runner
+// applies MIG changes on goroutines (see RunnerConfig.CallTimeout); one
+// whose call timed out is unknown, and its GPU reconfiguring, until the
+// abandoned call returns or MIGLayout says: the change's To (applied), or
+// its From with no call of it left in flight (failed); a From read while
+// the call has not returned within RunnerConfig.ReconcileInterval gives
+// the change up (failed; a call that comes through later is undone with
+// the reverse change). A read that fails settles nothing. It is called
+// from a goroutine of its own, concurrently with every other method,
+// every ReconcileInterval while a change is unknown, and once after a
+// restart for the changes the saved state held in flight. A backend
+// without it (or answering errors.ErrUnsupported) learns the truth from
+// the late return only: an unknown change that no answer settled within
+// ReconcileInterval is given up the same way.
+type MIGReporter interface {
+	MIGLayout(ctx context.Context, node string, gpu int) (mig.Layout, error)
 }
 
 // ReplicaStopper is an optional Actuator method for backends that run

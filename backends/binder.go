@@ -58,6 +58,9 @@ const (
 	resRelease                       // a replica stop or a shrink ended
 	resLateRelease                   // an abandoned stop or shrink call returned
 	resGrow                          // a grow ended
+	resMIG                           // a MIG change ended (migops.go)
+	resLateMIG                       // an abandoned MIG call returned
+	resMIGUndo                       // the undo of a MIG change given up ended
 )
 
 // result is what an op sends back to the loop.
@@ -78,7 +81,9 @@ type result struct {
 	auto      *autoRound      // resAutoscale, resScaledDown
 	deferred  string          // resBind: not made, its GPUs are fenced (why)
 	preempt   engine.Preemption
-	release   string // resRelease: "stop" or "shrink"
+	release   string                    // resRelease: "stop" or "shrink"
+	mig       engine.MIGReconfiguration // resMIG, resLateMIG (job: its GPU key)
+	layouts   map[string]migLayoutRead  // resPoll: the unknown MIG changes' GPUs
 }
 
 // inflightBind is a bind in flight: its run, and the cancel of its
@@ -129,6 +134,14 @@ type async struct {
 	preempting map[string]*unknownPreempt
 	released   map[string]*releasing
 	fences     map[string]string
+	// migUnknown: MIG changes whose calls timed out, by GPU key, until
+	// the backend's answer; migFences (guarded by mu): GPU key -> the
+	// change that failed or is unknown there (migops.go); migs: MIG
+	// outcomes stepped since the last cycle.
+	migUnknown map[string]*unknownMIG
+	migGivenUp map[string]uint64 // GPU key -> the Seq of a change failed with its call in flight
+	migFences  map[string]engine.MIGReconfiguration
+	migs       []MIGResult
 	virtual    bool // the Clock is virtual (see RealClock)
 	noPoll     bool // the backend is no RunningReporter
 }
@@ -136,7 +149,8 @@ type async struct {
 func newAsync(parallelism int, virtual bool) *async {
 	return &async{chain: map[string]chan struct{}{}, note: make(chan struct{}, 1), slots: make(chan struct{}, parallelism),
 		inflight: map[string]inflightBind{}, unknown: map[string]*unknownBind{}, issued: map[string]bool{}, virtual: virtual,
-		preempting: map[string]*unknownPreempt{}, released: map[string]*releasing{}, fences: map[string]string{}}
+		preempting: map[string]*unknownPreempt{}, released: map[string]*releasing{}, fences: map[string]string{},
+		migUnknown: map[string]*unknownMIG{}, migGivenUp: map[string]uint64{}, migFences: map[string]engine.MIGReconfiguration{}}
 }
 
 func (a *async) post(res result) {
@@ -284,9 +298,11 @@ func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
 // abandoned calls report their late returns.
 func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 	res := result{kind: resBind, job: g.job, run: run, members: g.members}
-	if why := r.fencedOn(g.members); why != "" {
+	if why := cmp.Or(r.fencedOn(g.members), r.migFencedOn(g.members)); why != "" {
 		// Ordered after a stop or shrink of these GPUs that failed or
-		// timed out: not called (never two jobs on one GPU); the job
+		// timed out, or after a MIG change of the GPU that made its
+		// instance and failed or timed out: not called (never two jobs
+		// on one GPU, never a bind on an instance not made); the job
 		// waits, no try counted (engine.BindDeferred).
 		res.err, res.deferred = fmt.Errorf("%w: %s", ErrRefused, why), why
 		return res
@@ -395,6 +411,10 @@ func (r *Runner) pollOp(ctx context.Context, now time.Time) {
 	for id := range a.unknown {
 		polled[id] = true
 	}
+	migs := make(map[string]engine.MIGReconfiguration, len(a.migUnknown))
+	for k, u := range a.migUnknown {
+		migs[k] = u.r
+	}
 	rr, _ := r.cfg.Backend.(RunningReporter)
 	r.goOp(ctx, []string{"\x00poll"}, func(ctx context.Context) result {
 		var rs []RunningJob
@@ -402,7 +422,7 @@ func (r *Runner) pollOp(ctx context.Context, now time.Time) {
 		if rr != nil {
 			err = r.call(ctx, func(ctx context.Context) (err error) { rs, err = rr.RunningNow(ctx); return err })
 		}
-		return result{kind: resPoll, running: rs, err: err, at: now, polled: polled}
+		return result{kind: resPoll, running: rs, err: err, at: now, polled: polled, layouts: r.readMIGLayouts(ctx, migs)}
 	})
 }
 
@@ -499,8 +519,11 @@ func (r *Runner) settleOne(ctx context.Context, eng *engine.Engine, x result) er
 		return r.settleAutoscale(ctx, eng, x)
 	case resPreempt, resLatePreempt, resRelease, resLateRelease, resGrow:
 		return r.settleAct(ctx, eng, x)
+	case resMIG, resLateMIG, resMIGUndo:
+		return r.settleMIG(eng, x)
 	case resPoll:
 		a.polling = false
+		r.reconcileMIG(eng, x)
 		switch {
 		case errors.Is(x.err, errors.ErrUnsupported):
 			a.noPoll = true

@@ -27,10 +27,11 @@
 //	rd := engine.Ready()             // only when something changed
 //	apply rd: preemptions, resizes, binds (every member of every gang in
 //	          parallel, at most Parallelism calls in flight, each retried
-//	          with exponential backoff), then MIG changes (the same rules)
-//	engine.Advance(rd, refusals)     // a gang with a failed member is
-//	                                 // unbound and reported refused whole;
-//	                                 // a failed MIG change in RefusedMIG
+//	          with exponential backoff), then MIG changes (the same rules),
+//	          all on goroutines, assumed (their outcomes come back as
+//	          events: BindApplied, PreemptFailed, MIGApplied, ...)
+//	engine.Advance(rd, outcome)      // AssumeBinds, AssumePreemptions,
+//	                                 // AssumeMIG
 //
 // A backend whose gangs are one unit (a SLURM job) implements GangBinder:
 // the Runner then binds each gang with one BindGang call, all or nothing.

@@ -83,12 +83,14 @@ type RunnerConfig struct {
 	// without more attempts. A bind that timed out is unknown, not failed:
 	// the job stays booked (engine.ReasonBindingUnknown) until the
 	// abandoned call returns or the backend's Running list says whether it
-	// runs (see ReconcileInterval). Binds, preemptions, replica stops and
-	// resizes run on goroutines, so a hung call delays only its own job (a
-	// preemption that timed out is unknown too: the victim stays booked
-	// until the backend's answer; see docs/reliability.md). MIG changes
-	// are applied in the cycle, which a hung one holds for at most
-	// CallTimeout (it is reported refused). Zero: 30 s.
+	// runs (see ReconcileInterval). Binds, preemptions, replica stops,
+	// resizes and MIG changes run on goroutines, so a hung call delays only
+	// its own job (a preemption that timed out is unknown too: the victim
+	// stays booked until the backend's answer), or, for a MIG change, the
+	// binds that wait for its GPU: the change is unknown, and its GPU
+	// reconfiguring, until the abandoned call returns or the backend's
+	// layout (MIGReporter) says, and given up after ReconcileInterval
+	// (see docs/reliability.md). Zero: 30 s.
 	CallTimeout time.Duration
 	// MaxBindTries: a job whose binds failed this many times in a row is
 	// held (engine.ReasonHeld, with the last error) until released
@@ -169,15 +171,19 @@ type Cycle struct {
 	Acts []ActResult
 	// Errors are failures that no refusal could report: a replica stop the
 	// backend cannot make (no ReplicaStopper), an interval save that
-	// failed. (A MIG change that failed finally is in
-	// Outcome.RefusedMIG; a stop or shrink that failed is in Acts, its
-	// GPUs fenced.)
+	// failed. (A MIG change that failed is in MIG; a stop or shrink that
+	// failed is in Acts, its GPUs fenced.)
 	Errors []error
+	// MIG are the outcomes of the MIG changes (applied asynchronously,
+	// Outcome.AssumeMIG) that came back since the cycle before this one,
+	// in the order stepped (on a virtual clock this cycle's own as well).
+	// A change the backend refused is here, not in Outcome.RefusedMIG.
+	MIG []MIGResult
 	// View is the engine's view after the cycle.
 	View *engine.View
 	// Duration is the time the cycle took on the Runner's Clock: the
-	// engine's Ready, the Actuator calls made in the cycle (not the binds,
-	// which run on) and Advance.
+	// engine's Ready, issuing its decisions (their Actuator calls run on
+	// goroutines) and Advance.
 	Duration time.Duration
 }
 
@@ -343,6 +349,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if err := r.settleRestored(eng, running); err != nil {
+		return err
+	}
+	if err := r.settleRestoredMIG(eng); err != nil {
 		return err
 	}
 	for _, rj := range running {
@@ -617,10 +626,10 @@ func (r *Runner) step(eng *engine.Engine, ev engine.Event) error {
 	return nil
 }
 
-// cycle runs one cycle, applies it and advances the engine. Binds are
-// issued on goroutines and assumed (Outcome.AssumeBinds): their outcomes
-// are stepped as events when they come back. The other decisions are
-// applied in the cycle. A cancelled ctx stops new Actuator calls; what was
+// cycle runs one cycle, applies it and advances the engine. Every decision
+// is issued on a goroutine and assumed (Outcome.AssumeBinds,
+// AssumePreemptions, AssumeMIG): the outcomes are stepped as events when
+// they come back. A cancelled ctx stops new Actuator calls; what was
 // applied is kept or rolled back, and the engine advanced, before
 // ctx.Err() comes back.
 func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
@@ -628,7 +637,7 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 	rd := eng.Ready()
 	out, errs := r.apply(ctx, &rd)
 	errs, r.saveErrs = append(errs, r.saveErrs...), nil
-	ops := len(rd.Binds)+len(rd.Preemptions)+len(rd.Resizes)+len(rd.Stops) > 0
+	ops := len(rd.Binds)+len(rd.Preemptions)+len(rd.Resizes)+len(rd.Stops)+len(rd.MIG) > 0
 	if r.as.virtual && ops {
 		// On a virtual clock the cycle's ops come back before anything
 		// else happens (see async): their outcomes are stepped right after
@@ -670,19 +679,17 @@ func (r *Runner) cycle(ctx context.Context, eng *engine.Engine) error {
 		// refusal): the job is placed again then.
 		r.addWake(t)
 	}
-	if len(out.RefusedMIG) > 0 {
-		// The engine plans no change for its MIG backoff; look again then.
-		r.addWake(now.Add(migRetryBackoff(r.cfg.Engine.MIG.RetryBackoff)))
-	}
-	if len(out.RefusedMIG) < len(rd.MIG) {
-		// Applied changes serve blocked jobs, which the next cycle places:
-		// run it now rather than at the next event.
+	if len(rd.MIG) > 0 {
+		// The changes (assumed: booked) serve blocked jobs, which the next
+		// cycle places (their binds run after the changes): run it now
+		// rather than at the next event. A change that fails wakes the
+		// loop at the end of the MIG backoff (migFailed).
 		r.addWake(now)
 	}
 	if r.cfg.Observe != nil {
-		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Binds: r.as.stepped, Acts: r.as.acts, Errors: errs, View: eng.View(), Duration: took})
+		r.cfg.Observe(Cycle{Ready: rd, Outcome: out, Binds: r.as.stepped, Acts: r.as.acts, MIG: r.as.migs, Errors: errs, View: eng.View(), Duration: took})
 	}
-	r.as.stepped, r.as.acts = nil, nil
+	r.as.stepped, r.as.acts, r.as.migs = nil, nil, nil
 	return ctx.Err()
 }
 
@@ -731,37 +738,22 @@ func (r *Runner) nextWake(now, lastTick time.Time) time.Time {
 // ---------------------------------------------------------------- applying
 
 // apply carries out rd: replica stops, preemptions and resizes, then
-// binds, all issued on goroutines (actops.go, binder.go): the loop waits
-// for none of them, their outcomes come back as events. Ops on the same
-// job or GPU run in that order (goOp's keys): a bind on the GPUs of a
-// stopped replica or a shrink runs after it. MIG changes are applied in
-// the cycle, after the binds whose created instances the changes' From
-// layouts already hold (so a cycle with both waits for its ops). It
-// returns the refusals for Advance and the errors no refusal can report.
+// binds, then MIG changes, all issued on goroutines (actops.go, binder.go,
+// migops.go): the loop waits for none of them, their outcomes come back
+// as events. Ops on the same job or GPU run in that order (goOp's keys):
+// a bind on the GPUs of a stopped replica or a shrink runs after it; a
+// MIG change runs after the binds of rd on its GPU (whose created
+// instances its From already holds), and the binds of later cycles on
+// that GPU after it. It returns the refusals for Advance (none: every
+// decision is assumed) and the errors no refusal can report.
 func (r *Runner) apply(ctx context.Context, rd *engine.Ready) (engine.Outcome, []error) {
-	out := engine.Outcome{AssumeBinds: true, AssumePreemptions: true}
+	out := engine.Outcome{AssumeBinds: true, AssumePreemptions: true, AssumeMIG: true}
 	var errs []error
-	act := r.cfg.Backend
-
 	r.issueActs(ctx, rd, &errs)
 	// Binds, on goroutines: their outcomes come back as events.
 	r.issueBinds(ctx, rd)
-
-	// MIG: a change that fails finally (refused, or transient past its
-	// retries) is reported refused: the engine keeps its old layout and
-	// backs off.
-	if len(rd.MIG) > 0 && len(rd.Binds)+len(rd.Stops)+len(rd.Resizes) > 0 {
-		r.waitIdle(ctx, 0)
-	}
-	merr := make([]error, len(rd.MIG))
-	r.each(ctx, len(rd.MIG), func(ctx context.Context, i int) {
-		merr[i] = r.retry(ctx, func(ctx context.Context) error { return act.ApplyMIG(ctx, rd.MIG[i]) })
-	})
-	for i, err := range merr {
-		if err != nil {
-			out.RefusedMIG = append(out.RefusedMIG, rd.MIG[i])
-		}
-	}
+	// MIG changes, on goroutines, after the binds on their GPUs.
+	r.issueMIG(ctx, rd)
 	return out, errs
 }
 

@@ -45,11 +45,8 @@ func (r *Runner) logCycle(ctx context.Context, rd *engine.Ready, out *engine.Out
 		}
 	}
 	for _, m := range rd.MIG {
-		lvl, msg := slog.LevelInfo, "mig reconfiguration"
-		if slices.ContainsFunc(out.RefusedMIG, func(x engine.MIGReconfiguration) bool { return x.Node == m.Node && x.GPU == m.GPU }) {
-			lvl, msg = slog.LevelWarn, "mig reconfiguration refused"
-		}
-		l.LogAttrs(ctx, lvl, msg, slog.String("node", m.Node), slog.Int("gpu", int(m.GPU)))
+		// Issued (assumed); a failure is logged when it comes back.
+		l.LogAttrs(ctx, slog.LevelInfo, "mig reconfiguration", slog.String("node", m.Node), slog.Int("gpu", int(m.GPU)))
 	}
 	for _, rj := range rd.Rejected {
 		l.LogAttrs(ctx, slog.LevelWarn, "submission rejected", slog.String("job", rj.Job), slog.Any("err", rj.Err))

@@ -21,6 +21,7 @@ import (
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -518,6 +519,9 @@ func TestRunnerAppliesMIGWithRetries(t *testing.T) {
 	}
 	require.Len(t, mig, 1, "one reconfiguration planned")
 	assert.Empty(t, mig[0].Outcome.RefusedMIG, "transient failures are retried")
+	require.Len(t, mig[0].MIG, 1, "on a virtual clock the change's outcome is stepped in its own cycle")
+	assert.NoError(t, mig[0].MIG[0].Err)
+	assert.True(t, mig[0].Outcome.AssumeMIG)
 	assert.Empty(t, mig[0].Errors)
 	assert.Equal(t, 3, f.migCalls)
 	require.Len(t, f.migApplied, 1)
@@ -550,7 +554,12 @@ func TestRunnerReportsRefusedMIG(t *testing.T) {
 
 			var refused []engine.MIGReconfiguration
 			for _, cy := range cycles {
-				refused = append(refused, cy.Outcome.RefusedMIG...)
+				assert.Empty(t, cy.Outcome.RefusedMIG, "changes are assumed, their failures come back as events")
+				for _, m := range cy.MIG {
+					require.Error(t, m.Err)
+					assert.False(t, m.Unknown)
+					refused = append(refused, m.Change)
+				}
 				assert.Empty(t, cy.Errors)
 			}
 			require.Len(t, refused, 1)
@@ -919,6 +928,179 @@ func TestRunnerHungPreemptDelaysNoOtherJob(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "high is visible, preempting (last: %v)", &reason)
 	running := runningIDs(r.View())
 	assert.Contains(t, running, "low", "the victim keeps its GPUs booked")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// liveMIGFake is liveFake on nodes of 4 whole GPUs and "m0", one MIG GPU
+// of seven 1g instances.
+func liveMIGFake(nodes int) *liveFake {
+	l := &liveFake{fake: newFake(nodes, 4), evs: make(chan []engine.Event), boundAt: map[string]time.Time{}}
+	l.spec.Nodes = append(l.spec.Nodes, topo.NodeSpec{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"})
+	return l
+}
+
+// runMIGLive runs a Runner of cfg (queue "q", EASY backfill) on a real
+// clock and submits "small" (1g) and "big" (3g, which needs a change of
+// m0's layout), both waiting an hour already, so that the change is worth
+// its cost at once. Cancel stops the Runner; done gets Run's error.
+func runMIGLive(t *testing.T, l *liveFake, cfg backends.RunnerConfig) (*backends.Runner, context.CancelFunc, <-chan error) {
+	t.Helper()
+	cfg.Engine.Queues = queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}
+	cfg.Engine.Backfill = engine.BackfillConfig{Mode: engine.BackfillEASY}
+	r, err := backends.NewRunner(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	prof := func(id, p string) *queue.Job {
+		return &queue.Job{ID: id, Queue: "q", Submit: time.Now().Add(-time.Hour), RuntimeEstimate: time.Hour,
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: p}}}}
+	}
+	l.evs <- []engine.Event{engine.Submitted(time.Now(), prof("small", "1g.10gb")), engine.Submitted(time.Now(), prof("big", "3g.40gb"))}
+	return r, cancel, done
+}
+
+// migHangFake is liveFake whose MIG changes hang until their context ends
+// (CallTimeout, or Run stopping).
+type migHangFake struct {
+	*liveFake
+	migHung atomic.Int64
+}
+
+func (m *migHangFake) ApplyMIG(ctx context.Context, _ engine.MIGReconfiguration) error {
+	m.migHung.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// On a real clock a MIG change that hangs delays only the binds on its
+// GPU's new instances: while the change of m0 hangs (CallTimeout a
+// minute), the 3g job placed on the instance it creates is booked but not
+// bound (its bind waits behind the change), and jobs submitted one after
+// another on the other nodes are each bound at once.
+func TestRunnerHungMIGDelaysNoOtherJob(t *testing.T) {
+	l := liveMIGFake(2)
+	m := &migHangFake{liveFake: l}
+	r, cancel, done := runMIGLive(t, l, backends.RunnerConfig{Backend: m, CallTimeout: time.Minute})
+	require.Eventually(t, func() bool { return m.migHung.Load() == 1 }, 10*time.Second, time.Millisecond, "the change is called")
+	reason := func(id string) engine.ReasonCode {
+		for _, p := range r.View().Pending {
+			if p.Job == id {
+				return p.Reason
+			}
+		}
+		return engine.ReasonNone
+	}
+	require.Eventually(t, func() bool { return reason("big") == engine.ReasonBinding }, 10*time.Second, time.Millisecond,
+		"big is placed on the new instance, its bind waiting behind the change")
+	for i := range 8 {
+		id := fmt.Sprintf("j%d", i)
+		j := job(id, 1, 1)
+		j.Submit = time.Now()
+		l.evs <- []engine.Event{engine.Submitted(j.Submit, j)}
+		require.Eventually(t, func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			_, ok := l.boundAt[id]
+			return ok
+		}, 20*time.Second, time.Millisecond, "%s bound while the MIG change hangs", id)
+	}
+	assert.Equal(t, int64(1), m.migHung.Load(), "the change still hangs, untried again")
+	assert.Equal(t, engine.ReasonBinding, reason("big"))
+	assert.NotContains(t, l.boundJobs(), "big", "no bind on an instance not made")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	assert.NotContains(t, l.boundJobs(), "big", "the change was cut short: big's bind was not made")
+}
+
+// migLateFake is liveFake with a MIG GPU whose first change hangs until
+// commit is closed and then is made (a call that comes through long after
+// its timeout); MIGLayout reports the layout (backends.MIGReporter).
+type migLateFake struct {
+	*liveFake
+	commit chan struct{}
+	lmu    sync.Mutex
+	layout mig.Layout
+	calls  []engine.MIGReconfiguration
+}
+
+func (m *migLateFake) ApplyMIG(_ context.Context, r engine.MIGReconfiguration) error {
+	m.lmu.Lock()
+	m.calls = append(m.calls, r)
+	first := len(m.calls) == 1
+	m.lmu.Unlock()
+	if first {
+		<-m.commit
+	}
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	if m.layout != r.From {
+		return fmt.Errorf("%w: stale", backends.ErrRefused)
+	}
+	m.layout = r.To
+	return nil
+}
+
+func (m *migLateFake) MIGLayout(context.Context, string, int) (mig.Layout, error) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	return m.layout, nil
+}
+
+func (m *migLateFake) migCallsSeen() []engine.MIGReconfiguration {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+// A MIG change whose call has not returned within ReconcileInterval while
+// the GPU still has the old layout is given up (failed: the engine books
+// the old layout); when the call comes through after all, the Runner
+// undoes it with the reverse change, so that the GPU is as booked.
+func TestRunnerUndoesMIGGivenUpThatCameThrough(t *testing.T) {
+	l := liveMIGFake(1)
+	h, err := mig.LookupModel("H100-80GB")
+	require.NoError(t, err)
+	start, err := mig.ParseLayout(h, "1g,1g,1g,1g,1g,1g,1g")
+	require.NoError(t, err)
+	m := &migLateFake{liveFake: l, commit: make(chan struct{}), layout: start}
+	var mu sync.Mutex
+	var results []backends.MIGResult
+	_, cancel, done := runMIGLive(t, l, backends.RunnerConfig{
+		Engine:            engine.Config{MIG: engine.MIGConfig{RetryBackoff: time.Hour}},
+		Backend:           m,
+		CallTimeout:       50 * time.Millisecond,
+		ReconcileInterval: 200 * time.Millisecond,
+		Observe: func(c backends.Cycle) {
+			mu.Lock()
+			results = append(results, c.MIG...)
+			mu.Unlock()
+		},
+	})
+	given := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, x := range results {
+			if x.Err != nil && !x.Unknown && strings.Contains(x.Err.Error(), "given up") {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, given, 20*time.Second, time.Millisecond, "the change is given up")
+	require.Len(t, m.migCallsSeen(), 1)
+	first := m.migCallsSeen()[0]
+	close(m.commit) // it comes through after all
+	require.Eventually(t, func() bool { return len(m.migCallsSeen()) == 2 }, 20*time.Second, time.Millisecond, "the Runner undoes it")
+	undo := m.migCallsSeen()[1]
+	assert.Equal(t, first.To, undo.From)
+	assert.Equal(t, first.From, undo.To)
+	require.Eventually(t, func() bool {
+		got, _ := m.MIGLayout(context.Background(), "m0", 0)
+		return got == start
+	}, 5*time.Second, time.Millisecond, "the GPU is back at the layout the engine books")
+	assert.NotContains(t, l.boundJobs(), "big", "no bind on the instance of a change given up")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }

@@ -80,11 +80,7 @@ func (e *Engine) bindOutcome(ev Event) error {
 	case EventBindFailed:
 		e.freezeTail()
 		if ev.Reason == "" { // withdrawn: no try counted
-			created := js.place.created()
-			e.stopRunning(js, e.now)
-			e.destroyCreated(created)
-			e.toPending(js)
-			e.putBack = append(e.putBack, js.j.ID)
+			e.withdrawBind(js)
 			break
 		}
 		e.failBind(js, ev.Reason)

@@ -795,6 +795,12 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		// reservation or the preemptor.
 		ok, shareReserved = false, true
 	}
+	reconf := false
+	if ok && js.frac && len(e.migFlight) > 0 && e.onUnknownMIG(res.GPUs()) {
+		// Nothing is placed on a GPU whose MIG change's outcome is
+		// unknown: its instances may not be those the books say.
+		ok, reconf = false, true
+	}
 	if ok {
 		pl := fromResult(&res, &js.req)
 		if err := pl.book(cs.plan); err == nil && e.started(js, pl, len(cs.res) > 0, rd) {
@@ -802,7 +808,9 @@ func (e *Engine) consider(j *queue.Job, rd *Ready) (st PendingStatus, waits bool
 		}
 	}
 	st.Reason, st.Place = ReasonCapacity, why
-	if shareReserved {
+	if reconf {
+		st.Reason = ReasonReconfiguring
+	} else if shareReserved {
 		st.Reason = ReasonReservedGPUs
 	} else if p > 0 {
 		if e.fitsAt(js, 0) {

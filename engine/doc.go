@@ -63,7 +63,9 @@
 //     MIG GPUs against their demand; the plan is emitted when the blocked
 //     jobs it serves have waited more GPU-seconds than it costs
 //     (MIGConfig), and applied to the engine's books when Advance
-//     confirms it (a refused plan starts a backoff).
+//     confirms it (a refused plan starts a backoff); under
+//     Outcome.AssumeMIG the GPU is reconfiguring until the change's
+//     outcome event (EventMIGApplied, EventMIGFailed, EventMIGUnknown).
 //  9. Publish: Ready carries binds, preemptions, resizes, reservations,
 //     MIG reconfigurations, and for every pending job a reason code and,
 //     where the timeline gives one, an estimated start; a View is

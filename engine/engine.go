@@ -95,10 +95,13 @@ type Engine struct {
 	dirty bool
 	// migNotBefore: no MIG plan before this (a plan was refused).
 	migNotBefore time.Time
-	seq          uint64
-	runs         uint64   // runs started (bound or adopted): job.run
-	jn           *journal // inputs recorded for Save (nil: off)
-	touched      bool     // Step or Ready was called (EnableJournal)
+	// migFlight: MIG changes booked but not confirmed (Outcome.AssumeMIG,
+	// migflight.go); nil: none yet.
+	migFlight map[migKey]*migFlight
+	seq       uint64
+	runs      uint64   // runs started (bound or adopted): job.run
+	jn        *journal // inputs recorded for Save (nil: off)
+	touched   bool     // Step or Ready was called (EnableJournal)
 	// retryAt is the earliest end of a bind retry backoff among the jobs
 	// the last cycle found waiting for one, or Advance refused (Unix ns;
 	// 0: none). See BindRetryAt.
@@ -263,6 +266,8 @@ func (e *Engine) Step(ev Event) error {
 		quiet, err = e.preemptOutcome(ev)
 	case EventResizeFailed:
 		err = e.resizeFailed(ev)
+	case EventMIGApplied, EventMIGFailed, EventMIGUnknown:
+		quiet, err = e.migOutcome(ev)
 	default:
 		err = fmt.Errorf("%w: kind %v", ErrInvalidEvent, ev.Kind)
 	}
@@ -360,7 +365,7 @@ func (e *Engine) accept() {
 			e.confirm(js)
 		}
 	}
-	e.applyMIG(e.out.mig, nil)
+	e.applyMIG(e.out.mig, nil, false)
 	e.out = nil
 }
 
@@ -440,7 +445,7 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 			}
 		}
 	}
-	if e.applyMIG(o.mig, out.RefusedMIG) {
+	if e.applyMIG(o.mig, out.RefusedMIG, out.AssumeMIG) {
 		e.dirty = true // the jobs the new instances serve are placed next cycle
 	}
 	e.out = nil

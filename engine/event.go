@@ -117,6 +117,23 @@ const (
 	// counted, so it is never held for it. Late answers are ignored as for
 	// EventBindApplied.
 	EventBindDeferred
+	// EventMIGApplied: the backend made the assumed MIG change of GPU GPU
+	// of node NodeName planned by the Ready of Seq Run (see
+	// Outcome.AssumeMIG): the GPU is no longer reconfiguring. An event
+	// about another change, or a GPU with none in flight, is ignored (a
+	// late answer).
+	EventMIGApplied
+	// EventMIGFailed: the backend did not make the assumed (or unknown)
+	// MIG change of GPU GPU of NodeName, Seq Run; Reason says why. The old
+	// layout is booked again, the binds not yet confirmed on instances the
+	// old layout does not have are withdrawn (pending again, no try
+	// counted), and no MIG change is planned for Config.MIG.RetryBackoff.
+	// Late answers are ignored as for EventMIGApplied.
+	EventMIGFailed
+	// EventMIGUnknown: the MIG change call of GPU GPU of NodeName, Seq
+	// Run, timed out: the backend may make it yet. The GPU stays
+	// reconfiguring until EventMIGApplied or EventMIGFailed.
+	EventMIGUnknown
 )
 
 func (k EventKind) String() string {
@@ -171,6 +188,12 @@ func (k EventKind) String() string {
 		return "resize-failed"
 	case EventBindDeferred:
 		return "bind-deferred"
+	case EventMIGApplied:
+		return "mig-applied"
+	case EventMIGFailed:
+		return "mig-failed"
+	case EventMIGUnknown:
+		return "mig-unknown"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -201,8 +224,12 @@ type Event struct {
 	// Node: EventNodeAdded (the whole spec), EventNodeChanged (Name, State,
 	// Labels).
 	Node topo.NodeSpec
-	// NodeName: EventNodeFailed.
+	// NodeName: EventNodeFailed, the MIG outcomes.
 	NodeName string
+	// GPU: the MIG outcomes (EventMIGApplied, EventMIGFailed,
+	// EventMIGUnknown): the node-local GPU index; Run carries the change's
+	// Seq.
+	GPU int
 	// Failed: EventJobFinished: the job failed (FinishedFailed); false:
 	// it succeeded.
 	Failed bool
@@ -319,4 +346,21 @@ func BindUnknown(at time.Time, id string, run uint64) Event {
 // Released returns the event that releases the held job id.
 func Released(at time.Time, id string) Event {
 	return Event{Kind: EventReleased, Time: at, JobID: id}
+}
+
+// MIGApplied returns the event that the assumed MIG change r was made by
+// the backend (see Outcome.AssumeMIG).
+func MIGApplied(at time.Time, r MIGReconfiguration) Event {
+	return Event{Kind: EventMIGApplied, Time: at, NodeName: r.Node, GPU: r.GPU, Run: r.Seq}
+}
+
+// MIGFailed returns the event that the MIG change r failed, for reason.
+func MIGFailed(at time.Time, r MIGReconfiguration, reason string) Event {
+	return Event{Kind: EventMIGFailed, Time: at, NodeName: r.Node, GPU: r.GPU, Run: r.Seq, Reason: reason}
+}
+
+// MIGUnknown returns the event that the call of the MIG change r timed
+// out, its outcome unknown.
+func MIGUnknown(at time.Time, r MIGReconfiguration) Event {
+	return Event{Kind: EventMIGUnknown, Time: at, NodeName: r.Node, GPU: r.GPU, Run: r.Seq}
 }

@@ -572,7 +572,10 @@ func pendingAll(t *testing.T, e *Engine, rd *Ready, m *fuzzModel) {
 func (st fuzzStep) outcome(rd Ready) Outcome {
 	// Half the cycles bind asynchronously: the binds not refused are
 	// assumed, and later steps report their outcomes (fuzzBindOutcome).
-	out := Outcome{AssumeBinds: st.refuse[len(st.refuse)-1] >= 4}
+	// MIG changes are assumed in the same cycles (their outcome events:
+	// fuzzBindOutcome).
+	async := st.refuse[len(st.refuse)-1] >= 4
+	out := Outcome{AssumeBinds: async, AssumeMIG: async}
 	k := 0
 	next := func() bool { r := st.refuse[k%len(st.refuse)]; k++; return r == 1 }
 	for _, b := range rd.Binds {
@@ -1125,6 +1128,26 @@ func fuzzBindOutcome(rng *rand.Rand, e *Engine, now time.Time) (Event, bool) {
 		}
 		return Released(now, held[rng.IntN(len(held))]), true
 	}
+	if len(e.migFlight) > 0 && rng.IntN(3) > 0 {
+		// A MIG change's outcome (now and then about an earlier change of
+		// the GPU, which must change nothing).
+		chs := e.MIGChanges()
+		r := chs[rng.IntN(len(chs))]
+		if rng.IntN(5) == 0 {
+			r.Seq--
+		}
+		var ev Event
+		switch rng.IntN(3) {
+		case 0:
+			ev = MIGApplied(now, r)
+		case 1:
+			ev = MIGFailed(now, r, "fuzz: MIG change failed")
+		default:
+			ev = MIGUnknown(now, r)
+		}
+		fuzzMIGSeen[ev.Kind].Add(1)
+		return ev, true
+	}
 	id := pick(rng, e.binding)
 	if id == "" {
 		return Event{}, false
@@ -1145,6 +1168,34 @@ func fuzzBindOutcome(rng *rand.Rand, e *Engine, now time.Time) (Event, bool) {
 // fuzzBindSeen counts the pending statuses of each asynchronous bind
 // state that checkView saw.
 var fuzzBindSeen = map[ReasonCode]*atomic.Uint64{ReasonBinding: {}, ReasonBindingUnknown: {}, ReasonHeld: {}}
+
+// fuzzMIGSeen counts the MIG outcome events FuzzEngine stepped, by kind.
+var fuzzMIGSeen = map[EventKind]*atomic.Uint64{EventMIGApplied: {}, EventMIGFailed: {}, EventMIGUnknown: {}}
+
+// TestFuzzReachesMIGOutcomes runs random FuzzEngine inputs (with MIG
+// nodes) and requires each MIG outcome event to have been stepped, so
+// that FuzzEngine covers assumed MIG changes.
+func TestFuzzReachesMIGOutcomes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(59, 61))
+	before := map[EventKind]uint64{}
+	for k, c := range fuzzMIGSeen {
+		before[k] = c.Load()
+	}
+	for range 300 {
+		ops := make([]byte, 40+rng.IntN(160))
+		for i := range ops {
+			ops[i] = byte(rng.UintN(256))
+		}
+		runFuzz(t, rng.Uint64(), ops, true) // FuzzEngineShared's body: MIG nodes
+	}
+	for k, c := range fuzzMIGSeen {
+		n := c.Load() - before[k]
+		t.Logf("%v stepped %d times", k, n)
+		if n == 0 {
+			t.Errorf("no %v: FuzzEngine does not reach it", k)
+		}
+	}
+}
 
 // TestFuzzReachesBindStates runs random FuzzEngine inputs and requires
 // checkView to have seen jobs binding, binding-unknown and held, so that

@@ -131,6 +131,11 @@ type MIGReconfiguration struct {
 	// NeedsReset: the change switches MIG mode on a model that needs a GPU
 	// reset (never set today: MIG nodes are fixed by their NodeSpec).
 	NeedsReset bool
+	// Seq is the Seq of the Ready that planned it: the outcome events of
+	// an asynchronous change (EventMIGApplied, EventMIGFailed,
+	// EventMIGUnknown) carry it in Event.Run, so that a late answer about
+	// an earlier change of the GPU changes nothing.
+	Seq uint64
 }
 
 // ReasonCode classifies why a job is pending.
@@ -170,7 +175,10 @@ const (
 	ReasonBlocked
 	// ReasonReconfiguring: a fractional / MIG job blocked by capacity that
 	// this Ready's MIG reconfiguration serves; it is placed once Advance
-	// confirms the reconfiguration (Place says why it does not fit now).
+	// confirms the reconfiguration (Place says why it does not fit now);
+	// or one whose placement is on a GPU whose reconfiguration's outcome
+	// is unknown (EventMIGUnknown): it is placed once the outcome is
+	// known.
 	ReasonReconfiguring
 	// ReasonLimit: starting it would pass a per-user or per-account limit
 	// (SiteConfig.Limits); Ready.Holds names it.
@@ -318,7 +326,8 @@ type Ready struct {
 	Reservations []Reservation
 	// MIG reconfigurations for blocked fractional / MIG jobs, by node and
 	// GPU; never nil. A backend applies them (destroying idle instances
-	// only) and reports refusals in Outcome.RefusedMIG.
+	// only) and reports refusals in Outcome.RefusedMIG, or, applying them
+	// asynchronously, their outcomes as events (Outcome.AssumeMIG).
 	MIG []MIGReconfiguration
 	// Pending explains every pending job, in the policy's order. It is
 	// read-only: it is shared with the View, and a later cycle that
@@ -378,9 +387,20 @@ func (rd *Ready) Empty() bool {
 // one's outcome: PreemptApplied (the backend took it: requeued at the
 // deadline), PreemptFailed (the victim runs on) or PreemptUnknown (the
 // call timed out: still booked until one of the other two).
+//
+// AssumeMIG is the same for MIG reconfigurations: those not refused are
+// booked (the engine's layout is the new one, and the next cycle may
+// place jobs on its instances: a caller issues those binds only after the
+// change succeeded) but the GPU stays reconfiguring (no other change is
+// planned on it) until an event reports the outcome: EventMIGApplied,
+// EventMIGFailed (the old layout is booked again, the binds that depended
+// on the change are withdrawn, and the MIG backoff starts) or
+// EventMIGUnknown (the call timed out: reconfiguring until one of the
+// other two). See Engine.MIGChange.
 type Outcome struct {
 	AssumeBinds        bool
 	AssumePreemptions  bool
+	AssumeMIG          bool
 	RefusedBinds       []string
 	RefusedPreemptions []string
 	RefusedResizes     []string

@@ -13,7 +13,8 @@ import (
 // capacity of ready MIG GPUs; the plan is emitted in Ready.MIG when the
 // blocked jobs it serves have waited more GPU-seconds than it costs (see
 // MIGConfig), and applied to the engine's snapshot when Advance confirms
-// it. The next cycle places the jobs on the new instances.
+// it (or booked assumed until its outcome event, Outcome.AssumeMIG:
+// migflight.go). The next cycle places the jobs on the new instances.
 
 // reconfigure is step 8.
 func (e *Engine) reconfigure(rd *Ready) {
@@ -30,6 +31,10 @@ func (e *Engine) reconfigure(rd *Ready) {
 			first, k := c.NodeGPUs(id)
 			gpus.AddRange(uint64(first), uint64(first)+uint64(k))
 		}
+	}
+	// A GPU whose change is in flight (Outcome.AssumeMIG) gets no other.
+	for g := range e.migReconfiguring {
+		gpus.Remove(g)
 	}
 	if gpus.IsEmpty() {
 		return
@@ -99,7 +104,7 @@ func (e *Engine) reconfigure(rd *Ready) {
 			continue // planned on the pool of this cluster: cannot happen
 		}
 		first, _ := c.NodeGPUs(id)
-		r := MIGReconfiguration{Node: c.NodeName(id), GPU: int(ch.GPU - first), From: ch.From, To: ch.To,
+		r := MIGReconfiguration{Node: c.NodeName(id), GPU: int(ch.GPU - first), Seq: rd.Seq, From: ch.From, To: ch.To,
 			Destroy: ch.Destroy, Create: ch.Create, NeedsReset: ch.NeedsReset}
 		for _, in := range ch.To.Instances() {
 			r.Profiles = append(r.Profiles, in.Profile.Name())
@@ -112,9 +117,11 @@ func (e *Engine) reconfigure(rd *Ready) {
 // applyMIG applies the reconfigurations of the latest Ready that the
 // backend did not refuse to the engine's snapshot, each GPU on its own;
 // GPUs are found by node name, so nodes added in between do not matter. A
-// refused change, or one that no longer applies, starts the backoff. It
-// reports whether any change was applied.
-func (e *Engine) applyMIG(changes, refused []MIGReconfiguration) bool {
+// refused change, or one that no longer applies, starts the backoff.
+// assume: the changes applied are booked in flight until their outcome
+// events (Outcome.AssumeMIG, migflight.go). It reports whether any change
+// was applied.
+func (e *Engine) applyMIG(changes, refused []MIGReconfiguration, assume bool) bool {
 	applied := false
 	for _, r := range changes {
 		isRefused := false
@@ -127,6 +134,9 @@ func (e *Engine) applyMIG(changes, refused []MIGReconfiguration) bool {
 		if isRefused || e.applyOne(r) != nil {
 			e.migNotBefore = e.now.Add(e.cfg.MIG.RetryBackoff)
 			continue
+		}
+		if assume {
+			e.assumeMIG(r)
 		}
 		applied = true
 	}

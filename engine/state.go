@@ -83,6 +83,8 @@ type SavedEvent struct {
 	// Run, Reason: see Event (the bind outcomes).
 	Run    uint64 `json:",omitempty"`
 	Reason string `json:",omitempty"`
+	// GPU: see Event (the MIG outcomes).
+	GPU int `json:",omitempty"`
 }
 
 // SavedMember is a Member as data.
@@ -105,6 +107,7 @@ type SavedMember struct {
 type SavedOutcome struct {
 	AssumeBinds        bool       `json:",omitempty"`
 	AssumePreemptions  bool       `json:",omitempty"`
+	AssumeMIG          bool       `json:",omitempty"`
 	RefusedBinds       []string   `json:",omitempty"`
 	RefusedPreemptions []string   `json:",omitempty"`
 	RefusedResizes     []string   `json:",omitempty"`
@@ -209,6 +212,7 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 			out := Outcome{
 				AssumeBinds:        r.Advance.AssumeBinds,
 				AssumePreemptions:  r.Advance.AssumePreemptions,
+				AssumeMIG:          r.Advance.AssumeMIG,
 				RefusedBinds:       r.Advance.RefusedBinds,
 				RefusedPreemptions: r.Advance.RefusedPreemptions,
 				RefusedResizes:     r.Advance.RefusedResizes,
@@ -233,7 +237,7 @@ func Restore(cfg Config, st *State) (*Engine, error) {
 func (e *Engine) recordEvent(ev Event) {
 	se := &SavedEvent{Kind: ev.Kind, Time: ev.Time, Job: ev.Job, JobID: ev.JobID, Started: ev.Started, NodeName: ev.NodeName,
 		Failed: ev.Failed, Tasks: ev.Tasks, Throttle: ev.Throttle, Reservation: cloneAdv(ev.Reservation),
-		Service: cloneService(ev.Service), ServiceName: ev.ServiceName, Desired: ev.Desired, Run: ev.Run, Reason: ev.Reason}
+		Service: cloneService(ev.Service), ServiceName: ev.ServiceName, Desired: ev.Desired, Run: ev.Run, Reason: ev.Reason, GPU: ev.GPU}
 	if ev.Kind == EventNodeAdded || ev.Kind == EventNodeChanged {
 		n := ev.Node
 		n.Labels = cloneLabels(n.Labels)
@@ -246,7 +250,7 @@ func (e *Engine) recordEvent(ev Event) {
 func (se *SavedEvent) event() (Event, error) {
 	ev := Event{Kind: se.Kind, Time: se.Time, Job: se.Job, JobID: se.JobID, Started: se.Started, NodeName: se.NodeName,
 		Failed: se.Failed, Tasks: se.Tasks, Throttle: se.Throttle, Reservation: cloneAdv(se.Reservation),
-		Service: cloneService(se.Service), ServiceName: se.ServiceName, Desired: se.Desired, Run: se.Run, Reason: se.Reason}
+		Service: cloneService(se.Service), ServiceName: se.ServiceName, Desired: se.Desired, Run: se.Run, Reason: se.Reason, GPU: se.GPU}
 	if se.Node != nil {
 		ev.Node = *se.Node
 	}
@@ -298,6 +302,7 @@ func (e *Engine) recordAdvance(out Outcome) {
 	so := &SavedOutcome{
 		AssumeBinds:        out.AssumeBinds,
 		AssumePreemptions:  out.AssumePreemptions,
+		AssumeMIG:          out.AssumeMIG,
 		RefusedBinds:       slices.Clone(out.RefusedBinds),
 		RefusedPreemptions: slices.Clone(out.RefusedPreemptions),
 		RefusedResizes:     slices.Clone(out.RefusedResizes),

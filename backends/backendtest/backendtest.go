@@ -5,7 +5,8 @@
 // state refused, a bind that commits after its timeout, a bind that
 // hangs for ever, a backend that restarts between a call and its answer,
 // a preemption that commits after its timeout, a preemption that hangs
-// for ever)
+// for ever, a MIG change that commits after its timeout, a MIG change
+// that hangs for ever)
 // runs a Runner against the backend, and checks that every job ended
 // exactly once (nothing lost, nothing run twice), that the backend saw no
 // GPU booked twice (its own Violations), that no job was bound again after
@@ -53,6 +54,7 @@ import (
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -85,6 +87,14 @@ type Setup struct {
 	// jobs take their priority from somewhere else (SLURM: the partition)
 	// should let a job of priority 1 or 2 preempt one of 0.
 	Preemptions bool
+	// MIG: the scenario tests MIG changes. Cluster then has a MIG node
+	// besides the whole-GPU ones ("mig0": two H100-80GB GPUs in MIG mode,
+	// seven 1g instances each), and MIG jobs of several profiles are
+	// submitted besides the whole-GPU ones, so that the engine plans
+	// reconfigurations. A backend whose cluster has no GPU in MIG mode
+	// skips the scenario; one that cannot change MIG layouts (no
+	// ApplyMIG) says so in Shape.NotApplicable.
+	MIG bool
 }
 
 // Shape adapts the suite to a backend that cannot run its default: a
@@ -201,6 +211,9 @@ type scenario struct {
 	// the first preemption calls that commit after their timeout; that
 	// hang for ever (ignoring their context)
 	preemptLate, preemptForever int
+	// the first MIG changes (ApplyMIG) that commit after their timeout;
+	// that hang for ever (ignoring their context)
+	migLate, migForever int
 }
 
 var scenarios = []scenario{
@@ -217,6 +230,32 @@ var scenarios = []scenario{
 	{name: "late-binds-and-restarts", late: 3, forever: 2, restartMid: 4, restarts: 2},
 	{name: "preempt-commits-after-timeout", preemptLate: 4},
 	{name: "preempt-hangs-forever", preemptForever: 2},
+	{name: "mig-commits-after-timeout", migLate: 2},
+	{name: "mig-hangs-forever", migForever: 2},
+	{name: "mig-late-and-restarts", migLate: 2, migForever: 1, restarts: 2},
+}
+
+// NotApplicableMIG is Shape.NotApplicable for a backend that cannot run
+// the MIG scenarios (no ApplyMIG, or no GPU in MIG mode next to whole
+// ones), each with why.
+func NotApplicableMIG(why string) map[string]string {
+	out := map[string]string{}
+	for _, sc := range scenarios {
+		if sc.migLate+sc.migForever > 0 {
+			out[sc.name] = why
+		}
+	}
+	return out
+}
+
+// migNode is the MIG node of a MIG scenario's cluster (Setup.MIG), in the
+// domains of the first whole-GPU node.
+func migNode(spec topo.Spec) topo.NodeSpec {
+	n := topo.NodeSpec{Name: "mig0", GPUs: 2, GPUModel: "H100-80GB", MIG: true, MIGLayout: "1g,1g,1g,1g,1g,1g,1g"}
+	if len(spec.Nodes) > 0 {
+		n.Domains = slices.Clone(spec.Nodes[0].Domains)
+	}
+	return n
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -243,8 +282,13 @@ func Run(t *testing.T, newBackend func(t *testing.T, s Setup) Backend) Summary {
 
 func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBackend func(*testing.T, Setup) Backend) (faults, restarts, jobs int) {
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
-	be := newBackend(t, Setup{Cluster: topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100"), Start: t0,
-		Preemptions: sc.preemptLate+sc.preemptForever > 0})
+	migSc := sc.migLate+sc.migForever > 0
+	cluster := topo.Uniform([]string{"rack"}, []int{2}, 4, 8, "H100")
+	if migSc {
+		cluster.Nodes = append(cluster.Nodes, migNode(cluster))
+	}
+	be := newBackend(t, Setup{Cluster: cluster, Start: t0,
+		Preemptions: sc.preemptLate+sc.preemptForever > 0, MIG: migSc})
 	sh := shapeOf(be)
 	*seeds = uint64(sh.Seeds)
 	if why, ok := sh.NotApplicable[sc.name]; ok {
@@ -270,13 +314,19 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	n := sh.Jobs
 	// The preemption scenarios make every job preemptible (no other draw
 	// changes), so that preemptions happen on small clusters too.
+	if migSc && !slices.ContainsFunc(spec.Nodes, func(nd topo.NodeSpec) bool { return nd.MIG }) {
+		t.Skip("not applicable to this backend: its cluster has no GPU in MIG mode")
+	}
 	ids, _ := submitJobs(t, rng, be, n, spec, base, unit, sh.WholeNodeGangs, sh.OneNodeJobs, sc.preemptLate+sc.preemptForever > 0)
+	if migSc {
+		ids = append(ids, submitMIGJobs(t, rng, be, base, unit)...)
+	}
 	w := &faulty{inner: be, refuse: map[string]int{}, transient: map[string]int{}, hang: map[string]int{},
 		late: map[string]int{}, forever: map[string]int{}, restartMid: map[string]int{},
 		finished: map[string]int{}, reconciled: map[string]bool{}, ended: map[string]bool{}, seen: map[string]bool{}, shown: map[string]bool{},
 		release: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0x1a7e)),
-		preemptLate: sc.preemptLate, preemptForever: sc.preemptForever}
-	faults += sc.preemptLate + sc.preemptForever
+		preemptLate: sc.preemptLate, preemptForever: sc.preemptForever, migLate: sc.migLate, migForever: sc.migForever}
+	faults += sc.preemptLate + sc.preemptForever + sc.migLate + sc.migForever
 	t.Cleanup(func() { close(w.release) }) // calls hung for ever return
 	pickJobs := func(k int, m map[string]int, max int) {
 		for range k {
@@ -467,10 +517,13 @@ func runScenario(t *testing.T, sc scenario, seed uint64, seeds *uint64, newBacke
 	for _, e := range w.rebound {
 		t.Errorf("job bound again after it ended: %s", e)
 	}
-	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d, late commits %d, hung for ever %d, restarts mid-call %d, preemptions late %d, preemptions hung for ever %d",
-		n, faults, restarts, w.nRefused, w.nTransient, w.nHung, w.nLate, w.nForever, w.nRestartMid, w.nPreemptLate, w.nPreemptForever)
+	t.Logf("%d jobs, %d faults, %d restarts; refusals %d, transient %d, hangs %d, late commits %d, hung for ever %d, restarts mid-call %d, preemptions late %d, preemptions hung for ever %d, MIG changes late %d, MIG changes hung for ever %d, MIG changes made %d",
+		len(ids), faults, restarts, w.nRefused, w.nTransient, w.nHung, w.nLate, w.nForever, w.nRestartMid, w.nPreemptLate, w.nPreemptForever, w.nMIGLate, w.nMIGForever, w.nMIG)
 	if sc.preemptLate+sc.preemptForever > 0 && w.nPreemptLate+w.nPreemptForever == 0 {
 		t.Errorf("no preemption call was made: the scenario tested nothing")
+	}
+	if migSc && w.nMIGLate+w.nMIGForever == 0 {
+		t.Errorf("no MIG change was made: the scenario tested nothing")
 	}
 	return faults, restarts, n
 }
@@ -542,10 +595,16 @@ func (f *faulty) unfinished(ids []string) []string {
 // IDs and gang sizes (members).
 func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec, base time.Time, unit time.Duration, wholeNodes, oneNode, allPreemptible bool) ([]string, map[string]int) {
 	t.Helper()
-	maxMembers, maxGPUs := min(3, len(spec.Nodes)), 8
+	whole := 0
+	maxGPUs := 8
 	for _, nd := range spec.Nodes {
+		if nd.MIG {
+			continue // MIG nodes take MIG jobs only (submitMIGJobs)
+		}
+		whole++
 		maxGPUs = min(maxGPUs, nd.GPUs)
 	}
+	maxMembers := max(1, min(3, whole))
 	var ids []string
 	size := map[string]int{}
 	for i := range n {
@@ -578,6 +637,28 @@ func submitJobs(t *testing.T, rng *rand.Rand, be Backend, n int, spec topo.Spec,
 	return ids, size
 }
 
+// submitMIGJobs submits 16 one-member MIG jobs of several profiles
+// arriving over the first 5 hours after base, and returns their IDs; a
+// 3g or 2g job finds no instance of its size in seven 1g ones, so the
+// engine plans reconfigurations.
+func submitMIGJobs(t *testing.T, rng *rand.Rand, be Backend, base time.Time, unit time.Duration) []string {
+	t.Helper()
+	profiles := []string{"3g.40gb", "2g.20gb", "1g.10gb", "4g.40gb"}
+	var ids []string
+	for i := range 16 {
+		id := fmt.Sprintf("g%02d", i)
+		j := &queue.Job{ID: id, Queue: "q", Submit: base.Add(time.Duration(rng.IntN(300)) * unit),
+			Request: gang.Request{Groups: []gang.Group{{Members: 1, MIGProfile: profiles[rng.IntN(len(profiles))]}}}}
+		run := time.Duration(10+rng.IntN(50)) * unit
+		j.RuntimeEstimate, j.RuntimeLimit = run, run+60*unit
+		if err := be.Submit(j, run); err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func slicesSort(ts []time.Time) {
 	for i := 1; i < len(ts); i++ {
 		for k := i; k > 0 && ts[k].Before(ts[k-1]); k-- {
@@ -606,9 +687,13 @@ type faulty struct {
 	// hang for ever; nPreempt*: those made so.
 	preemptLate, preemptForever   int
 	nPreemptLate, nPreemptForever int
-	beforeNext                    func()        // called once, by the next Next
-	release                       chan struct{} // closed when the scenario ends
-	rng                           *rand.Rand
+	// migLate, migForever: MIG calls left to make late or hang for ever;
+	// nMIG*: those made so, and all MIG calls.
+	migLate, migForever         int
+	nMIGLate, nMIGForever, nMIG int
+	beforeNext                  func()        // called once, by the next Next
+	release                     chan struct{} // closed when the scenario ends
+	rng                         *rand.Rand
 }
 
 func (f *faulty) take(m map[string]int, job string) bool {
@@ -668,7 +753,39 @@ func (f *faulty) Preempt(ctx context.Context, p engine.Preemption) error {
 }
 
 func (f *faulty) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error {
+	f.mu.Lock()
+	f.nMIG++
+	late, forever := false, false
+	switch {
+	case f.migLate > 0:
+		f.migLate--
+		f.nMIGLate++
+		late = true
+	case f.migForever > 0:
+		f.migForever--
+		f.nMIGForever++
+		forever = true
+	}
+	f.mu.Unlock()
+	switch {
+	case late:
+		// Commits after the Runner gave up on the call.
+		<-ctx.Done()
+		return f.inner.ApplyMIG(context.WithoutCancel(ctx), r)
+	case forever:
+		<-f.release
+		return errors.New("backendtest: hung MIG change released")
+	}
 	return f.inner.ApplyMIG(ctx, r)
+}
+
+// MIGLayout is the backend's, or errors.ErrUnsupported when it is no
+// backends.MIGReporter.
+func (f *faulty) MIGLayout(ctx context.Context, node string, gpu int) (mig.Layout, error) {
+	if mr, ok := f.inner.(backends.MIGReporter); ok {
+		return mr.MIGLayout(ctx, node, gpu)
+	}
+	return mig.Layout{}, errors.ErrUnsupported
 }
 
 func (f *faulty) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/mig"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -661,8 +662,23 @@ func (f *Federation) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) 
 	return mem.Backend.ApplyMIG(ctx, lr)
 }
 
+// MIGLayout routes the read to node's pool (backends.MIGReporter):
+// errors.ErrUnsupported when that pool's backend cannot say.
+func (f *Federation) MIGLayout(ctx context.Context, node string, gpu int) (mig.Layout, error) {
+	mem, n, err := f.route(node)
+	if err != nil {
+		return mig.Layout{}, fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
+	mr, ok := mem.Backend.(backends.MIGReporter)
+	if !ok {
+		return mig.Layout{}, errors.ErrUnsupported
+	}
+	return mr.MIGLayout(ctx, n, gpu)
+}
+
 var (
 	_ backends.Backend         = (*Federation)(nil)
 	_ backends.GangBinder      = (*Federation)(nil)
 	_ backends.RunningReporter = (*Federation)(nil)
+	_ backends.MIGReporter     = (*Federation)(nil)
 )

@@ -2,6 +2,7 @@ package federation_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/federation"
+	"github.com/berthsched/berth/backends/sim"
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
@@ -423,4 +425,29 @@ func TestNextGatesNodeReports(t *testing.T) {
 	assert.Equal(t, "kube/n0", got[1].Node.Name)
 	assert.Equal(t, topo.Ready, got[1].Node.State)
 	assert.Equal(t, "kube", got[1].Node.Labels[federation.LabelPool], "labels kept")
+}
+
+// MIGLayout reads the layout from the node's pool (the Runner's truth
+// after a MIG change timed out); a pool whose backend cannot say answers
+// errors.ErrUnsupported.
+func TestMIGLayoutRoutes(t *testing.T) {
+	spec := topo.Spec{Nodes: []topo.NodeSpec{{Name: "m0", GPUs: 1, GPUModel: "H100-80GB", MIG: true, MIGLayout: "3g 2g 1g 1g"}}}
+	s, err := sim.New(sim.Config{Cluster: spec, Start: t0})
+	require.NoError(t, err)
+	sl := newFake(t, "slurm", 2)
+	f, err := federation.New(federation.Config{Pools: []federation.Pool{{Name: "slurm", Backend: sl}, {Name: "mig", Backend: s}}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	got, err := f.MIGLayout(ctx, "mig/m0", 0)
+	require.NoError(t, err)
+	want, _ := s.Layout("m0", 0)
+	assert.Equal(t, want, got)
+	_, err = f.MIGLayout(ctx, "nope/m0", 0)
+	assert.ErrorIs(t, err, backends.ErrRefused)
+	_, err = f.MIGLayout(ctx, "slurm/n0", 0)
+	assert.ErrorIs(t, err, backends.ErrRefused, "the simulator refuses a GPU that is not in MIG mode")
+	f2, err := federation.New(federation.Config{Pools: []federation.Pool{{Name: "slurm", Backend: sl}, {Name: "mig", Backend: plain{s}}}})
+	require.NoError(t, err)
+	_, err = f2.MIGLayout(ctx, "mig/m0", 0)
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
 }

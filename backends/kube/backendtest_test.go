@@ -82,6 +82,7 @@ func (s *suiteKube) Shape() backendtest.Shape {
 	}
 	return backendtest.Shape{Unit: kubeUnit, Jobs: jobs, Seeds: 1, CallTimeout: 3 * time.Second, StopOnTime: true,
 		ReconcileInterval: time.Second, // RunningNow: a bind of unknown outcome is looked at within 1 s
+		NotApplicable:     backendtest.NotApplicableMIG("ApplyMIG is refused: on Kubernetes the NVIDIA MIG manager owns MIG layouts"),
 	}
 }
 

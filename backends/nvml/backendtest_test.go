@@ -39,6 +39,9 @@ func (s *suiteBox) Shape() backendtest.Shape {
 		Queues:            []string{nvml.DefaultHoldQueue},
 		NoNodeLoss: "the NVML backend is one box, one node: losing it is losing berth's own host; " +
 			"a failed GPU (critical XID) is covered by TestRunnerXIDRequeuesOffTheFailedGPU",
+		NotApplicable: backendtest.NotApplicableMIG("the suite's mock box is not in MIG mode (the mocks switch every GPU of a box " +
+			"at once, and a box in MIG mode has no whole GPU for the suite's whole-GPU jobs); MIGLayout, the truth after a timeout, " +
+			"is tested by TestMIGLayoutReadsTheGPU, the asynchronous changes on the simulator's fault suite"),
 	}
 }
 

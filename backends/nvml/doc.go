@@ -23,6 +23,10 @@
 //     each step checked first against berth's mig geometry (NVIDIA's
 //     mocks accept layouts real GPUs refuse); a failed step is undone so
 //     the GPU is back at the plan's From layout, and the plan is refused.
+//     ApplyMIG is not idempotent (a change made already is refused as
+//     stale): after a call that timed out, the Runner reads the GPU's
+//     layout instead (MIGLayout, backends.MIGReporter): To: made; From:
+//     not.
 //   - Running jobs: BindMember starts the member's command as a local
 //     process in its own process group, with CUDA_VISIBLE_DEVICES set to
 //     the UUIDs of its GPUs or of its MIG instance; stdout, stderr and a

@@ -645,6 +645,37 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	return nil
 }
 
+// MIGLayout reads GPU gpu's MIG layout from NVML now
+// (backends.MIGReporter): the truth the Runner reads after an ApplyMIG
+// call timed out, or after a restart with a change in flight. ApplyMIG is
+// not idempotent (a change already made is refused as stale: the layout
+// is not r.From), so the Runner never calls it again for a change whose
+// outcome is unknown: it reads the layout instead (r.To: made; r.From:
+// not). The read waits for an ApplyMIG of the same GPU in progress (a
+// layout is never read half changed); the Runner bounds that wait by its
+// CallTimeout. Refused: another node, or a GPU that is not a MIG GPU.
+func (b *Backend) MIGLayout(ctx context.Context, node string, gpu int) (mig.Layout, error) {
+	if err := ctx.Err(); err != nil {
+		return mig.Layout{}, err
+	}
+	if node != b.node {
+		return mig.Layout{}, refused("MIG layout of node %q, not this box (%s)", node, b.node)
+	}
+	if gpu < 0 || gpu >= len(b.devs) || !b.model.Valid() {
+		return mig.Layout{}, refused("MIG layout of GPU %d, which is not a MIG GPU of %s", gpu, b.node)
+	}
+	b.migMu[gpu].Lock()
+	defer b.migMu[gpu].Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cur, err := readLayout(b.devs[gpu].dev, b.model)
+	if err != nil {
+		return mig.Layout{}, fmt.Errorf("MIG layout of GPU %d: %w", gpu, err)
+	}
+	b.layouts[gpu] = cur
+	return cur, nil
+}
+
 // ApplyMIG changes GPU r.GPU from r.From to r.To: destroy r.Destroy, then
 // create r.Create with CreateGpuInstanceWithPlacement and one compute
 // instance each. Every step is checked first against berth's geometry (the

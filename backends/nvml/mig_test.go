@@ -105,6 +105,30 @@ func TestApplyMIG(t *testing.T) {
 	assert.Contains(t, err.Error(), "the layout is")
 }
 
+// MIGLayout reads the GPU's layout from NVML: the Runner's truth after an
+// ApplyMIG timed out (To: made; From: not).
+func TestMIGLayoutReadsTheGPU(t *testing.T) {
+	var _ backends.MIGReporter = (*nvml.Backend)(nil)
+	mb := newMIGBox(t)
+	ctx := context.Background()
+	got, err := mb.b.MIGLayout(ctx, "box", 0)
+	require.NoError(t, err)
+	assert.Equal(t, layout(t, ""), got)
+	to := layout(t, "3g.40gb@0 2g.20gb@4 1g.10gb@6")
+	r := engine.MIGReconfiguration{Node: "box", GPU: 0, From: layout(t, ""), To: to, Create: to.Instances()}
+	require.NoError(t, mb.b.ApplyMIG(ctx, r))
+	got, err = mb.b.MIGLayout(ctx, "box", 0)
+	require.NoError(t, err)
+	assert.Equal(t, to, got)
+	// A second ApplyMIG of the same change is refused (not idempotent):
+	// the Runner reads the layout instead of calling it again.
+	require.ErrorIs(t, mb.b.ApplyMIG(ctx, r), backends.ErrRefused)
+	_, err = mb.b.MIGLayout(ctx, "other", 0)
+	assert.ErrorIs(t, err, backends.ErrRefused)
+	_, err = mb.b.MIGLayout(ctx, "box", 99)
+	assert.ErrorIs(t, err, backends.ErrRefused)
+}
+
 // Plans berth's geometry says are invalid never reach NVML (the mock would
 // accept them).
 func TestApplyMIGCheckedAgainstGeometry(t *testing.T) {

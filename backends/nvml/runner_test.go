@@ -3,10 +3,12 @@ package nvml_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,5 +223,92 @@ func TestRunnerUsesAdoptedInstances(t *testing.T) {
 			assert.False(t, b.Members[0].Created)
 			assert.Equal(t, uint8(4), b.Members[0].Instance.Start)
 		}
+	}
+}
+
+// lateMIGBackend is the NVML backend whose first MIG change is made and
+// then answered only after the Runner's CallTimeout (a driver call that
+// commits and hangs).
+type lateMIGBackend struct {
+	*nvml.Backend
+	late  time.Duration
+	calls atomic.Int64
+}
+
+func (l *lateMIGBackend) ApplyMIG(ctx context.Context, r engine.MIGReconfiguration) error {
+	err := l.Backend.ApplyMIG(ctx, r)
+	if l.calls.Add(1) == 1 {
+		time.Sleep(l.late)
+	}
+	return err
+}
+
+// On a box whose GPUs are split into seven 1g instances, a 3g job needs a
+// reconfiguration: the Runner applies it on a goroutine (assumed), binds
+// the job on the new instance after it, and the job runs on it. With the
+// change's answer late past CallTimeout, the change is unknown until the
+// GPU's layout read from NVML (MIGLayout) says it was made: ApplyMIG is
+// called once, never again for it.
+func TestRunnerMIGReconfiguresAsynchronously(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
+			box := mustBox(t, "dgxh100")
+			box.SetMIGMode(true)
+			for _, d := range box.Devices {
+				for s := range uint32(7) {
+					createGI(t, d, nv.GPU_INSTANCE_PROFILE_1_SLICE, s)
+				}
+			}
+			f := open(t, box, nil)
+			be := &lateMIGBackend{Backend: f.b}
+			if late {
+				be.late = 300 * time.Millisecond
+			}
+			var mu sync.Mutex
+			var migs []backends.MIGResult
+			r, err := backends.NewRunner(backends.RunnerConfig{
+				Engine: engine.Config{
+					Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "team"}, {Name: nvml.DefaultHoldQueue}}},
+					// Any wait is worth a change: planned at the first cycle.
+					MIG: engine.MIGConfig{WaitFactor: 1e-9},
+				},
+				Backend:           be,
+				TickInterval:      50 * time.Millisecond,
+				CallTimeout:       100 * time.Millisecond,
+				ReconcileInterval: 200 * time.Millisecond,
+				Observe: func(c backends.Cycle) {
+					mu.Lock()
+					migs = append(migs, c.MIG...)
+					mu.Unlock()
+				},
+			})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			j := job("big", 1, 0)
+			j.Submit = time.Now().Add(-time.Minute)
+			j.Request.Groups[0].MIGProfile = "3g.40gb"
+			require.NoError(t, f.b.Submit(context.Background(), j, sh(`echo $CUDA_VISIBLE_DEVICES`)))
+			e := f.exits.next(t)
+			assert.Equal(t, nvml.ReasonCompleted, e.Reason)
+			assert.Regexp(t, `^MIG-`, e.Visible)
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+			assert.Equal(t, int64(1), be.calls.Load(), "one change, applied once")
+			mu.Lock()
+			defer mu.Unlock()
+			if late {
+				require.Len(t, migs, 2, "unknown, then applied from the GPU's layout")
+				assert.True(t, migs[0].Unknown)
+				assert.ErrorIs(t, migs[0].Err, backends.ErrCallTimeout)
+			} else {
+				require.Len(t, migs, 1)
+			}
+			last := migs[len(migs)-1]
+			assert.NoError(t, last.Err)
+			assert.False(t, last.Unknown)
+			assert.Equal(t, 1, last.Change.To.Count(last.Change.Create[0].Profile), "a 3g instance made")
+		})
 	}
 }

@@ -206,7 +206,13 @@ func (c *Collector) Observe(cy backends.Cycle) {
 	c.refusals.WithLabelValues("bind").Add(float64(len(out.RefusedBinds) + failed))
 	c.refusals.WithLabelValues("preemption").Add(float64(len(out.RefusedPreemptions) + actRefused["preemption"]))
 	c.refusals.WithLabelValues("resize").Add(float64(len(out.RefusedResizes) + actRefused["resize"]))
-	c.refusals.WithLabelValues("mig").Add(float64(len(out.RefusedMIG)))
+	migFailed := 0
+	for _, m := range cy.MIG {
+		if m.Err != nil && !m.Unknown {
+			migFailed++
+		}
+	}
+	c.refusals.WithLabelValues("mig").Add(float64(len(out.RefusedMIG) + migFailed))
 	c.rejected.Add(float64(len(rd.Rejected)))
 	c.applyErrors.Add(float64(len(cy.Errors)))
 	if cy.View != nil {

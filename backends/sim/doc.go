@@ -33,7 +33,8 @@
 //     its From is not the layout (stale) or the node is down; refused and
 //     a violation when it destroys an instance in use or its Destroy /
 //     Create do not lead from From to To. Instances released by finished
-//     jobs stay, idle, as on a real GPU.
+//     jobs stay, idle, as on a real GPU. MIGLayout (backends.MIGReporter)
+//     reports a GPU's layout: the Runner's truth after a change timed out.
 //   - Preempt stops a job at once without reporting it finished (the
 //     engine requeues it); it reruns from the start.
 //   - FailNode and RecoverNode inject node failures; RefuseBinds and

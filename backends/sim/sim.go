@@ -1223,6 +1223,20 @@ func (s *Sim) Layout(node string, gpu int) (mig.Layout, bool) {
 	return s.nodes[ni].gpus[gpu].layout, true
 }
 
+// MIGLayout is Layout as backends.MIGReporter: the truth the Runner reads
+// after a MIG change timed out. A GPU that is not a MIG GPU of a node is
+// refused (backends.ErrRefused).
+func (s *Sim) MIGLayout(ctx context.Context, node string, gpu int) (mig.Layout, error) {
+	if err := ctx.Err(); err != nil {
+		return mig.Layout{}, err
+	}
+	l, ok := s.Layout(node, gpu)
+	if !ok {
+		return mig.Layout{}, refused("GPU %d of %q is not a MIG GPU", gpu, node)
+	}
+	return l, nil
+}
+
 // Stats returns the MIG and share counters so far.
 func (s *Sim) Stats() Stats {
 	s.mu.Lock()
