@@ -314,6 +314,14 @@ type tracked struct {
 	preempted bool      // stopped by berth: its requeue is berth's, not an end
 	launched  bool      // submitted by LaunchJob, held: BindGang releases it
 	sbatched  time.Time // when LaunchJob's sbatch returned: a poll begun earlier may miss it
+	// boundAt is when a BindGang of it last came through: a poll that
+	// read squeue before holds a record older than the bind (events.go).
+	boundAt time.Time
+	// doubt: its last BindGang failed with an error that is no refusal
+	// (a timeout): the update may have been applied, and the Runner
+	// decides (RunningNow) whether it runs; a poll does not stop it as a
+	// ghost.
+	doubt bool
 }
 
 // New checks cfg and that SLURM's commands are installed, and returns a
@@ -851,8 +859,13 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
 	launched := t.launched
+	t.doubt = err != nil && !errors.Is(err, backends.ErrRefused)
 	if err == nil {
 		t.state, t.bound, t.running, t.devices, t.launched = inRunning, true, order, "", false
+		// A victim bound again runs a new run: its end is an end, not
+		// the preemption's requeue (a preemption that came late marked
+		// it while the engine had requeued it already).
+		t.preempted, t.boundAt = false, time.Now()
 		delete(b.shown, job) // the bind's admin comment replaced the reason
 	}
 	b.mu.Unlock()
