@@ -243,7 +243,7 @@ func (b *Backend) poll(ctx context.Context) error {
 				if t.state != inRunning || t.preempted || !slices.Contains(t.running, n.Name) {
 					continue
 				}
-				if r := byID[id]; r != nil && terminal(r.State) && !t.boundAt.After(start) {
+				if r := byID[id]; r != nil && terminal(r.State) && !t.actedAt.After(start) {
 					_, managed := b.cfg.Partitions[r.Partition]
 					evs = b.jobChanged(evs, now, id, taskIndex(r), r, managed, &moves)
 					continue
@@ -277,7 +277,7 @@ func (b *Backend) poll(ctx context.Context) error {
 		for k, id := range ids {
 			present[id] = true
 			t := b.jobs[id]
-			if t != nil && t.boundAt.After(start) {
+			if t != nil && t.actedAt.After(start) {
 				// Bound since squeue was read (a victim the engine
 				// requeued and bound again while this poll ran): the
 				// record is of the run before; the next poll reads it.
@@ -383,6 +383,10 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			t.reqNodes = r.ReqNodes != ""
 		}
 		switch {
+		case terminal(r.State) && t.preempted:
+			// Handed back by a preemption's stop, not yet seen pending:
+			// requeuehold leaves COMPLETED / CANCELLED briefly.
+			return evs
 		case terminal(r.State):
 			t.state = inEnded
 			return append(evs, engine.Cancelled(now, id))
@@ -493,7 +497,7 @@ func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]s
 		if t == nil {
 			return "", true // not berth's (a restart lost it)
 		}
-		return t.partition, t.state == inPending && !t.boundAt.After(start)
+		return t.partition, t.state == inPending && !t.actedAt.After(start)
 	}
 	for _, id := range ghosts {
 		part, ok := still(id)

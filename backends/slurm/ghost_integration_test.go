@@ -68,6 +68,20 @@ exec %[2]s "$@"
 	return dir
 }
 
+// openBackend makes a backend of bc that has read the cluster, closed
+// (and its context done) when the test ends.
+func openBackend(t *testing.T, bc slurm.Config) (*slurm.Backend, context.Context) {
+	t.Helper()
+	b, err := slurm.New(bc)
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, err = b.Cluster(ctx)
+	require.NoError(t, err)
+	return b, ctx
+}
+
 // Issue 31: a preemption that reaches the backend after its deadline (a
 // late call) requeues and holds the victim and moves it back; a poll that
 // read squeue between the requeue and that move saw the victim pending in
@@ -85,33 +99,10 @@ func TestIntegrationLatePreemptionRebind(t *testing.T) {
 	bin := slowMoves(t)
 	bc := backendConfig(conf, t)
 	bc.Bin = bin
-	b, err := slurm.New(bc)
-	require.NoError(t, err)
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, err = b.Cluster(ctx)
-	require.NoError(t, err)
+	b, ctx := openBackend(t, bc)
 	var ev events
-	go func() {
-		for ctx.Err() == nil {
-			evs, err := b.Next(ctx, time.Time{})
-			if err != nil {
-				return
-			}
-			ev.mu.Lock()
-			ev.evs = append(ev.evs, evs...)
-			ev.mu.Unlock()
-		}
-	}()
-	has := func(id string, k engine.EventKind) bool {
-		for _, x := range ev.of(id) {
-			if x == k {
-				return true
-			}
-		}
-		return false
-	}
+	ev.collect(ctx, b)
+	has := func(id string, k engine.EventKind) bool { return slices.Contains(ev.of(id), k) }
 	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", "sleep 2")
 	waitFor(t, 30*time.Second, "the job submitted", func() bool { return has(id, engine.EventJobSubmitted) })
 	m := []engine.Member{{Node: "node05", GPUs: []int{0}}}
@@ -188,13 +179,7 @@ func readTimes(t *testing.T, path string) [][]float64 {
 func TestIntegrationGhostStoppedAndHandedBack(t *testing.T) {
 	conf := slurmConf(t)
 	reset(t, conf)
-	b, err := slurm.New(backendConfig(conf, t))
-	require.NoError(t, err)
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, err = b.Cluster(ctx)
-	require.NoError(t, err)
+	b, ctx := openBackend(t, backendConfig(conf, t))
 	var ev events
 	next := func() {
 		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -213,17 +198,7 @@ func TestIntegrationGhostStoppedAndHandedBack(t *testing.T) {
 	// No poll meanwhile (Next is not called): SLURM starts it.
 	cmd(t, conf, "scontrol", "update", "JobId="+id, "Partition=berth-run")
 	waitFor(t, 30*time.Second, "SLURM to start it", func() bool { return showJob(t, conf, id).State == "RUNNING" })
-	go func() {
-		for ctx.Err() == nil {
-			evs, err := b.Next(ctx, time.Time{})
-			if err != nil {
-				return
-			}
-			ev.mu.Lock()
-			ev.evs = append(ev.evs, evs...)
-			ev.mu.Unlock()
-		}
-	}()
+	ev.collect(ctx, b)
 	waitFor(t, 30*time.Second, "the ghost stopped and handed back", func() bool {
 		ji := showJob(t, conf, id)
 		return ji.Partition == "berth" && ji.State == "PENDING" && ji.Restarts > 0
@@ -235,4 +210,54 @@ func TestIntegrationGhostStoppedAndHandedBack(t *testing.T) {
 		return slices.Contains(ev.of(id), engine.EventJobFinished)
 	})
 	assert.Equal(t, []string{"node06"}, hostnames(t, conf, showJob(t, conf, id).NodeList))
+}
+
+// A preemption that comes after its deadline returns once the victim is
+// requeued and back in its managed partition; the engine requeues the
+// victim then and may bind it at once, before any poll read it again.
+// That bind is taken (it was refused "not pending" until a poll had read
+// the job: five refusals, MaxBindTries 100 ms apart, held the job for
+// good on the loaded CI machine). No poll runs here between the
+// preemption and the bind.
+func TestIntegrationBindRightAfterLatePreemption(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	b, ctx := openBackend(t, backendConfig(conf, t))
+	var ev events
+	next := func() {
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		evs, err := b.Next(wctx, time.Now().Add(300*time.Millisecond))
+		require.NoError(t, err)
+		ev.mu.Lock()
+		ev.evs = append(ev.evs, evs...)
+		ev.mu.Unlock()
+	}
+	has := func(id string, k engine.EventKind) bool { return slices.Contains(ev.of(id), k) }
+	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", "sleep 2")
+	waitFor(t, 30*time.Second, "the job submitted", func() bool {
+		next()
+		return has(id, engine.EventJobSubmitted)
+	})
+	m := []engine.Member{{Node: "node07", GPUs: []int{0}}}
+	require.NoError(t, b.BindGang(ctx, id, m))
+	waitFor(t, 30*time.Second, "the job running", func() bool {
+		next()
+		return has(id, engine.EventDevicesReported)
+	})
+	// Let the poll Next started finish before the preemption: none runs
+	// from here to the bind.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, b.Preempt(ctx, engine.Preemption{Victim: id, For: "other", Deadline: time.Now().Add(-time.Second), Run: 1}))
+	require.NoError(t, b.BindGang(ctx, id, m), "bound at once after the preemption")
+	ev.collect(ctx, b)
+	end := time.Now().Add(60 * time.Second)
+	for !has(id, engine.EventJobFinished) && time.Now().Before(end) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	ji := showJob(t, conf, id)
+	require.True(t, has(id, engine.EventJobFinished), "the rebound job's end was not reported; SLURM: %+v; events %v", ji, ev.of(id))
+	assert.Equal(t, "COMPLETED", ji.State)
+	assert.Equal(t, 1, ji.Restarts)
+	assert.Equal(t, []string{"node07"}, hostnames(t, conf, ji.NodeList))
 }
