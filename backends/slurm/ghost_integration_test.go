@@ -68,6 +68,19 @@ exec %[2]s "$@"
 	return dir
 }
 
+// nextOnce appends the events of one call of b.Next (waking within
+// 300 ms): no poll starts between two calls.
+func (e *events) nextOnce(ctx context.Context, t *testing.T, b *slurm.Backend) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	evs, err := b.Next(wctx, time.Now().Add(300*time.Millisecond))
+	require.NoError(t, err)
+	e.mu.Lock()
+	e.evs = append(e.evs, evs...)
+	e.mu.Unlock()
+}
+
 // openBackend makes a backend of bc that has read the cluster, closed
 // (and its context done) when the test ends.
 func openBackend(t *testing.T, bc slurm.Config) (*slurm.Backend, context.Context) {
@@ -181,15 +194,7 @@ func TestIntegrationGhostStoppedAndHandedBack(t *testing.T) {
 	reset(t, conf)
 	b, ctx := openBackend(t, backendConfig(conf, t))
 	var ev events
-	next := func() {
-		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		evs, err := b.Next(wctx, time.Now().Add(300*time.Millisecond))
-		require.NoError(t, err)
-		ev.mu.Lock()
-		ev.evs = append(ev.evs, evs...)
-		ev.mu.Unlock()
-	}
+	next := func() { ev.nextOnce(ctx, t, b) }
 	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", "sleep 2")
 	waitFor(t, 30*time.Second, "the job submitted", func() bool {
 		next()
@@ -224,15 +229,7 @@ func TestIntegrationBindRightAfterLatePreemption(t *testing.T) {
 	reset(t, conf)
 	b, ctx := openBackend(t, backendConfig(conf, t))
 	var ev events
-	next := func() {
-		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		evs, err := b.Next(wctx, time.Now().Add(300*time.Millisecond))
-		require.NoError(t, err)
-		ev.mu.Lock()
-		ev.evs = append(ev.evs, evs...)
-		ev.mu.Unlock()
-	}
+	next := func() { ev.nextOnce(ctx, t, b) }
 	has := func(id string, k engine.EventKind) bool { return slices.Contains(ev.of(id), k) }
 	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", "sleep 2")
 	waitFor(t, 30*time.Second, "the job submitted", func() bool {
