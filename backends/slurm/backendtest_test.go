@@ -62,26 +62,8 @@ func (s *suiteSlurm) Shape() backendtest.Shape {
 		ReconcileInterval: 2 * time.Second, // a hung bind is looked at in SLURM within 2 s
 		TickInterval:      time.Second, StopOnTime: true,
 		WholeNodeGangs: true, // two members of one gang on one node: not supported (docs/backends/slurm.md)
-		NotApplicable:  slurmNotApplicable(),
+		NotApplicable:  backendtest.NotApplicableMIG("ApplyMIG is refused: SLURM 22.05 knows MIG only through NVML autodetection at slurmd start, it cannot be reconfigured from outside"),
 	}
-}
-
-// slurmNotApplicable: the preemption scenarios pass the suite's checks on
-// this cluster when run alone, but one CI run (2026-12-07) failed
-// preempt-commits-after-timeout: a victim requeued by a late preemption
-// call was started again by SLURM itself in berth-run before the backend
-// moved it back to berth ("Job is no longer pending execution"), so it ran
-// without berth's decision, and one job's end was never stepped. Open
-// (issue 31), see docs/reliability.md; run them with
-// BERTH_SLURM_PREEMPT_SCENARIOS=1.
-func slurmNotApplicable() map[string]string {
-	out := backendtest.NotApplicableMIG("ApplyMIG is refused: SLURM 22.05 knows MIG only through NVML autodetection at slurmd start, it cannot be reconfigured from outside")
-	if os.Getenv("BERTH_SLURM_PREEMPT_SCENARIOS") == "1" {
-		return out
-	}
-	why := "known bug (issue 31): a victim requeued by a late preemption call can be started by SLURM itself in berth-run before the backend moves it back (docs/reliability.md); BERTH_SLURM_PREEMPT_SCENARIOS=1 runs it"
-	out["preempt-commits-after-timeout"], out["preempt-hangs-forever"] = why, why
-	return out
 }
 
 // Reopen makes a new slurm.Backend, as a restarted berth would: it reads

@@ -259,7 +259,9 @@ func (b *Backend) requeueMisplaced(ctx context.Context, ids []string) {
 		if err := checkJobID(sid); err != nil {
 			continue
 		}
-		if _, err := b.cli.run(ctx, "scontrol", "requeue", sid); err != nil {
+		// Held: SLURM could otherwise start it again in RunPartition
+		// once its requeue delay passed, before the hand-back's move.
+		if _, err := b.cli.run(ctx, "scontrol", "requeuehold", sid); err != nil {
 			b.skip(id, fmt.Errorf("requeueing a job started off its bind's nodes: %w", err))
 		}
 	}

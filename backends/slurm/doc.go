@@ -43,9 +43,14 @@
 //
 // Preemption signals the job (SIGTERM), then at the end of the grace period
 // requeues and holds it, moves it back to its managed partition and releases
-// it (or cancels it, Partition.Cancel). Restarting berth rebuilds everything
-// from SLURM: running jobs are adopted with their GPU indices, jobs moved but
-// not yet started are moved back and placed again.
+// it (or cancels it, Partition.Cancel); a poll that saw it requeued moves
+// it back only with no bind in flight and only if it was not bound since
+// the poll read squeue (the engine may have bound it again). A job berth
+// has pending that SLURM started by itself, on no bind of berth's (a
+// requeue of SLURM's own left in RunPartition past its BeginTime), is
+// requeued held and moved back: berth places it again. Restarting berth
+// rebuilds everything from SLURM: running jobs are adopted with their GPU
+// indices, jobs moved but not yet started are moved back and placed again.
 //
 // # Services
 //

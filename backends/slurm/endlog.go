@@ -289,7 +289,8 @@ func (b *Backend) confirmEnds(ctx context.Context, sids []string) (poll bool) {
 			continue
 		}
 		a, shown := ans[sid]
-		if !shown || t.state != inRunning || t.preempted || t.misplaced || a.restarts != t.restarts {
+		if !shown || t.state != inRunning || t.preempted || t.misplaced || a.restarts != t.restarts || t.actedAt.After(start) {
+			// (bound since the read: the answer is of the run before)
 			delete(b.completing, sid)
 			poll = true
 			continue

@@ -211,6 +211,7 @@ func (b *Backend) poll(ctx context.Context) error {
 	var evs []engine.Event
 	var moves [][2]string  // jobs to hand back to their managed partition
 	var misplaced []string // jobs SLURM started off their bind's nodes
+	var ghosts []string    // jobs SLURM started that berth did not bind
 
 	b.mu.Lock()
 	b.stats.Polls++
@@ -222,6 +223,7 @@ func (b *Backend) poll(ctx context.Context) error {
 	// would requeue it, and a pending job cannot finish.
 	var byID map[string]*jobRec
 	seen := map[string]bool{}
+	lost := map[string]bool{} // jobs of a node that went down: the engine requeues them, SLURM too
 	for _, n := range nodes {
 		if !b.inSpec[n.Name] || seen[n.Name] {
 			continue
@@ -241,12 +243,13 @@ func (b *Backend) poll(ctx context.Context) error {
 				if t.state != inRunning || t.preempted || !slices.Contains(t.running, n.Name) {
 					continue
 				}
-				if r := byID[id]; r != nil && terminal(r.State) {
+				if r := byID[id]; r != nil && terminal(r.State) && !t.actedAt.After(start) {
 					_, managed := b.cfg.Partitions[r.Partition]
 					evs = b.jobChanged(evs, now, id, taskIndex(r), r, managed, &moves)
 					continue
 				}
 				t.state, t.bound = inPending, false // the engine requeues it whole
+				lost[id] = true
 			}
 			evs = append(evs, engine.NodeFailed(now, n.Name))
 		} else {
@@ -273,6 +276,26 @@ func (b *Backend) poll(ctx context.Context) error {
 		}
 		for k, id := range ids {
 			present[id] = true
+			t := b.jobs[id]
+			if t != nil && t.actedAt.After(start) {
+				// Bound since squeue was read (a victim the engine
+				// requeued and bound again while this poll ran): the
+				// record is of the run before; the next poll reads it.
+				continue
+			}
+			if t != nil && t.state == inPending && !managed && r.State == "RUNNING" && !t.binding && !t.doubt && !lost[id] {
+				// Started by SLURM itself, on no bind of berth's (a
+				// requeue SLURM made, left in RunPartition past its
+				// BeginTime): the engine has it pending. Stopped and
+				// handed back (ghosts below); it runs when berth binds it.
+				b.skip(id, fmt.Errorf("started by SLURM on %s without a bind of berth's: requeued and handed back", r.Nodes))
+				ghosts = append(ghosts, id)
+				// The requeue counts one restart: a bind made before a
+				// poll reads it again must not take it for a requeue of
+				// the bound run (handBack).
+				t.restarts = r.RestartCnt + 1
+				continue
+			}
 			evs = b.jobChanged(evs, now, id, idx[k], r, managed, &moves)
 			if t := b.jobs[id]; t != nil && t.misplaced {
 				t.misplaced = false
@@ -297,12 +320,7 @@ func (b *Backend) poll(ctx context.Context) error {
 	b.mu.Unlock()
 	b.cancelOrphans(ctx, orphans)
 	b.requeueMisplaced(ctx, misplaced)
-
-	for _, mv := range moves {
-		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {
-			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
-		}
-	}
+	b.handBackAll(ctx, start, moves, ghosts)
 	b.applyRejects(ctx)
 	// The events go out once the jobs are back in their partitions: Next
 	// returns queued events while a poll runs, and a job handed back
@@ -365,6 +383,10 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			t.reqNodes = r.ReqNodes != ""
 		}
 		switch {
+		case terminal(r.State) && t.preempted:
+			// Handed back by a preemption's stop, not yet seen pending:
+			// requeuehold leaves COMPLETED / CANCELLED briefly.
+			return evs
 		case terminal(r.State):
 			t.state = inEnded
 			return append(evs, engine.Cancelled(now, id))
@@ -373,7 +395,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			t.preempted = false
 			*moves = append(*moves, [2]string{id, t.partition})
 		case r.State == "PENDING" && managed:
-			t.preempted = false
+			t.preempted, t.doubt = false, false
 		}
 		return evs
 	}
@@ -451,6 +473,52 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		return append(evs, engine.Finished(now, id))
 	}
 	return evs
+}
+
+// handBackAll makes a poll's moves back to the managed partitions, and
+// stops the ghosts it found (requeue held, then moved back), under smu:
+// no bind runs meanwhile. A job bound since the poll read squeue is left
+// alone: the engine requeued it (a preemption's PreemptApplied comes
+// from the Runner's call, not from a poll's events) and bound it again,
+// and a move back would undo that bind (the job pending in its managed
+// partition, the engine running it) or fail on the job SLURM started
+// for it ("no longer pending"). So is a job no longer pending in the
+// backend's record (ended meanwhile).
+func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]string, ghosts []string) {
+	if len(moves)+len(ghosts) == 0 {
+		return
+	}
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	still := func(id string) (string, bool) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		t := b.jobs[id]
+		if t == nil {
+			return "", true // not berth's (a restart lost it)
+		}
+		return t.partition, t.state == inPending && !t.actedAt.After(start)
+	}
+	for _, id := range ghosts {
+		part, ok := still(id)
+		if !ok {
+			continue
+		}
+		if _, err := b.cli.run(ctx, "scontrol", "requeuehold", b.slurmID(id)); err != nil && !strings.Contains(err.Error(), "pending") {
+			// (pending: SLURM requeued it meanwhile; moved back below)
+			b.skip(id, fmt.Errorf("stopping a job SLURM started without a bind of berth's: %w", err))
+			continue
+		}
+		moves = append(moves, [2]string{id, part})
+	}
+	for _, mv := range moves {
+		if _, ok := still(mv[0]); !ok {
+			continue
+		}
+		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {
+			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
+		}
+	}
 }
 
 // handBack reports whether a job berth runs whose record shows it

@@ -32,6 +32,21 @@ type events struct {
 	evs []engine.Event
 }
 
+// collect appends b's events until ctx is done or Next fails.
+func (e *events) collect(ctx context.Context, b *slurm.Backend) {
+	go func() {
+		for ctx.Err() == nil {
+			evs, err := b.Next(ctx, time.Time{})
+			if err != nil {
+				return
+			}
+			e.mu.Lock()
+			e.evs = append(e.evs, evs...)
+			e.mu.Unlock()
+		}
+	}()
+}
+
 func (e *events) of(job string) []engine.EventKind {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -67,17 +82,7 @@ func TestIntegrationLaunchJob(t *testing.T) {
 	_, err = b.Cluster(ctx)
 	require.NoError(t, err)
 	var ev events
-	go func() {
-		for ctx.Err() == nil {
-			evs, err := b.Next(ctx, time.Time{})
-			if err != nil {
-				return
-			}
-			ev.mu.Lock()
-			ev.evs = append(ev.evs, evs...)
-			ev.mu.Unlock()
-		}
-	}()
+	ev.collect(ctx, b)
 
 	job := func(id, name string, members, gpus int) *queue.Job {
 		return &queue.Job{ID: id, Queue: "train", Name: name, Submit: time.Now(), RuntimeEstimate: 3 * time.Second,

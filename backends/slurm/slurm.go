@@ -314,6 +314,15 @@ type tracked struct {
 	preempted bool      // stopped by berth: its requeue is berth's, not an end
 	launched  bool      // submitted by LaunchJob, held: BindGang releases it
 	sbatched  time.Time // when LaunchJob's sbatch returned: a poll begun earlier may miss it
+	// actedAt is when a BindGang of it last came through, or a
+	// preemption's stop handed it back: a poll that read squeue before
+	// holds a record older than that change (events.go).
+	actedAt time.Time
+	// doubt: its last BindGang failed with an error that is no refusal
+	// (a timeout): the update may have been applied, and the Runner
+	// decides (RunningNow) whether it runs; a poll does not stop it as a
+	// ghost.
+	doubt bool
 }
 
 // New checks cfg and that SLURM's commands are installed, and returns a
@@ -851,8 +860,13 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
 	launched := t.launched
+	t.doubt = err != nil && !errors.Is(err, backends.ErrRefused)
 	if err == nil {
 		t.state, t.bound, t.running, t.devices, t.launched = inRunning, true, order, "", false
+		// A victim bound again runs a new run: its end is an end, not
+		// the preemption's requeue (a preemption that came late marked
+		// it while the engine had requeued it already).
+		t.preempted, t.actedAt = false, time.Now()
 		delete(b.shown, job) // the bind's admin comment replaced the reason
 	}
 	b.mu.Unlock()
@@ -981,9 +995,9 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 
 // stop ends a preempted job now: cancel, or requeue-hold and hand back.
 func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error {
-	id = b.slurmID(id)
+	sid := b.slurmID(id)
 	if cancel {
-		_, err := b.cli.run(ctx, "scancel", id)
+		_, err := b.cli.run(ctx, "scancel", sid)
 		return refusal(err)
 	}
 	// A job that ended in its grace period (SIGTERM often ends it) is
@@ -992,10 +1006,29 @@ func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error 
 	// and the move back (smu).
 	b.smu.Lock()
 	defer b.smu.Unlock()
-	if _, err := b.cli.run(ctx, "scontrol", "requeuehold", id); err != nil {
+	if _, err := b.cli.run(ctx, "scontrol", "requeuehold", sid); err != nil {
 		return refusal(err)
 	}
-	return b.moveBack(ctx, id, part)
+	if err := b.moveBack(ctx, sid, part); err != nil {
+		return err
+	}
+	// Pending in its partition again: the engine requeues it (at once
+	// for a preemption that came after its deadline) and may bind it
+	// before a poll reads it; those binds were refused ("not pending"),
+	// MaxBindTries of them in half a second held the job for good. It
+	// stays marked preempted until a poll sees it back (requeuehold
+	// leaves COMPLETED / CANCELLED briefly: no end).
+	b.mu.Lock()
+	if t := b.jobs[id]; t != nil && t.state == inRunning && t.preempted {
+		t.state, t.bound, t.running, t.devices = inPending, false, nil, ""
+		// The requeue counts one restart: a bind made before a poll
+		// reads the job must not take it for a requeue of the bound run
+		// (handBack).
+		t.restarts++
+		t.actedAt = time.Now()
+	}
+	b.mu.Unlock()
+	return nil
 }
 
 // moveBack returns a pending job of RunPartition to its managed partition
