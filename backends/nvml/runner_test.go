@@ -293,6 +293,18 @@ func TestRunnerMIGReconfiguresAsynchronously(t *testing.T) {
 			e := f.exits.next(t)
 			assert.Equal(t, nvml.ReasonCompleted, e.Reason)
 			assert.Regexp(t, `^MIG-`, e.Visible)
+			// The change's outcome reaches Observe with a cycle after it
+			// was stepped, which may come after the job's exit (CI under
+			// -race: none had yet when the Runner was stopped).
+			want := 1
+			if late {
+				want = 2
+			}
+			waitFor(t, "the MIG outcomes observed", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(migs) >= want
+			})
 			cancel()
 			require.ErrorIs(t, <-done, context.Canceled)
 			assert.Equal(t, int64(1), be.calls.Load(), "one change, applied once")
@@ -303,7 +315,12 @@ func TestRunnerMIGReconfiguresAsynchronously(t *testing.T) {
 				assert.True(t, migs[0].Unknown)
 				assert.ErrorIs(t, migs[0].Err, backends.ErrCallTimeout)
 			} else {
-				require.Len(t, migs, 1)
+				// Applied; under heavy load a call may pass the 100 ms
+				// CallTimeout and be unknown first, then settled.
+				require.NotEmpty(t, migs)
+				for _, m := range migs[:len(migs)-1] {
+					assert.True(t, m.Unknown, "only an unknown outcome before the last")
+				}
 			}
 			last := migs[len(migs)-1]
 			assert.NoError(t, last.Err)

@@ -806,14 +806,21 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	}
 	b.smu.RLock()
 	defer b.smu.RUnlock()
+	// The record's fields are read under b.mu (the poller writes them).
 	b.mu.Lock()
 	sid := b.slurmIDLocked(job)
 	t := b.jobs[job]
+	pending := t != nil && t.state == inPending
+	var nodes int
+	var part string
+	if t != nil {
+		nodes, part = t.nodes, t.partition
+	}
 	b.mu.Unlock()
 	if err := checkJobID(sid); err != nil {
 		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
 	}
-	if t == nil || t.state != inPending {
+	if !pending {
 		return fmt.Errorf("%w: job %s is not pending in a managed partition", backends.ErrRefused, job)
 	}
 	per := map[string]int{}
@@ -830,8 +837,8 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 		}
 		per[m.Node] += len(m.GPUs)
 	}
-	if len(order) != t.nodes {
-		return fmt.Errorf("%w: job %s asks %d nodes, berth placed its members on %d (a SLURM job has one member per node)", backends.ErrRefused, job, t.nodes, len(order))
+	if len(order) != nodes {
+		return fmt.Errorf("%w: job %s asks %d nodes, berth placed its members on %d (a SLURM job has one member per node)", backends.ErrRefused, job, nodes, len(order))
 	}
 	for _, n := range order {
 		if per[n] != per[order[0]] {
@@ -853,7 +860,7 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	err := b.bind(ctx, &bindReq{
 		id: job, job: sid, nodes: order, exclude: exc, done: make(chan error, 1),
 		args: []string{"update", "JobId=" + sid, "Partition=" + b.cfg.RunPartition,
-			where, "StartTime=now", "AdminComment=" + adminTag + t.partition},
+			where, "StartTime=now", "AdminComment=" + adminTag + part},
 	})
 	b.mu.Lock()
 	t.binding = false
@@ -875,7 +882,7 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	}
 	// Launched held: moved with its node list, it starts once released.
 	if _, rerr := b.cli.run(context.WithoutCancel(ctx), "scontrol", "release", sid); rerr != nil {
-		merr := b.moveBack(context.WithoutCancel(ctx), job, t.partition)
+		merr := b.moveBack(context.WithoutCancel(ctx), job, part)
 		b.mu.Lock()
 		t.state, t.bound, t.running, t.launched = inPending, false, nil, merr != nil
 		b.mu.Unlock()
@@ -935,30 +942,36 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	if b.isReplicaJob(id) {
 		return b.preemptReplica(ctx, p)
 	}
+	// The record's fields are read under b.mu: the poller and the end
+	// log's confirmations write them (a data race under -race before).
 	b.mu.Lock()
 	sid := b.slurmIDLocked(id)
 	t := b.jobs[id]
+	running, part := t != nil && t.state == inRunning, ""
+	if t != nil {
+		part = t.partition
+	}
 	b.mu.Unlock()
 	if err := checkJobID(sid); err != nil {
 		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
 	}
-	if t == nil || t.state != inRunning {
+	if !running {
 		return fmt.Errorf("%w: job %s is not running under berth", backends.ErrRefused, id)
 	}
-	cancel := b.cfg.Partitions[t.partition].Cancel
+	cancel := b.cfg.Partitions[part].Cancel
 	wait := time.Until(p.Deadline)
 	if wait > 0 {
 		if !cancel {
 			// Marked in SLURM, so that a berth started again finds a
 			// victim the SIGTERM ended, whose requeue this process's
 			// timer was to make, and makes it (Running).
-			if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+t.partition+" "+stoppingTag); err != nil {
+			if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+part+" "+stoppingTag); err != nil {
 				return refusal(err)
 			}
 		}
 		if _, err := b.cli.run(ctx, "scancel", "--signal=TERM", "--full", sid); err != nil {
 			if !cancel { // not preempted (it ended first): no requeue is due
-				_, _ = b.cli.run(context.WithoutCancel(ctx), "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+t.partition)
+				_, _ = b.cli.run(context.WithoutCancel(ctx), "scontrol", "update", "JobId="+sid, "AdminComment="+adminTag+part)
 			}
 			return refusal(err)
 		}
@@ -970,7 +983,7 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	b.stats.Preemptions++
 	b.mu.Unlock()
 	if wait <= 0 {
-		return b.stop(ctx, id, t.partition, cancel)
+		return b.stop(ctx, id, part, cancel)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -986,7 +999,7 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 		b.mu.Unlock()
 		ctx, cancelCtx := context.WithTimeout(context.Background(), 2*b.cfg.CommandTimeout)
 		defer cancelCtx()
-		if err := b.stop(ctx, id, t.partition, cancel); err != nil {
+		if err := b.stop(ctx, id, part, cancel); err != nil {
 			b.skip(id, fmt.Errorf("stopping after the grace period: %w", err))
 		}
 	})
