@@ -234,6 +234,15 @@ func demandOf(d demand, res string) int64 {
 // (spec.nodeName is immutable), so the pod is deleted at once (grace 0,
 // with its UID as precondition): its controller, if any, makes a new one,
 // which forms the gang again. A member that was never bound returns nil.
+//
+// The truth may be ahead of berth's record: a pod of the job that the
+// informer shows on m's node with no bind of berth's recorded (a Binding
+// the API server committed after its call gave up) is found and deleted
+// too. A member whose bind call is still in flight cannot be undone yet:
+// that is an error (not ErrRefused), and the Runner, for which the bind's
+// outcome stays unknown, looks again (an unbind that returned nil there
+// would be followed by the bind committing: a pod running that berth had
+// given up).
 func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Member) error {
 	if b.isReplicaJob(jobID) {
 		return b.unbindReplica(ctx, jobID, m)
@@ -247,11 +256,21 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 	}
 	i, ok := j.assigned[key]
 	if !ok {
+		i = b.unrecordedPodLocked(j, m)
+	}
+	if i < 0 {
 		b.mu.Unlock()
 		return nil
 	}
 	bm, bound := j.bound[i]
 	pr := j.pods[i]
+	if _, inFlight := b.assumed[pr.uid]; ok && !bound && inFlight {
+		b.mu.Unlock()
+		return fmt.Errorf("kube: the bind of pod %s to %s is in flight: it cannot be undone before it answers", pr.key(), m.Node)
+	}
+	if !ok {
+		bound = true // on m's node, by the informer: bm is the zero Member, nothing booked
+	}
 	b.mu.Unlock()
 	if bound {
 		zero := int64(0)
@@ -268,7 +287,7 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 		b.deleted[pr.uid] = true
 	}
 	delete(j.assigned, key)
-	if bound {
+	if _, booked := j.bound[i]; booked {
 		delete(j.bound, i)
 		if d := b.devs[bm.Node]; d != nil {
 			d.free(jobID, &bm)
@@ -276,6 +295,26 @@ func (b *Backend) UnbindMember(ctx context.Context, jobID string, m engine.Membe
 	}
 	delete(b.assumed, pr.uid)
 	return nil
+}
+
+// unrecordedPodLocked returns the index in j.pods of a live pod of m's
+// group that the informer shows bound on m's node and that berth has no
+// bind of recorded (nor deleted), or -1. Caller holds mu.
+func (b *Backend) unrecordedPodLocked(j *job, m engine.Member) int {
+	if b.podList == nil {
+		return -1
+	}
+	for i, pr := range j.pods {
+		if _, booked := j.bound[i]; booked || pr.group != m.Group || b.deleted[pr.uid] {
+			continue
+		}
+		p, err := b.podList.Pods(pr.ns).Get(pr.name)
+		if err != nil || p.UID != pr.uid || !podLive(p) || p.DeletionTimestamp != nil || p.Spec.NodeName != m.Node {
+			continue
+		}
+		return i
+	}
+	return -1
 }
 
 // Preempt evicts every bound pod of the victim through the Eviction API,

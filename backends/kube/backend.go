@@ -762,7 +762,7 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 			alive++
 			_, ours := j.bound[i]
 			_, inFlight := b.assumed[pr.uid]
-			if !ours && !inFlight && p.Spec.NodeName != "" {
+			if !ours && !inFlight && p.Spec.NodeName != "" && !b.recordLateLocked(j, i, p) {
 				broken = true // bound by someone else
 			}
 		}
@@ -896,6 +896,34 @@ func (b *Backend) syncPods(ctx context.Context, now time.Time) (adopts []backend
 		}
 	}
 	return adopts, cancels, submits
+}
+
+// recordLateLocked records as bound pod i of j, which the informer shows
+// on a node with no bind of berth's recorded and no call in flight: a
+// Binding of berth's that the API server committed after its call
+// answered an error (the client gave up). Only berth binds pods of its
+// scheduler, so the bind is berth's own: the job keeps the pod (its
+// member is read from the node and AnnotationGPUs), RunningNow lists it,
+// and the Runner adopts or stops it. False for another scheduler's pod, a
+// foreign job, or a node berth cannot book it on. Caller holds mu.
+func (b *Backend) recordLateLocked(j *job, i int, p *corev1.Pod) bool {
+	if j.foreign || p.Spec.SchedulerName != b.cfg.SchedulerName {
+		return false
+	}
+	t, devs := b.nodes[p.Spec.NodeName], b.devs[p.Spec.NodeName]
+	if t == nil || t.gone || devs == nil {
+		return false
+	}
+	pr := j.pods[i]
+	m, ok := devs.adoptAt(j.id, pr.d, p)
+	if !ok {
+		return false
+	}
+	m.Node, m.Group = p.Spec.NodeName, pr.group
+	j.bound[i] = m
+	j.assigned[memberKey(m)] = i
+	b.cfg.Logf("kube: pod %s of %s is bound on %s with no bind of berth's recorded (a Binding committed after its call gave up): recorded", pr.key(), j.id, m.Node)
+	return true
 }
 
 // NodeState says what berth believes of a node: its state, and false

@@ -106,5 +106,17 @@
 // Runner learns the truth from the abandoned request's answer or from
 // RunningNow: a gang running where the engine bound it is adopted; one
 // that is not is unbound (UnbindMember deletes a bound pod) and its bind
-// failed. See docs/reliability.md.
+// failed. Two cases make the truth arrive after the Runner acted:
+//   - an unbind of a member whose Binding is still in flight is an error,
+//     not a no-op: the bind's outcome stays unknown until the Binding
+//     answers, and the Runner looks again (a nil answer there, followed
+//     by the Binding committing, was a ghost: a pod holding GPUs that no
+//     unbind could find);
+//   - a pod of berth's scheduler that the informer shows bound with no
+//     bind of berth's recorded (the Binding committed, its call answered
+//     an error) is recorded as bound, from its node and AnnotationGPUs,
+//     not taken for another scheduler's bind (which cancelled the job);
+//     UnbindMember also finds such a pod by its node and deletes it.
+//
+// See docs/reliability.md.
 package kube
