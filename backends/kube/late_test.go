@@ -90,23 +90,7 @@ func TestUnbindOfALateBindLeavesNoGhost(t *testing.T) {
 	}}
 	cfg := w.config()
 	cfg.Launch = kube.LaunchConfig{Namespace: w.ns, Image: "registry.example/train:1"}
-	b, err := kube.New(api, dyn, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, b.Start(ctx))
-	defer b.Close()
-	_, err = b.Cluster(ctx)
-	require.NoError(t, err)
-	_, err = b.Running(ctx)
-	require.NoError(t, err)
-	go func() { // the informer's events reach the backend's books through Next
-		for ctx.Err() == nil {
-			if _, err := b.Next(ctx, time.Now().Add(100*time.Millisecond)); err != nil {
-				return
-			}
-		}
-	}()
+	b, ctx := startAlone(t, api, cfg, nil)
 	launch := func(id string) (*queue.Job, string) {
 		j := &queue.Job{ID: id, Queue: "training", Submit: time.Now(), RuntimeEstimate: time.Hour, RuntimeLimit: 2 * time.Hour,
 			Request: gang.Request{Groups: []gang.Group{{Members: 1, GPUsPerMember: 4}}}}
@@ -138,7 +122,7 @@ func TestUnbindOfALateBindLeavesNoGhost(t *testing.T) {
 	bound := make(chan error, 1)
 	go func() { bound <- b.BindMember(context.Background(), j1.ID, m) }()
 	time.Sleep(300 * time.Millisecond) // BindMember waits in the Binding call
-	err = b.UnbindMember(ctx, j1.ID, m)
+	err := b.UnbindMember(ctx, j1.ID, m)
 	require.Error(t, err, "an unbind while the Binding is in flight")
 	assert.NotErrorIs(t, err, backends.ErrRefused, "its outcome is unknown, not refused")
 	close(hold)

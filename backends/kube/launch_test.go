@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/berthsched/berth/backends"
 	"github.com/berthsched/berth/backends/kube"
@@ -28,29 +29,13 @@ func TestLaunchJobPods(t *testing.T) {
 	node := w.node("a", 8)
 	cfg := w.config()
 	cfg.Launch = kube.LaunchConfig{Namespace: w.ns, Image: "registry.example/infer:1", Command: []string{"serve", "--port=8080"}, Labels: map[string]string{"team": "inference", kube.LabelJob: "overridden"}}
-	b, err := kube.New(cs, dyn, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, b.Start(ctx))
-	defer b.Close()
-	_, err = b.Cluster(ctx)
-	require.NoError(t, err)
-	_, err = b.Running(ctx)
-	require.NoError(t, err)
 	var mu sync.Mutex
 	var evs []engine.Event
-	go func() {
-		for ctx.Err() == nil {
-			got, err := b.Next(ctx, time.Now().Add(100*time.Millisecond))
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			evs = append(evs, got...)
-			mu.Unlock()
-		}
-	}()
+	b, ctx := startAlone(t, cs, cfg, func(got []engine.Event) {
+		mu.Lock()
+		evs = append(evs, got...)
+		mu.Unlock()
+	})
 	kinds := func(job string) []engine.EventKind {
 		mu.Lock()
 		defer mu.Unlock()
@@ -150,4 +135,35 @@ func TestLaunchJobPods(t *testing.T) {
 	require.NoError(t, b.LaunchJob(ctx, wj))
 	assert.Len(t, b.LaunchedPods(wj.ID), 1)
 	require.NoError(t, b.WithdrawJob(ctx, wj.ID))
+}
+
+// startAlone starts a kube.Backend on client c without a Runner, as a
+// test driving its Actuator methods by hand does: Cluster and Running are
+// read once, and a goroutine calls Next until the test ends, handing each
+// batch of events to seen (nil: dropped), so that the informers' changes
+// reach the backend's books.
+func startAlone(t *testing.T, c kubernetes.Interface, cfg kube.Config, seen func([]engine.Event)) (*kube.Backend, context.Context) {
+	t.Helper()
+	b, err := kube.New(c, dyn, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, b.Start(ctx))
+	t.Cleanup(b.Close)
+	_, err = b.Cluster(ctx)
+	require.NoError(t, err)
+	_, err = b.Running(ctx)
+	require.NoError(t, err)
+	go func() {
+		for ctx.Err() == nil {
+			got, err := b.Next(ctx, time.Now().Add(100*time.Millisecond))
+			if err != nil {
+				return
+			}
+			if seen != nil {
+				seen(got)
+			}
+		}
+	}()
+	return b, ctx
 }
