@@ -73,11 +73,13 @@ func TestUnbindOfALateBindLeavesNoGhost(t *testing.T) {
 	w := newWorld(t)
 	node := w.node("a", 8)
 	hold := make(chan struct{})
-	var mode atomic.Value // "hold": wait for hold, then commit; "commit-then-fail": commit, answer a timeout
+	entered := make(chan struct{}, 1) // the held Binding call has begun
+	var mode atomic.Value             // "hold": wait for hold, then commit; "commit-then-fail": commit, answer a timeout
 	mode.Store("")
 	api := lateAPI{Interface: cs, bind: func(ctx context.Context, do func(context.Context) error) error {
 		switch mode.Load() {
 		case "hold":
+			entered <- struct{}{}
 			<-hold
 			return do(context.WithoutCancel(ctx))
 		case "commit-then-fail":
@@ -121,7 +123,11 @@ func TestUnbindOfALateBindLeavesNoGhost(t *testing.T) {
 	mode.Store("hold")
 	bound := make(chan error, 1)
 	go func() { bound <- b.BindMember(context.Background(), j1.ID, m) }()
-	time.Sleep(300 * time.Millisecond) // BindMember waits in the Binding call
+	select { // BindMember waits in the Binding call
+	case <-entered:
+	case err := <-bound:
+		t.Fatalf("BindMember answered before its Binding call was held: %v", err)
+	}
 	err := b.UnbindMember(ctx, j1.ID, m)
 	require.Error(t, err, "an unbind while the Binding is in flight")
 	assert.NotErrorIs(t, err, backends.ErrRefused, "its outcome is unknown, not refused")
