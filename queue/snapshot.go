@@ -37,7 +37,8 @@ type snapStatic struct {
 // returns it. Owner only. It clones (O(1), copy-on-write) only the pending
 // sets of queues that changed since the last Publish; the others are
 // shared with the previous snapshot, so a queue that did not change costs
-// its owner no copy on its next change. When neither the pending set nor
+// its owner no copy on its next change, and a queue with no pending job
+// gets a shared empty set (no clone either). When neither the pending set nor
 // the quota tree changed and the time is the same, the previous snapshot
 // is returned as it is.
 func (p *Pending) Publish(now time.Time) *Snapshot {
@@ -68,9 +69,13 @@ func (p *Pending) Publish(now time.Time) *Snapshot {
 	for i, qi := range t.queues {
 		n := &t.nodes[qi]
 		copy(s.usage[i*R:(i+1)*R], n.usage)
-		if prev != nil && !p.dirty[qi] {
+		switch {
+		case prev != nil && !p.dirty[qi]:
 			s.pending[i] = prev.pending[i]
-		} else {
+		case p.byQueue[qi].Len() == 0:
+			s.pending[i] = p.empty
+			p.dirty[qi] = false
+		default:
 			s.pending[i] = p.byQueue[qi].Clone()
 			p.dirty[qi] = false
 		}

@@ -65,6 +65,9 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 		Start:   engineEpoch,
 		MIG:     engine.MIGConfig{Disabled: true},
 		Scorer:  sc,
+		// The run reads no View: each cycle books in place instead of
+		// copying the pages it writes (engine.Config.BareViews).
+		BareViews: true,
 	})
 	if err != nil {
 		return Curve{}, fmt.Errorf("%w: %s: %w", ErrConfig, policy, err)
