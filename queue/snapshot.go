@@ -26,6 +26,13 @@ type Snapshot struct {
 	usage      []Amount
 	share      []float64
 	gpuSeconds []float64
+	// one holds pending, share and gpuSeconds when the tree has one
+	// queue (replays, single-queue sites): a snapshot is then one
+	// allocation, not three.
+	one struct {
+		pending [1]*btree.BTreeG[*entry]
+		f       [2]float64
+	}
 }
 
 type snapStatic struct {
@@ -62,9 +69,13 @@ func (p *Pending) Publish(now time.Time) *Snapshot {
 		}
 	}
 	s := &Snapshot{at: now, version: version, res: t.res, qIndex: p.qIndex, n: len(p.byID), static: p.static}
-	s.pending = make([]*btree.BTreeG[*entry], Q)
+	var f []float64
+	if Q == 1 {
+		s.pending, f = s.one.pending[:], s.one.f[:]
+	} else {
+		s.pending, f = make([]*btree.BTreeG[*entry], Q), make([]float64, 2*Q)
+	}
 	s.usage = make([]Amount, Q*R)
-	f := make([]float64, 2*Q)
 	s.share, s.gpuSeconds = f[:Q:Q], f[Q:]
 	for i, qi := range t.queues {
 		n := &t.nodes[qi]
