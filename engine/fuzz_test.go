@@ -365,44 +365,16 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 		checkRestore(t, e, seed, shared)
 		// Replay: the same inputs give the same decisions, also with every
 		// cycle a full one and every cache off (Config.DisableCaches).
-		rng2 := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		cfg2 := fuzzSeedConfig(rng2, seed, shared)
-		cfg2.DisableCaches = true // every cache off: resumption, memos
-		e2, err := New(cfg2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m2 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
-		for i, st := range steps {
-			if st.ev != nil && st.ev.Job != nil {
-				cp := *st.ev.Job
-				ev := *st.ev
-				ev.Job = &cp
-				st.ev = &ev
-			}
-			if d := apply(t, e2, st, m2) + wakeDigest(e2); d != digests[i] {
+		replaySteps(t, seed, shared, steps, func(c *Config) { c.DisableCaches = true }, func(i int, e2 *Engine, d string) {
+			if d += wakeDigest(e2); d != digests[i] {
 				t.Fatalf("replay differs at step %d:\nfirst:  %s\nreplay: %s", i, digests[i], d)
 			}
-		}
+		})
 		// Bare Views (Config.BareViews): each cycle books on the engine's
 		// snapshot in place. The same decisions and statuses; the Views'
 		// explanations, which read no bookings, are left out.
-		rng3 := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		cfg3 := fuzzSeedConfig(rng3, seed, shared)
-		cfg3.BareViews = true
-		e3, err := New(cfg3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m3 := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
-		for i, st := range steps {
-			if st.ev != nil && st.ev.Job != nil {
-				cp := *st.ev.Job
-				ev := *st.ev
-				ev.Job = &cp
-				st.ev = &ev
-			}
-			d, w := apply(t, e3, st, m3), wakeDigest(e3)
+		replaySteps(t, seed, shared, steps, func(c *Config) { c.BareViews = true }, func(i int, e3 *Engine, d string) {
+			w := wakeDigest(e3)
 			if v := e3.View(); v != nil && v.x.snap != nil {
 				t.Fatalf("step %d: a bare View holds a snapshot", i)
 			}
@@ -412,7 +384,29 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			if !ok || got != want {
 				t.Fatalf("bare Views: replay differs at step %d:\nfirst:  %s\nreplay: %s%s", i, digests[i], got, w)
 			}
+		})
+	}
+}
+
+// replaySteps applies steps to a new engine of the fuzz input's config
+// changed by set, and hands check each step's digest (apply's).
+func replaySteps(t *testing.T, seed uint64, shared bool, steps []fuzzStep, set func(*Config), check func(i int, e *Engine, d string)) {
+	t.Helper()
+	cfg := fuzzSeedConfig(rand.New(rand.NewPCG(seed, seed^0x5eed)), seed, shared)
+	set(&cfg)
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &fuzzModel{known: map[string]bool{}, preemptedAt: map[string]time.Time{}}
+	for i, st := range steps {
+		if st.ev != nil && st.ev.Job != nil {
+			cp := *st.ev.Job
+			ev := *st.ev
+			ev.Job = &cp
+			st.ev = &ev
 		}
+		check(i, e, apply(t, e, st, m))
 	}
 }
 
