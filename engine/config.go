@@ -205,6 +205,20 @@ type Config struct {
 	// before it was: true asks for what the zero value gives. Setting
 	// both LazyPending and EagerPending is an error.
 	LazyPending bool
+	// BareViews publishes Views without a copy of the cluster's
+	// bookings: View.Explain and View.Explanations then give each job's
+	// reason without what they read from the bookings (the room left for
+	// its shape, the nodes of its reservation, whether it would fit now),
+	// and everything else in a View is as before. In exchange a cycle
+	// books on the engine's own snapshot instead of a copy-on-write clone
+	// of it: by default each cycle copies every page of state it writes
+	// (64 nodes' free GPUs and host resources, a level's counters, 64
+	// GPUs' shares), since the last View holds the pages as they were.
+	// For programs that read no explanations from Views (replays,
+	// simulations: replay/fgd's engine runs set it). Decisions, Ready
+	// and the pending statuses are the same either way (FuzzEngine
+	// compares them).
+	BareViews bool
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap

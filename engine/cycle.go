@@ -188,6 +188,20 @@ func (cs *cycleState) reset(now time.Time) {
 	clear(cs.batches)
 }
 
+// cyclePlan returns the snapshot a cycle books on: a copy-on-write clone
+// of the engine's, which becomes the engine's at the end of the cycle.
+// Under Config.BareViews no View holds the engine's snapshot, and nothing
+// reads it during a cycle but through the plan, so the plan is the
+// snapshot itself: its pages are its own and are written in place (a
+// clone would make every page shared, and the cycle would copy each page
+// it writes). What-if clones of the plan still copy what they write.
+func (e *Engine) cyclePlan() *topo.Snapshot {
+	if e.cfg.BareViews {
+		return e.snap
+	}
+	return e.snap.Clone()
+}
+
 // cycle is one scheduling cycle. Its steps, in order:
 //
 //  1. Drain: the intake into the pending set; victims whose grace period
@@ -246,7 +260,7 @@ func (e *Engine) cycle() Ready {
 		}
 		e.order = e.order[:0]
 
-		cs.plan = e.snap.Clone()
+		cs.plan = e.cyclePlan()
 		e.bindClaims(&rd)
 		e.holdClaims()
 
@@ -528,7 +542,7 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 	}
 	cs.now, cs.nowNs = now, now.UnixNano()
 	cs.dropHeld()
-	cs.plan = e.snap.Clone()
+	cs.plan = e.cyclePlan()
 	cs.cutSeen = cutKey{}
 	clear(cs.batches) // computed on the last cycle's plan
 	// The last cycle's statuses, shared: Ready and View hold them with no

@@ -122,8 +122,8 @@ func (x Estimate) String() string {
 }
 
 // viewExtra is what a View keeps for Estimates and Explain beyond the
-// cycle's statuses: a copy-on-write clone of the bookings and the
-// backfill settings.
+// cycle's statuses: a copy-on-write clone of the bookings (none under
+// Config.BareViews) and the backfill settings.
 type viewExtra struct {
 	snap  *topo.Snapshot
 	mode  BackfillMode
@@ -132,7 +132,7 @@ type viewExtra struct {
 
 func (e *Engine) viewExtra() viewExtra {
 	x := viewExtra{mode: e.cfg.Backfill.Mode, depth: e.cfg.depth()}
-	if e.snap != nil {
+	if e.snap != nil && !e.cfg.BareViews {
 		x.snap = e.snap.Clone()
 	}
 	return x

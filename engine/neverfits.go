@@ -82,8 +82,11 @@ func (e *Engine) neverFits(j *queue.Job, r *gang.Request) error {
 		// that leaves none.
 		var maxGPUs, maxCPU, maxMem int64
 		modelSeen := false
-		perDomain := map[string]int{}
-		best := 0
+		var perDomain map[string]int
+		if lvl >= 0 {
+			perDomain = map[string]int{}
+		}
+		best, inCluster := 0, 0
 		for i := range nodes {
 			n := &nodes[i]
 			if !whole(n) {
@@ -113,8 +116,15 @@ func (e *Engine) neverFits(j *queue.Job, r *gang.Request) error {
 			if n.MemoryMiB > 0 && g.MemoryMiB > 0 {
 				fit = min(fit, int(n.MemoryMiB/g.MemoryMiB))
 			}
+			if lvl < 0 {
+				// One domain, the cluster: no map (every submission of
+				// a new shape comes here).
+				inCluster += fit
+				best = inCluster
+				continue
+			}
 			key := ""
-			if lvl >= 0 && lvl < len(n.Domains) {
+			if lvl < len(n.Domains) {
 				key = strings.Join(n.Domains[:lvl+1], "\x00")
 			}
 			perDomain[key] += fit

@@ -22,6 +22,21 @@ type placement struct {
 	shared bool
 }
 
+// membersOne holds the Members of a bind of one member of up to eight
+// GPUs (toMembers).
+type membersOne struct {
+	m [1]Member
+	l [8]int
+}
+
+// placementOne is a placement with room for one member of up to two
+// GPUs, allocated together (fromResult).
+type placementOne struct {
+	placement
+	one  [1]pmember
+	gbuf [4]uint32
+}
+
 type pmember struct {
 	group    int32
 	node     topo.NodeID
@@ -43,11 +58,21 @@ func sharedRequest(g *gang.Group) (mig.Request, bool) {
 // fromResult copies a gang.Result (whose slices belong to the placer) of
 // request r.
 func fromResult(res *gang.Result, r *gang.Request) *placement {
-	p := &placement{members: make([]pmember, len(res.Members))}
 	all := res.GPUs()
+	var p *placement
 	// One array: the members' GPUs in member order, then (whole GPUs
 	// only) the same sorted.
-	buf := make([]uint32, 2*len(all))
+	var buf []uint32
+	if len(res.Members) == 1 && 2*len(all) <= len(placementOne{}.gbuf) {
+		// One allocation for a placement of one member of a few GPUs
+		// (one pod of a replay, a small job).
+		o := &placementOne{}
+		p, buf = &o.placement, o.gbuf[:2*len(all)]
+		p.members = o.one[:]
+	} else {
+		p = &placement{members: make([]pmember, len(res.Members))}
+		buf = make([]uint32, 2*len(all))
+	}
 	p.gpus = buf[:len(all):len(all)]
 	copy(p.gpus, all)
 	for i, m := range res.Members {
@@ -195,12 +220,18 @@ func (p *placement) unbook(s *topo.Snapshot) {
 
 // toMembers renders members with node names and node-local GPU indices.
 func toMembers(c *topo.Cluster, ms []pmember) []Member {
-	out := make([]Member, len(ms))
 	n := 0
 	for _, m := range ms {
 		n += len(m.gpus)
 	}
-	locals := make([]int, n) // one array for every member's GPUs
+	var out []Member
+	var locals []int // one array for every member's GPUs
+	if len(ms) == 1 && n <= len(membersOne{}.l) {
+		o := &membersOne{} // one allocation for a job of one member
+		out, locals = o.m[:], o.l[:n:n]
+	} else {
+		out, locals = make([]Member, len(ms)), make([]int, n)
+	}
 	for i, m := range ms {
 		first, _ := c.NodeGPUs(m.node)
 		local := locals[:len(m.gpus):len(m.gpus)]

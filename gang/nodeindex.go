@@ -245,11 +245,10 @@ func (p *Placer) capOne(id topo.NodeID, gi *groupInfo, exact bool) int {
 		// A free GPU under Spec.ShareFreeGPUs gives 1000/Milli >= 1
 		// shares (shareFits' first case): the node holds the member.
 		if gi.models.n == 0 && x.c.SharesFreeGPUs() {
-			if m := p.s.NodeFreeMask(id); m != 0 && p.s.NodeState(id) == topo.Ready {
-				first, _ := x.c.NodeGPUs(id)
-				if !p.s.IsSharedGPU(first + uint32(bits.TrailingZeros64(m))) {
-					return 1
-				}
+			// The first free GPU is not shared (IsSharedGPU, read from
+			// the node's mask: one read of the page at hand).
+			if m := p.s.NodeFreeMask(id); m != 0 && p.s.NodeState(id) == topo.Ready && p.s.NodeSharedMask(id)&(m&-m) == 0 {
+				return 1
 			}
 		}
 	}

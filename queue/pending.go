@@ -125,6 +125,11 @@ type Pending struct {
 	changed changeLog
 	rebuild bool
 	static  []snapStatic // the snapshots' constant part, built once
+	// empty is the pending set Publish gives a queue with no pending job:
+	// never written, so it is shared by every snapshot and costs the
+	// queue's tree no clone (a cloned tree copies its nodes on its next
+	// change).
+	empty *btree.BTreeG[*entry]
 	// maxVec is, per resource, the largest demand of any job ever added
 	// (it never shrinks): QuotaIdle compares it with what every queue
 	// could still admit.
@@ -258,6 +263,7 @@ func NewPending(t *Tree, cfg PendingConfig) (*Pending, error) {
 		dirty:     make([]bool, len(t.nodes)),
 		changed:   newChangeLog(len(t.nodes)),
 		rebuild:   cfg.RebuildOrder,
+		empty:     btree.NewG(btreeDegree, less),
 	}
 	fl := btree.NewFreeListG[*entry](btree.DefaultFreeListSize)
 	for i, q := range t.queues {

@@ -14,6 +14,9 @@ type demand struct {
 	account  int32
 	vec      []Amount // by resource index; ungoverned resources dropped
 	gpuMilli float64  // GPU-time rate for fair share
+	// small backs vec when the tree governs at most len(small)
+	// resources: one allocation per job, not two.
+	small [4]Amount
 }
 
 // demandOf returns the job's cached demand for t, computing it once.
@@ -24,7 +27,12 @@ func (t *Tree) demandOf(j *Job) (*demand, error) {
 	if err := t.ValidateJob(j); err != nil {
 		return nil, err
 	}
-	d := &demand{tree: t, job: j.ID, queue: t.nodeIdx[j.Queue], account: t.acctIdx[j.AccountName()], vec: make([]Amount, len(t.res))}
+	d := &demand{tree: t, job: j.ID, queue: t.nodeIdx[j.Queue], account: t.acctIdx[j.AccountName()]}
+	if len(t.res) <= len(d.small) {
+		d.vec = d.small[:len(t.res):len(t.res)]
+	} else {
+		d.vec = make([]Amount, len(t.res))
+	}
 	for _, q := range j.Demand() {
 		if k, ok := t.resIdx[q.Name]; ok {
 			d.vec[k] = q.Amount

@@ -26,6 +26,13 @@ type Snapshot struct {
 	usage      []Amount
 	share      []float64
 	gpuSeconds []float64
+	// one holds pending, share and gpuSeconds when the tree has one
+	// queue (replays, single-queue sites): a snapshot is then one
+	// allocation, not three.
+	one struct {
+		pending [1]*btree.BTreeG[*entry]
+		f       [2]float64
+	}
 }
 
 type snapStatic struct {
@@ -37,7 +44,8 @@ type snapStatic struct {
 // returns it. Owner only. It clones (O(1), copy-on-write) only the pending
 // sets of queues that changed since the last Publish; the others are
 // shared with the previous snapshot, so a queue that did not change costs
-// its owner no copy on its next change. When neither the pending set nor
+// its owner no copy on its next change, and a queue with no pending job
+// gets a shared empty set (no clone either). When neither the pending set nor
 // the quota tree changed and the time is the same, the previous snapshot
 // is returned as it is.
 func (p *Pending) Publish(now time.Time) *Snapshot {
@@ -61,16 +69,24 @@ func (p *Pending) Publish(now time.Time) *Snapshot {
 		}
 	}
 	s := &Snapshot{at: now, version: version, res: t.res, qIndex: p.qIndex, n: len(p.byID), static: p.static}
-	s.pending = make([]*btree.BTreeG[*entry], Q)
+	var f []float64
+	if Q == 1 {
+		s.pending, f = s.one.pending[:], s.one.f[:]
+	} else {
+		s.pending, f = make([]*btree.BTreeG[*entry], Q), make([]float64, 2*Q)
+	}
 	s.usage = make([]Amount, Q*R)
-	f := make([]float64, 2*Q)
 	s.share, s.gpuSeconds = f[:Q:Q], f[Q:]
 	for i, qi := range t.queues {
 		n := &t.nodes[qi]
 		copy(s.usage[i*R:(i+1)*R], n.usage)
-		if prev != nil && !p.dirty[qi] {
+		switch {
+		case prev != nil && !p.dirty[qi]:
 			s.pending[i] = prev.pending[i]
-		} else {
+		case p.byQueue[qi].Len() == 0:
+			s.pending[i] = p.empty
+			p.dirty[qi] = false
+		default:
 			s.pending[i] = p.byQueue[qi].Clone()
 			p.dirty[qi] = false
 		}

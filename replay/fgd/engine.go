@@ -65,6 +65,9 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 		Start:   engineEpoch,
 		MIG:     engine.MIGConfig{Disabled: true},
 		Scorer:  sc,
+		// The run reads no View: each cycle books in place instead of
+		// copying the pages it writes (engine.Config.BareViews).
+		BareViews: true,
 	})
 	if err != nil {
 		return Curve{}, fmt.Errorf("%w: %s: %w", ErrConfig, policy, err)
@@ -79,6 +82,12 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 	bins := make([]int, len(order))
 	var arrived, allocated int64
 	cv := Curve{Policy: policy, Seed: seed, Pods: len(order), FirstFail: len(order)}
+	// The run's jobs, their groups and IDs in three arrays instead of
+	// three small objects per pod (the engine keeps each job until the
+	// run ends: pods never finish).
+	jobs := make([]queue.Job, len(order))
+	groups := make([]gang.Group, len(order))
+	ids := jobIDs(len(order))
 	for i, pi := range order {
 		if i%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -87,8 +96,10 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 		}
 		pd := &p.pods[pi]
 		at := engineEpoch.Add(time.Duration(i) * time.Second)
-		id := strconv.Itoa(i)
-		j := &queue.Job{ID: id, Queue: engineQueue, Submit: at, Request: pd.request()}
+		id := ids[i]
+		groups[i] = pd.group
+		j := &jobs[i]
+		*j = queue.Job{ID: id, Queue: engineQueue, Submit: at, Request: gang.Request{Groups: groups[i : i+1 : i+1]}}
 		if err := e.Step(engine.Submitted(at, j)); errors.Is(err, engine.ErrNeverFits) {
 			// No node of the pod's models could ever hold it (its CPU,
 			// say): the engine refuses it on arrival, the placer fails
@@ -135,4 +146,25 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 	cv.ArrivedPct = float64(arrived) / div
 	cv.Columns = binColumns(values, bins, int(math.Round(tune*100)))
 	return cv, nil
+}
+
+// jobIDs returns strconv.Itoa(i) for i in 0..n-1, substrings of one
+// string.
+func jobIDs(n int) []string {
+	var buf []byte
+	end := make([]int, n)
+	for i := range n {
+		buf = strconv.AppendInt(buf, int64(i), 10)
+		end[i] = len(buf)
+	}
+	all := string(buf)
+	ids := make([]string, n)
+	for i := range n {
+		start := 0
+		if i > 0 {
+			start = end[i-1]
+		}
+		ids[i] = all[start:end[i]]
+	}
+	return ids
 }
