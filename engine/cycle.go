@@ -449,11 +449,11 @@ func (e *Engine) walk(cur queue.Cursor, rd *Ready) {
 	cs.quotaIdle = false
 	defer func() { cs.quotaIdle = false }() // PendingAll's consider asks the tree
 	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
-		if cs.skipNext != nil {
+		if cs.skipped {
 			if j != cs.skipNext {
-				panic("engine: broken invariant: a skip's cursor yielded " + j.ID + ", not " + cs.skipNext.ID)
+				panic("engine: broken invariant: a skip's cursor yielded " + j.ID + ", not the next candidate")
 			}
-			cs.skipNext = nil
+			cs.skipped, cs.skipNext = false, nil
 		}
 		if canCut && e.cutHere(&canCut) {
 			cs.cut, cs.cutCur, cs.cutJob = true, cur, j

@@ -87,7 +87,6 @@ type Engine struct {
 	lastPend []PendingStatus
 	noResume bool
 	resumed  int // cycles that resumed (tests)
-	skipped  int // jobs passed by skips (tests, benchmarks)
 	// fitsOK: requests that passed the never-fits check (scalecache.go).
 	fitsOK  fitsMemo
 	fitsBuf []byte // the key being looked up in fitsOK

@@ -221,6 +221,9 @@ func FuzzEngine(f *testing.F) {
 	// (LazyPending), with refusals, ends, failures and backoffs
 	f.Add(uint64(1<<32), []byte{0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 9, 2, 9, 4, 9, 0, 0, 9, 2, 2, 9, 6, 9, 7, 9, 4, 9, 3, 9, 4, 4, 9})
 	f.Add(uint64(1<<32|3), []byte{0, 1, 0, 1, 0, 1, 0, 1, 0, 9, 9, 2, 9, 2, 0, 0, 9, 4, 9, 8, 9, 0, 0, 0, 9, 5, 9, 4, 9, 2, 2, 9, 10, 9})
+	// the same, DRS, jobs reshaped for the walk's skips (skipWorldJob):
+	// a backlog, then ends, ticks and cycles
+	f.Add(uint64(1<<32|1<<37|3), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 2, 9, 4, 9, 0, 1, 9, 2, 9, 4, 9, 0, 9, 4, 4, 9, 2, 9, 0, 0, 9, 4, 9, 2, 2, 9, 4, 9})
 	f.Fuzz(runFuzzBody)
 }
 

@@ -56,8 +56,10 @@ type skipState struct {
 	candFor  cutKey
 	skipList []*queue.Job
 	skipSet  map[*queue.Job]bool
-	// skipNext is the candidate the cursor must yield next (checked).
+	// skipNext is the candidate the cursor must yield next (checked
+	// while skipped; nil: the cursor must be at its end).
 	skipNext *queue.Job
+	skipped  bool
 	// skips are the walk's skips, in order.
 	skips []skipSeg
 }
@@ -84,7 +86,7 @@ func (cs *cycleState) resetSkips() {
 	clear(cs.skipList)
 	cs.skipList = cs.skipList[:0]
 	clear(cs.skipSet)
-	cs.skipNext, cs.skips = nil, nil
+	cs.skipNext, cs.skipped, cs.skips = nil, false, nil
 }
 
 // skipHere moves cur, which just yielded j, past j and the jobs up to the
@@ -140,8 +142,7 @@ func (e *Engine) skipHere(cur queue.Cursor, j *queue.Job) bool {
 		return false
 	}
 	cs.skips = append(cs.skips, skipSeg{at: len(cs.pend), passed: passed, plan: cs.plan.Clone()})
-	cs.skipNext = first
-	e.skipped += passed.Len()
+	cs.skipNext, cs.skipped = first, true
 	return true
 }
 
