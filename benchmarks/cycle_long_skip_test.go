@@ -3,8 +3,6 @@ package benchmarks
 import (
 	"fmt"
 	"os"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,26 +31,7 @@ func TestCycleLongSkipMatchesFullWalk(t *testing.T) {
 	lazy, _, jobs := engineBenchSetup(t, B12K(), o)
 	o.lazy = false
 	full, _, _ := engineBenchSetup(t, B12K(), o)
-	var ends []engineBenchEnd
-	for id, j := range jobs {
-		if strings.HasPrefix(id, "run-") {
-			ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
-		}
-	}
-	sortEnds(ends)
-	track := func(rd engine.Ready) {
-		for _, bd := range rd.Binds {
-			j := jobs[bd.Job]
-			at := rd.At.Add(j.RuntimeEstimate)
-			i := sort.Search(len(ends), func(i int) bool {
-				if c := ends[i].at.Compare(at); c != 0 {
-					return c > 0
-				}
-				return ends[i].id > bd.Job
-			})
-			ends = slices.Insert(ends, i, engineBenchEnd{at, bd.Job})
-		}
-	}
+	ends, track := cycleLongEnds(jobs)
 	decisions := func(rd engine.Ready) string {
 		var b strings.Builder
 		for _, bd := range rd.Binds {
@@ -72,13 +51,13 @@ func TestCycleLongSkipMatchesFullWalk(t *testing.T) {
 	for c := range cycles + 1 {
 		if c > 0 {
 			now = now.Add(time.Second)
-			for first := true; len(ends) > 0 && (first || !ends[0].at.After(now)); first = false {
+			for first := true; len(*ends) > 0 && (first || !(*ends)[0].at.After(now)); first = false {
 				for _, e := range []*engine.Engine{lazy, full} {
-					if err := e.Step(engine.Finished(now, ends[0].id)); err != nil {
+					if err := e.Step(engine.Finished(now, (*ends)[0].id)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				ends = ends[1:]
+				*ends = (*ends)[1:]
 			}
 			j := arrivals(now)
 			jobs[j.ID] = j

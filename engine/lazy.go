@@ -473,13 +473,19 @@ func (e *Engine) tailConsider(t *tailState, js *job, keep bool, pos int) Pending
 		panic("engine: broken invariant: a job after the walk's cut was placed: " + js.j.ID)
 	}
 	if keep {
-		if t.done == nil {
-			t.done = map[*job]PendingStatus{}
-		}
-		t.done[js] = st
-		t.more = append(t.more, st)
+		t.keep(js, st)
 	}
 	return st
+}
+
+// keep records a status computed on demand (PendingStatuses): t.done, and
+// t.more in the order computed.
+func (t *tailState) keep(js *job, st PendingStatus) {
+	if t.done == nil {
+		t.done = map[*job]PendingStatus{}
+	}
+	t.done[js] = st
+	t.more = append(t.more, st)
 }
 
 // tailHolder is a holder of a reservation of the last cycle after the

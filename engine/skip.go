@@ -183,11 +183,7 @@ func (e *Engine) segStatus(t *tailState, s *skipSeg, js *job, keep bool) Pending
 		panic("engine: broken invariant: a job a skip passed was placed: " + js.j.ID)
 	}
 	if keep {
-		if t.done == nil {
-			t.done = map[*job]PendingStatus{}
-		}
-		t.done[js] = st
-		t.more = append(t.more, st)
+		t.keep(js, st)
 	}
 	return st
 }
