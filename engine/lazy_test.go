@@ -81,7 +81,7 @@ func TestSkipDbg(t *testing.T) {
 // statuses of jobs a skip passed, asked one by one, those of the full
 // list. It fails if too few walks skipped.
 func TestSkipMatchesFullWalk(t *testing.T) {
-	n := 150
+	n := 300
 	if testing.Short() {
 		n = 30
 	}
