@@ -55,26 +55,7 @@ func cycleLongBench(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 	for b.Loop() {
 		b.StopTimer()
 		e, _, jobs := engineBenchSetup(b, sh, o)
-		var ends []engineBenchEnd
-		for id, j := range jobs {
-			if strings.HasPrefix(id, "run-") {
-				ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
-			}
-		}
-		sortEnds(ends)
-		track := func(rd engine.Ready) {
-			for _, bd := range rd.Binds {
-				j := jobs[bd.Job]
-				at := rd.At.Add(j.RuntimeEstimate)
-				i := sort.Search(len(ends), func(i int) bool {
-					if c := ends[i].at.Compare(at); c != 0 {
-						return c > 0
-					}
-					return ends[i].id > bd.Job
-				})
-				ends = slices.Insert(ends, i, engineBenchEnd{at, bd.Job})
-			}
-		}
+		ends, track := cycleLongEnds(jobs)
 		// The first cycle binds what fits into the 40% left free.
 		rd := e.Ready()
 		if err := e.Advance(rd, engine.Outcome{}); err != nil {
@@ -87,11 +68,11 @@ func cycleLongBench(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 		for c := range cycleLongCycles {
 			now = now.Add(time.Second)
 			start, start0 := time.Now(), cpuTime()
-			for first := true; len(ends) > 0 && (first || !ends[0].at.After(now)); first = false {
-				if err := e.Step(engine.Finished(now, ends[0].id)); err != nil {
+			for first := true; len(*ends) > 0 && (first || !(*ends)[0].at.After(now)); first = false {
+				if err := e.Step(engine.Finished(now, (*ends)[0].id)); err != nil {
 					b.Fatal(err)
 				}
-				ends = ends[1:]
+				*ends = (*ends)[1:]
 			}
 			j := arrivals(now)
 			if err := e.Intake().Submit(j); err != nil {
@@ -148,6 +129,33 @@ func cycleLongBench(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 	b.ReportMetric(w10, "walked10")
 	b.ReportMetric(w1000, "walked1000")
 	b.ReportMetric(float64(all)/1e6/float64(cycleLongCycles*runs), "ms/cycle")
+}
+
+// cycleLongEnds returns the expected ends of the running jobs of
+// engineBenchSetup's jobs, first first, and a function that adds those
+// of a cycle's binds.
+func cycleLongEnds(jobs map[string]*queue.Job) (*[]engineBenchEnd, func(engine.Ready)) {
+	var ends []engineBenchEnd
+	for id, j := range jobs {
+		if strings.HasPrefix(id, "run-") {
+			ends = append(ends, engineBenchEnd{j.Submit.Add(j.RuntimeEstimate), id})
+		}
+	}
+	sortEnds(ends)
+	track := func(rd engine.Ready) {
+		for _, bd := range rd.Binds {
+			j := jobs[bd.Job]
+			at := rd.At.Add(j.RuntimeEstimate)
+			i := sort.Search(len(ends), func(i int) bool {
+				if c := ends[i].at.Compare(at); c != 0 {
+					return c > 0
+				}
+				return ends[i].id > bd.Job
+			})
+			ends = slices.Insert(ends, i, engineBenchEnd{at, bd.Job})
+		}
+	}
+	return &ends, track
 }
 
 // cycleLongArrivals returns the arrivals of BenchmarkCycleLong: jobs of

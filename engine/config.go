@@ -188,8 +188,11 @@ type Config struct {
 	// fractional or MIG jobs, services or site rules is in use (the full
 	// list: docs/scale.md, "A walk that stops"). Under a backlog a cycle
 	// then costs what the jobs up to that point cost, not the whole
-	// backlog. Ready.Pending and View.Pending list only the jobs the walk
-	// reached, Ready.Unwalked and View.Unwalked count the others, and
+	// backlog. Under the same conditions, where only the short jobs of
+	// some size classes can start, a DRS walk over one level of cohorts
+	// skips to the next of them without visiting the jobs before it
+	// (docs/scale.md, "Cycle cost over a long run"). Ready.Pending and
+	// View.Pending list only the jobs the walk reached, Ready.Unwalked and View.Unwalked count the others, and
 	// their statuses are computed on demand, with the answer of a full
 	// walk: Engine.PendingStatuses for the jobs asked about (it costs
 	// what those jobs cost), Engine.PendingAll for all of them; either

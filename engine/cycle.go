@@ -87,10 +87,11 @@ type cycleState struct {
 	cut     bool // the walk stopped early (lazy.go)
 	// cutPlan is the plan at the cut when steps after the walk may change
 	// it (elastic jobs grow), else nil.
-	cutPlan *topo.Snapshot
-	cutCur  queue.Cursor // the walk's cursor at the cut
-	cutJob  *queue.Job   // the job it stopped before
-	cutSeen cutKey       // the state cutHere last found not cut
+	cutPlan   *topo.Snapshot
+	cutCur    queue.Cursor // the walk's cursor at the cut
+	cutJob    *queue.Job   // the job it stopped before
+	cutSeen   cutKey       // the state cutHere last found not cut
+	skipState              // the walk's skips (skip.go)
 	// seen and seenGen: GPUs counted by enoughFree (seen[g] == seenGen);
 	// holdback: the GPUs it holds back.
 	seen     []uint32
@@ -174,6 +175,7 @@ func (cs *cycleState) reset(now time.Time) {
 	clear(cs.statusOf)
 	cs.claimed = nil
 	cs.yield, cs.yielded, cs.backoff, cs.cut, cs.cutSeen = cs.yield[:0], false, false, false, cutKey{}
+	cs.resetSkips()
 	cs.limMin, cs.limMax = 0, 0
 	cs.gen++
 	cs.reserveTries = 0
@@ -333,15 +335,22 @@ func (e *Engine) cycle() Ready {
 	rd.Pending = cs.pend[:len(cs.pend):len(cs.pend)]
 	e.lastPend = cs.pend
 	e.tail = nil
-	if cs.cut {
+	skipped := len(cs.skips) > 0 // resumable: the walk's order has holes
+	if cs.cut || skipped {
 		rd.Unwalked = e.pending.Len() - len(cs.pend)
-		e.tailBuf = tailState{gen: cs.gen, first: cs.cutJob, cur: cs.cutCur, plan: cs.cutPlan, capAtCut: cs.blockedCap}
+		e.tailBuf = tailState{gen: cs.gen, plan: cs.cutPlan, capAtCut: cs.blockedCap, skips: cs.skips}
+		for _, sk := range cs.skips {
+			e.tailBuf.passedN += sk.passed.Len()
+		}
+		if cs.cut {
+			e.tailBuf.first, e.tailBuf.cur = cs.cutJob, cs.cutCur
+		}
 		e.tail = &e.tailBuf
-		cs.cutPlan, cs.cutCur, cs.cutJob = nil, nil, nil
+		cs.cutPlan, cs.cutCur, cs.cutJob, cs.skips = nil, nil, nil, nil
 	}
 	e.quiet = len(rd.Binds) == 0 && len(cs.placedLate) == 0 && len(rd.Preemptions) == 0 && len(rd.Resizes) == 0 &&
 		len(rd.MIG) == 0 && len(cs.fracBlocked) == 0 && len(e.claims) == 0 && len(cs.holds) == 0 &&
-		!cs.backoff && !cs.yielded && !cs.cut && e.stopping == 0 && len(e.requeued) == 0 && len(e.failed) == 0
+		!cs.backoff && !cs.yielded && !cs.cut && !skipped && e.stopping == 0 && len(e.requeued) == 0 && len(e.failed) == 0
 	e.since = sinceCycle{}
 	rd.Requeued, e.requeued = e.requeued, nil
 	rd.Failed, e.failed = e.failed, nil
@@ -454,12 +463,21 @@ func (e *Engine) walk(cur queue.Cursor, rd *Ready) {
 	cs.quotaIdle = false
 	defer func() { cs.quotaIdle = false }() // PendingAll's consider asks the tree
 	for j, ok := cur.Next(); ok; j, ok = cur.Next() {
+		if cs.skipped {
+			if j != cs.skipNext {
+				panic("engine: broken invariant: a skip's cursor yielded " + j.ID + ", not the next candidate")
+			}
+			cs.skipped, cs.skipNext = false, nil
+		}
 		if canCut && e.cutHere(&canCut) {
 			cs.cut, cs.cutCur, cs.cutJob = true, cur, j
 			if e.elastic > 0 { // grow books after the walk
 				cs.cutPlan = cs.plan.Clone()
 			}
 			return
+		}
+		if canCut && e.skipHere(cur, j) {
+			continue // the cursor passed j and the jobs up to the next candidate
 		}
 		if st, waits := e.consider(j, rd); waits {
 			cs.pend = append(cs.pend, st)
@@ -544,6 +562,7 @@ func (e *Engine) resume(now time.Time, rd *Ready) bool {
 	cs.dropHeld()
 	cs.plan = e.cyclePlan()
 	cs.cutSeen = cutKey{}
+	cs.resetSkips()
 	clear(cs.batches) // computed on the last cycle's plan
 	// The last cycle's statuses, shared: Ready and View hold them with no
 	// spare capacity, and they are never written again, so new statuses

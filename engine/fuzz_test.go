@@ -92,6 +92,11 @@ func fuzzSeedConfig(rng *rand.Rand, seed uint64, shared bool) Config {
 		if seed>>33&1 == 1 {
 			cfg.Backfill.Depth = maxCutRes + 1 + int(seed>>34&3)
 		}
+		if seed>>37&1 == 1 {
+			// Skips (skip.go): backfill, and jobs that skipWorldJob
+			// makes.
+			cfg.Backfill.Mode = BackfillEASY + BackfillMode(seed>>38&1)
+		}
 	}
 	return cfg
 }
@@ -170,6 +175,30 @@ func fuzzJob(rng *rand.Rand, id string, now time.Time, shared bool) *queue.Job {
 	return j
 }
 
+// skipWorldJob reshapes j for the walk's skips (seed bits 32 and 37): a
+// skip needs a full cluster where only the jobs whose limit ends before
+// the reservation may start. So no elastic job (they turn the skip off),
+// whole GPUs, four or eight a member, and a runtime limit on most jobs,
+// a few of them short.
+func skipWorldJob(rng *rand.Rand, j *queue.Job) {
+	j.Elastic = queue.Elastic{}
+	g := &j.Request.Groups[0]
+	g.GPUMilli, g.MIGProfile = 0, ""
+	g.GPUsPerMember = []int{4, 8, 8}[rng.IntN(3)]
+	g.Members = 1 + rng.IntN(3)
+	j.RuntimeEstimate = time.Duration(2+rng.IntN(20)) * 10 * time.Minute
+	j.RuntimeLimit = j.RuntimeEstimate + time.Duration(rng.IntN(8))*10*time.Minute
+	switch rng.IntN(8) {
+	case 0:
+		j.RuntimeLimit = 0
+	case 1:
+		j.RuntimeEstimate, j.RuntimeLimit = 5*time.Minute, 10*time.Minute
+	}
+	if j.MinRuntime > j.RuntimeLimit {
+		j.MinRuntime = j.RuntimeLimit
+	}
+}
+
 // FuzzEngine runs random event sequences (submissions, ends, cancels,
 // checkpoints, ticks, node failures, state changes and additions, cycles
 // with random refusals) and checks after every step: no GPU booked twice
@@ -192,6 +221,9 @@ func FuzzEngine(f *testing.F) {
 	// (LazyPending), with refusals, ends, failures and backoffs
 	f.Add(uint64(1<<32), []byte{0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 9, 2, 9, 4, 9, 0, 0, 9, 2, 2, 9, 6, 9, 7, 9, 4, 9, 3, 9, 4, 4, 9})
 	f.Add(uint64(1<<32|3), []byte{0, 1, 0, 1, 0, 1, 0, 1, 0, 9, 9, 2, 9, 2, 0, 0, 9, 4, 9, 8, 9, 0, 0, 0, 9, 5, 9, 4, 9, 2, 2, 9, 10, 9})
+	// the same, DRS, jobs reshaped for the walk's skips (skipWorldJob):
+	// a backlog, then ends, ticks and cycles
+	f.Add(uint64(1<<32|1<<37|3), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 2, 9, 4, 9, 0, 1, 9, 2, 9, 4, 9, 0, 9, 4, 4, 9, 2, 9, 0, 0, 9, 4, 9, 2, 2, 9, 4, 9})
 	f.Fuzz(runFuzzBody)
 }
 
@@ -285,6 +317,9 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			case -1:
 			case 0, 1: // submit
 				j := fuzzJob(rng, fmt.Sprintf("j%d", nextID), now, shared)
+				if seed>>32&1 == 1 && seed>>37&1 == 1 {
+					skipWorldJob(rng, j)
+				}
 				nextID++
 				ev := Submitted(now, j)
 				st.ev = &ev
@@ -535,6 +570,16 @@ func pendingAll(t *testing.T, e *Engine, rd *Ready, m *fuzzModel) {
 	})
 	slices.Reverse(ask)
 	ask = append(ask, "no-such-job")
+	skipped := 0 // jobs a skip passed (skip.go)
+	if t := e.tail; t != nil && t.passedN > 0 {
+		fuzzSkipCycles++
+		skipped = t.passedN
+		for _, id := range ask {
+			if js := e.jobs[id]; js != nil && js.st == statePending && t.segOf(js) != nil {
+				fuzzAskedSkipped++
+			}
+		}
+	}
 	one, ok := e.PendingStatuses(ask...)
 	if !ok {
 		t.Fatalf("PendingStatuses: stale right after cycle %d", rd.Seq)
@@ -557,8 +602,26 @@ func pendingAll(t *testing.T, e *Engine, rd *Ready, m *fuzzModel) {
 	if !ok {
 		t.Fatalf("PendingAll: stale right after cycle %d", rd.Seq)
 	}
-	if len(all) != len(rd.Pending)+rd.Unwalked || !slices.Equal(all[:len(rd.Pending)], rd.Pending) {
-		t.Fatalf("PendingAll: %d statuses, Ready has %d and %d unwalked, or its head differs", len(all), len(rd.Pending), rd.Unwalked)
+	if len(all) != len(rd.Pending)+rd.Unwalked {
+		t.Fatalf("PendingAll: %d statuses, Ready has %d and %d unwalked", len(all), len(rd.Pending), rd.Unwalked)
+	}
+	// Ready's statuses are those of PendingAll, in its order, less the
+	// jobs skips passed (within the list) and those after the cut (after
+	// it): without a skip, its head.
+	k, holes := 0, 0
+	for _, st := range all {
+		if k < len(rd.Pending) && st.Job == rd.Pending[k].Job {
+			if st != rd.Pending[k] {
+				t.Fatalf("PendingAll's status of %s differs from Ready's", st.Job)
+			}
+			k++
+		} else if k < len(rd.Pending) {
+			holes++
+		}
+	}
+	if k != len(rd.Pending) || holes > skipped {
+		t.Fatalf("PendingAll: Ready's %d statuses are not in its order (%d found), or %d jobs before the last walked one are not walked (%d passed by skips)",
+			len(rd.Pending), k, holes, skipped)
 	}
 	byJob := map[string]PendingStatus{}
 	for _, st := range all {

@@ -49,6 +49,14 @@ type tailState struct {
 	// index capAt (capFound).
 	capAtCut, capFound bool
 	capScan, capAt     int
+	// skips are the walk's skips (skip.go): the jobs they passed are
+	// unwalked too, their statuses computed on the plan of their skip
+	// (segStatus, with memos of its own: segFail and segFits, for segOn).
+	skips   []skipSeg
+	passedN int // the jobs they passed (kept after PendingAll)
+	segFail map[uint64]failRec
+	segFits map[uint64]int
+	segOn   *skipSeg
 	// saved is the cycle state tailBegin saved and tailEnd restores.
 	saved struct {
 		yielded, blockedCap bool
@@ -162,9 +170,12 @@ func (e *Engine) noneStartable() bool {
 		mf[1], ft[1] = maxNodeFree(s), s.Free()
 	}
 	none := true
+	// Every class that may start is noted for skipHere (skip.go): with
+	// the runtime limit a job of it must not exceed, or skipAny.
+	cs.skipCls, cs.skipAny = cs.skipCls[:0], false
 	e.pending.AskClasses(top, func(c queue.AskClass) bool {
 		if c.PerMember == 0 { // a fractional, MIG or GPU-less member
-			none = false
+			none, cs.skipAny = false, true
 			return false
 		}
 		if ft[0] < c.MinTotal {
@@ -175,19 +186,22 @@ func (e *Engine) noneStartable() bool {
 			P++
 		}
 		if P == all {
-			none = false // it may start whatever it respects
+			none, cs.skipAny = false, true // it may start whatever it respects
 			return false
 		}
 		res := P // the first reservation it must not overlap
 		if n > maxCutRes {
 			res = n - 1
 		}
-		if c.Jobs > c.Unlimited && c.ShortestLimit <= cs.res[res].start.Sub(cs.now) {
+		if lim := cs.res[res].start.Sub(cs.now); c.Jobs > c.Unlimited && c.ShortestLimit <= lim {
 			none = false // it may end before that reservation starts
-			return false
+			cs.skipCls = append(cs.skipCls, skipClass{c, lim})
 		}
 		return true
 	})
+	if !none && !cs.skipAny {
+		cs.skipFor = cs.cutSeen
+	}
 	return none
 }
 
@@ -234,14 +248,29 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 		return head, false
 	}
 	e.listTail(t)
-	all = make([]PendingStatus, len(head), len(head)+len(t.order))
-	copy(all, head)
+	passed := 0
+	for _, s := range t.skips {
+		passed += s.passed.Len()
+	}
+	all = make([]PendingStatus, 0, len(head)+passed+len(t.order))
 	e.tailBegin(t)
+	k := 0 // head[:k] are in all
+	for i := range t.skips {
+		s := &t.skips[i]
+		all = append(all, head[k:s.at]...)
+		k = s.at
+		s.passed.Each(func(j *queue.Job) bool {
+			all = append(all, e.segStatus(t, s, e.byPtr[j], false))
+			return true
+		})
+	}
+	all = append(all, head[k:]...)
 	for i, js := range t.order {
 		all = append(all, e.tailStatus(t, js, false, i))
 	}
 	e.tailEnd(t)
 	t.all, t.plan, t.cur, t.first, t.order, t.at, t.done, t.more, t.holders = all, nil, nil, nil, nil, nil, nil, nil, nil
+	t.skips, t.segOn = nil, nil
 	e.republishWith(all, 0, nil)
 	return all, true
 }
@@ -302,11 +331,20 @@ func (e *Engine) PendingStatuses(ids ...string) (sts []PendingStatus, ok bool) {
 			ok = false
 			continue
 		}
+		seg := t.segOf(js)
+		if seg == nil && t.first == nil {
+			continue // neither passed nor after a cut: not the cycle's
+		}
 		if !begun {
 			e.tailBegin(t)
 			begun = true
 		}
-		st := e.tailStatus(t, js, true, -1)
+		var st PendingStatus
+		if seg != nil {
+			st = e.segStatus(t, seg, js, true)
+		} else {
+			st = e.tailStatus(t, js, true, -1)
+		}
 		sts = append(sts, st)
 		added = true
 	}
@@ -325,6 +363,9 @@ func (e *Engine) listTail(t *tailState) {
 		return
 	}
 	t.listed = true
+	if t.first == nil {
+		return // no cut: the walk skipped only
+	}
 	t.order = append(t.order, e.byPtr[t.first])
 	for j, more := t.cur.Next(); more; j, more = t.cur.Next() {
 		t.order = append(t.order, e.byPtr[j])
@@ -432,13 +473,19 @@ func (e *Engine) tailConsider(t *tailState, js *job, keep bool, pos int) Pending
 		panic("engine: broken invariant: a job after the walk's cut was placed: " + js.j.ID)
 	}
 	if keep {
-		if t.done == nil {
-			t.done = map[*job]PendingStatus{}
-		}
-		t.done[js] = st
-		t.more = append(t.more, st)
+		t.keep(js, st)
 	}
 	return st
+}
+
+// keep records a status computed on demand (PendingStatuses): t.done, and
+// t.more in the order computed.
+func (t *tailState) keep(js *job, st PendingStatus) {
+	if t.done == nil {
+		t.done = map[*job]PendingStatus{}
+	}
+	t.done[js] = st
+	t.more = append(t.more, st)
 }
 
 // tailHolder is a holder of a reservation of the last cycle after the

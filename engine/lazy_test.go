@@ -15,6 +15,11 @@ var fuzzCuts, fuzzCycles int
 // computed and pendingAll compared with the full list.
 var fuzzAsked int
 
+// fuzzSkipCycles counts the cycles checked whose walk skipped (skip.go),
+// fuzzAskedSkipped the statuses of jobs a skip passed that
+// PendingStatuses computed and pendingAll compared.
+var fuzzSkipCycles, fuzzAskedSkipped int
+
 // TestLazyPendingMatchesFullWalk runs FuzzEngine's body on random inputs
 // whose seeds allow the walk's cut (no preemption, ample quota; every
 // policy): each step's decisions, NextWake and full pending statuses
@@ -60,5 +65,42 @@ func TestLazyPendingMatchesFullWalk(t *testing.T) {
 		if cuts < cycles/50 {
 			t.Errorf("policy %s: only %d of %d cycles cut: the comparison checks little", fuzzPolicy(policy).Name(), cuts, cycles)
 		}
+	}
+}
+
+func TestSkipDbg(t *testing.T) {
+	TestLazyPendingMatchesFullWalk(t)
+}
+
+// TestSkipMatchesFullWalk runs FuzzEngine's body on inputs that make the
+// walk skip (skip.go): DRS over one cohort, no preemption, ample quota,
+// backfill, jobs reshaped by skipWorldJob, a backlog first and then
+// submissions, ends, ticks and cycles. Each step's decisions and full
+// pending statuses must equal those of an engine that walks every job
+// with every cache off (as in TestLazyPendingMatchesFullWalk), and the
+// statuses of jobs a skip passed, asked one by one, those of the full
+// list. It fails if too few walks skipped.
+func TestSkipMatchesFullWalk(t *testing.T) {
+	n := 300
+	if testing.Short() {
+		n = 30
+	}
+	r := rand.New(rand.NewPCG(33, 37))
+	skip0, asked0 := fuzzSkipCycles, fuzzAskedSkipped
+	for range n {
+		seed := 1<<32 | 1<<37 | uint64(r.IntN(2))<<38 | uint64(r.IntN(1<<20))*3 // seed % 3 == 0: DRS
+		ops := make([]byte, 0, 240)
+		for range 12 + r.IntN(20) {
+			ops = append(ops, 0)
+		}
+		for len(ops) < 120+r.IntN(120) {
+			ops = append(ops, []byte{0, 1, 0, 2, 4, 9, 10, 9}[r.IntN(8)])
+		}
+		runFuzz(t, seed, ops, false)
+	}
+	skips, asked := fuzzSkipCycles-skip0, fuzzAskedSkipped-asked0
+	t.Logf("cycles whose walk skipped: %d; statuses of jobs passed computed on demand and compared: %d", skips, asked)
+	if skips < n/4 || asked < n/2 {
+		t.Errorf("only %d cycles skipped and %d statuses of jobs passed were compared", skips, asked)
 	}
 }

@@ -333,10 +333,14 @@ type Ready struct {
 	// read-only: it is shared with the View, and a later cycle that
 	// resumes this one's walk shares its elements too.
 	Pending []PendingStatus
-	// Unwalked counts the pending jobs after the walk's cut, not in
-	// Pending (unless Config.EagerPending; Engine.PendingStatuses and
-	// Engine.PendingAll compute theirs on demand); zero
-	// when the walk reached every job.
+	// Unwalked counts the pending jobs not in Pending: those after the
+	// walk's cut and those a skip passed (a walk that skips lists the
+	// jobs it reached, in the policy's order, with the jobs passed left
+	// out; docs/scale.md "Cycle cost over a long run"). Never with
+	// Config.EagerPending; Engine.PendingStatuses and Engine.PendingAll
+	// compute their statuses on demand (PendingAll in the policy's order,
+	// the passed jobs where the full walk lists them); zero when the walk
+	// reached every job.
 	Unwalked int
 	// Requeued lists running jobs put back to pending this cycle or by
 	// the events since the last one (preempted victims, failed nodes).

@@ -109,6 +109,11 @@ func (t *Tree) AccountGPUSeconds(name string) float64 {
 // (what its parent could lend at most), divided by the node's weight
 // (Kueue's DRS). Roots always have share 0.
 func (t *Tree) share(i int32, vec []Amount) float64 {
+	return t.shareWith(i, t.nodes[i].usage, vec)
+}
+
+// shareWith is share with the node's usage given.
+func (t *Tree) shareWith(i int32, usage, vec []Amount) float64 {
 	n := &t.nodes[i]
 	if n.parent == noNode {
 		return 0
@@ -119,7 +124,7 @@ func (t *Tree) share(i int32, vec []Amount) float64 {
 		if vec != nil {
 			d = vec[k]
 		}
-		b := n.usage[k].Add(d).Sub(n.subtree[k])
+		b := usage[k].Add(d).Sub(n.subtree[k])
 		if b <= 0 {
 			continue
 		}

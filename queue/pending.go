@@ -140,6 +140,10 @@ type Pending struct {
 	asks    [maxAsk + 1][askTotals]askBucket
 	askMask [maxAsk + 1]uint32
 	seq     uint64
+	// qver counts, by node index, the changes to each queue's pending set
+	// (touch): DRS's skip index (skip.go) rebuilds a queue's part when it
+	// moved.
+	qver []uint64
 }
 
 // maxAsk caps the per-member asks counted: a member asking more counts as
@@ -159,6 +163,7 @@ type askBucket struct {
 type limitKey struct {
 	lim time.Duration
 	seq uint64
+	e   *entry // the job (not compared): EachLimited yields it
 }
 
 func limitLess(a, b limitKey) bool { return a.lim < b.lim || a.lim == b.lim && a.seq < b.seq }
@@ -228,6 +233,30 @@ func (p *Pending) AskClasses(maxPerMember int, fn func(AskClass) bool) {
 	}
 }
 
+// EachLimited calls fn for the pending jobs of class c (as AskClasses
+// gave it, with no job added or removed since) that have a runtime limit
+// of at most maxLimit, shortest limit first, until fn returns false. It
+// costs O(log n) plus O(1) a job.
+func (p *Pending) EachLimited(c AskClass, maxLimit time.Duration, fn func(*Job) bool) {
+	k, t := c.PerMember, 0 // the class's bucket (askOf)
+	if c.MinTotal > 0 {
+		t = min(bits.Len(uint(c.MinTotal-1))+1, askTotals-1)
+	}
+	if k < 0 || k > maxAsk {
+		return
+	}
+	b := &p.asks[k][t]
+	if b.limits == nil {
+		return
+	}
+	b.limits.Ascend(func(lk limitKey) bool {
+		if lk.lim > maxLimit {
+			return false
+		}
+		return fn(lk.e.job)
+	})
+}
+
 // QuotaIdle reports whether quota holds no pending job back: every leaf
 // queue could admit now, for each resource, as much as the largest demand
 // of any job ever added to p. When it is true, Tree.Fits accepts every
@@ -264,6 +293,7 @@ func NewPending(t *Tree, cfg PendingConfig) (*Pending, error) {
 		changed:   newChangeLog(len(t.nodes)),
 		rebuild:   cfg.RebuildOrder,
 		empty:     btree.NewG(btreeDegree, less),
+		qver:      make([]uint64, len(t.nodes)),
 	}
 	fl := btree.NewFreeListG[*entry](btree.DefaultFreeListSize)
 	for i, q := range t.queues {
@@ -324,7 +354,7 @@ func (p *Pending) Add(j *Job) error {
 		if b.limits == nil {
 			b.limits = btree.NewG(8, limitLess)
 		}
-		b.limits.ReplaceOrInsert(limitKey{j.RuntimeLimit, e.seq})
+		b.limits.ReplaceOrInsert(limitKey{j.RuntimeLimit, e.seq, e})
 	} else {
 		b.unlimited++
 	}
@@ -347,6 +377,7 @@ func (p *Pending) Add(j *Job) error {
 
 // touch marks queue q's pending set changed since the last Publish.
 func (p *Pending) touch(q int32) {
+	p.qver[q]++
 	if !p.dirty[q] {
 		p.dirty[q] = true
 		p.dirtyN++
@@ -367,7 +398,7 @@ func (p *Pending) Remove(id string) (*Job, bool) {
 		p.askMask[e.ask] &^= 1 << e.askT
 	}
 	if e.job.RuntimeLimit > 0 {
-		b.limits.Delete(limitKey{e.job.RuntimeLimit, e.seq})
+		b.limits.Delete(limitKey{e.job.RuntimeLimit, e.seq, nil})
 	} else {
 		b.unlimited--
 	}

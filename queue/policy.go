@@ -146,6 +146,11 @@ type drsCursor struct {
 	p              *Pending
 	pEpoch, tEpoch uint64
 	picked         changeLog
+
+	// Skip's (skip.go): a range-maximum index per queue, kept across
+	// Order calls on the same Pending, and scratch.
+	idx           []qIndex
+	skipQs, skipH []int32
 }
 
 func (dp *drsPolicy) Order(p *Pending, _ time.Time) Cursor {
@@ -169,6 +174,9 @@ func (dp *drsPolicy) Order(p *Pending, _ time.Time) Cursor {
 	}
 	p.changed.take()
 	t.charges.take()
+	if c.p != p || c.t != t {
+		c.idx = nil // another set's jobs
+	}
 	c.p, c.pEpoch, c.tEpoch = p, p.changed.epoch, t.charges.epoch
 	if len(c.heaps) != N+1 || c.t != t { // heaps: one per node plus the roots' (an empty tree has only that)
 		c.picked = newChangeLog(N)
