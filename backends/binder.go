@@ -619,12 +619,8 @@ func (r *Runner) reconcileBinds(ctx context.Context, eng *engine.Engine, x resul
 		if _, ok := a.inflight[id]; ok {
 			continue
 		}
-		if _, ok := eng.Members(id); ok {
-			continue
-		}
-		if _, held := eng.Held(id); held {
-			continue
-		}
+		// A job the engine runs or holds is one it knows: Known alone
+		// decides (Members would copy every running job's members).
 		if !eng.Known(id) {
 			delete(a.issued, id)
 		}

@@ -615,10 +615,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// calls), so the Runner's poll of its running jobs finds nothing to
 	// settle; it only forgets the jobs that ended. Once a minute of
 	// virtual time it read every running job of a month's replay 43,200
-	// times (two thirds of its CPU time); once an hour is enough.
+	// times (two thirds of its CPU time); once an hour, it was still 14%
+	// of the CPU and of the bytes allocated (a copy of every running
+	// job's members from the simulator and from the engine, each poll).
+	// Every six hours: the jobs it forgets are at most six hours' ended
+	// jobs (about 30,000 IDs in the month at load 95).
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe, TickInterval: cfg.TickInterval,
-		Recorder: cfg.Recorder, ReconcileInterval: time.Hour,
+		Recorder: cfg.Recorder, ReconcileInterval: 6 * time.Hour,
 		ObserveWalkedOnly: true, // the observer reads reservations and the pending sets
 	})
 	if err != nil {
