@@ -199,6 +199,12 @@ func (a *async) busy(abandoned bool) bool {
 // op never queues for ever behind a hung call.
 func (r *Runner) goOp(ctx context.Context, keys []string, f func(ctx context.Context) result) {
 	a := r.as
+	if r.cfg.Inline {
+		// One op at a time, on the loop's goroutine: each ends before
+		// the next begins, so ops sharing a key run in order.
+		a.post(f(ctx))
+		return
+	}
 	a.mu.Lock()
 	a.ops++
 	var prevs []chan struct{}

@@ -23,8 +23,8 @@ import (
 func TestRunnerCompletesLazyStatuses(t *testing.T) {
 	for _, mode := range []engine.BackfillMode{engine.BackfillNone, engine.BackfillEASY, engine.BackfillConservative} {
 		t.Run(mode.String(), func(t *testing.T) {
-			lazy, _ := runBacklog(t, mode, false, false)
-			eager, _ := runBacklog(t, mode, true, false)
+			lazy, _ := runBacklog(t, mode, false, false, false)
+			eager, _ := runBacklog(t, mode, true, false, false)
 			if len(lazy) != len(eager) {
 				t.Fatalf("%d cycles lazy, %d eager", len(lazy), len(eager))
 			}
@@ -33,7 +33,7 @@ func TestRunnerCompletesLazyStatuses(t *testing.T) {
 					t.Fatalf("cycle %d:\nlazy:  %s\neager: %s", i, lazy[i], eager[i])
 				}
 			}
-			walked, cuts := runBacklog(t, mode, false, true)
+			walked, cuts := runBacklog(t, mode, false, true, false)
 			if cuts == 0 {
 				t.Fatal("no cycle stopped its walk early: the comparison checks nothing")
 			}
@@ -49,10 +49,38 @@ func TestRunnerCompletesLazyStatuses(t *testing.T) {
 	}
 }
 
+// TestRunnerInlineDecidesAlike: with RunnerConfig.Inline (every call on
+// the Runner's goroutine, as replay.Run makes them on the simulator) the
+// Runner binds the same jobs on the same GPUs at the same times, and
+// Observe reads the same statuses, explanations and estimates, cycle for
+// cycle, as with its calls on goroutines.
+func TestRunnerInlineDecidesAlike(t *testing.T) {
+	for _, mode := range []engine.BackfillMode{engine.BackfillNone, engine.BackfillEASY, engine.BackfillConservative} {
+		t.Run(mode.String(), func(t *testing.T) {
+			async, _ := runBacklog(t, mode, false, false, false)
+			inline, _ := runBacklog(t, mode, false, false, true)
+			if len(async) != len(inline) {
+				t.Fatalf("%d cycles with goroutines, %d inline", len(async), len(inline))
+			}
+			binds := 0
+			for i := range async {
+				if async[i] != inline[i] {
+					t.Fatalf("cycle %d:\ngoroutines: %s\ninline:     %s", i, async[i], inline[i])
+				}
+				binds += strings.Count(async[i], " bind ")
+			}
+			if binds < 24 {
+				t.Fatalf("%d binds observed, want every job's (24): the comparison checks little", binds)
+			}
+		})
+	}
+}
+
 // runBacklog replays 24 jobs of 8 GPUs (and some of 16) on 3 nodes of 8
-// and returns, per cycle, what Observe read: every status and the View's
-// explanations and estimates; and how many cycles Observe saw cut.
-func runBacklog(t *testing.T, mode engine.BackfillMode, eager, walkedOnly bool) (cycles []string, cuts int) {
+// and returns, per cycle, what Observe read: the binds decided, every
+// status and the View's explanations and estimates; and how many cycles
+// Observe saw cut. inline sets RunnerConfig.Inline.
+func runBacklog(t *testing.T, mode engine.BackfillMode, eager, walkedOnly, inline bool) (cycles []string, cuts int) {
 	t.Helper()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s, err := sim.New(sim.Config{Cluster: topo.Uniform(nil, nil, 3, 8, "H100"), Start: start})
@@ -75,13 +103,19 @@ func runBacklog(t *testing.T, mode engine.BackfillMode, eager, walkedOnly bool) 
 			Backfill:     engine.BackfillConfig{Mode: mode, Depth: 2},
 			EagerPending: eager,
 		},
-		Backend: s, Clock: s, ObserveWalkedOnly: walkedOnly,
+		Backend: s, Clock: s, ObserveWalkedOnly: walkedOnly, Inline: inline,
 		Observe: func(c backends.Cycle) {
 			if c.Ready.Unwalked > 0 {
 				cuts++
 			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "at %v unwalked %d:", c.Ready.At.Sub(start), c.Ready.Unwalked)
+			for _, bd := range c.Ready.Binds {
+				fmt.Fprintf(&b, " bind %s %v", bd.Job, bd.Members)
+			}
+			for _, br := range c.Binds {
+				fmt.Fprintf(&b, " bound %s %v", br.Job, br.Err)
+			}
 			for _, p := range c.Ready.Pending {
 				fmt.Fprintf(&b, " %s", p)
 			}

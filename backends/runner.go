@@ -44,7 +44,14 @@ type RunnerConfig struct {
 	Clock Clock
 	// Parallelism bounds the Actuator calls in flight. Zero: 16.
 	Parallelism int
-	Retry       Retry
+	// Inline makes every Actuator call on the Runner's own goroutine, one
+	// at a time and without CallTimeout's bound: no goroutine, context or
+	// timer per call. Only for a Backend whose calls return at once and
+	// never block, and whose Sleep does not wait (the simulator on a
+	// virtual clock: replay.Run sets it); with any other, a hung call
+	// stops the Runner. Parallelism and CallTimeout are then unused.
+	Inline bool
+	Retry  Retry
 	// TickInterval, when positive, wakes the engine at least this often.
 	// Zero: the Runner wakes only for events and when the engine asks
 	// (Engine.NextWake: grace periods, bind retries, overruns,
@@ -860,7 +867,7 @@ func (r *Runner) bindWhole(ctx context.Context, gb GangBinder, gangs []gangBind,
 
 // each calls f(ctx, i) for i in [0, n), at most Parallelism at a time.
 func (r *Runner) each(ctx context.Context, n int, f func(ctx context.Context, i int)) {
-	if n == 1 || r.cfg.Parallelism == 1 {
+	if n == 1 || r.cfg.Parallelism == 1 || r.cfg.Inline {
 		for i := range n {
 			f(ctx, i)
 		}
@@ -891,6 +898,12 @@ func (r *Runner) call(ctx context.Context, f func(ctx context.Context) error) er
 // callLate is call; late, if set, is called with f's error when a call
 // that was abandoned returns after all.
 func (r *Runner) callLate(ctx context.Context, f func(ctx context.Context) error, late func(error)) error {
+	if r.cfg.Inline {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", errNotBegun, err)
+		}
+		return cutShort(ctx, f(ctx))
+	}
 	slots := r.as.slots
 	select {
 	case slots <- struct{}{}:

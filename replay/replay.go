@@ -621,7 +621,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// Every six hours: the jobs it forgets are at most six hours' ended
 	// jobs (about 30,000 IDs in the month at load 95).
 	r, err := backends.NewRunner(backends.RunnerConfig{
-		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Observe: ob.observe, TickInterval: cfg.TickInterval,
+		// The simulator answers every call at once: no goroutine, context
+		// or timer per call (backends.RunnerConfig.Inline).
+		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Inline: true, Observe: ob.observe, TickInterval: cfg.TickInterval,
 		Recorder: cfg.Recorder, ReconcileInterval: 6 * time.Hour,
 		ObserveWalkedOnly: true, // the observer reads reservations and the pending sets
 	})
