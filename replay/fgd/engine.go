@@ -119,6 +119,9 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 				return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: the engine bound %d jobs (%s first)", policy, seed, i, len(rd.Binds), b.Job)
 			}
 			placed = true
+			if pd.group.GPUModel == "" && len(pd.group.GPUModels) == 0 {
+				continue // any model: no member's node to look up
+			}
 			for _, m := range b.Members {
 				if !modelAllowed(&pd.group, modelOf[m.Node]) {
 					cv.ModelViolations++
