@@ -27,15 +27,7 @@ func BenchmarkFGDViaEngine(b *testing.B) { benchRuns(b, runEngine) }
 // better than two separate commands do (docs/scale.md).
 // Run: go test -run XXX -bench BenchmarkFGDEngineVsDirect ./replay/fgd/
 func BenchmarkFGDEngineVsDirect(b *testing.B) {
-	tracetest.Path(b, workload.OpenbPods)
-	tr, err := LoadDefaultTrace()
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := prepare(tr, 0.95)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := benchPrepared(b)
 	var direct, eng time.Duration
 	for b.Loop() {
 		for _, pol := range []string{"dotprod", "packing", "bestfit", "fgd", "berth"} {
@@ -61,15 +53,8 @@ func BenchmarkFGDEngineVsDirect(b *testing.B) {
 
 // benchRuns times run on seed 42 of the openb trace, per policy.
 func benchRuns(b *testing.B, run func(context.Context, *prepared, string, int64, float64) (Curve, error)) {
-	tracetest.Path(b, workload.OpenbPods)
-	tr, err := LoadDefaultTrace()
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := prepare(tr, 0.95)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := benchPrepared(b)
+	var err error
 	for _, pol := range []string{"fgd", "berth", "bestfit"} {
 		b.Run("policy="+pol, func(b *testing.B) {
 			b.ReportAllocs()
@@ -84,4 +69,19 @@ func benchRuns(b *testing.B, run func(context.Context, *prepared, string, int64,
 			b.ReportMetric(float64(cv.Pods)*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
 		})
 	}
+}
+
+// benchPrepared is the openb trace prepared as Runs prepares it (the
+// benchmark is skipped without the trace).
+func benchPrepared(b *testing.B) *prepared {
+	tracetest.Path(b, workload.OpenbPods)
+	tr, err := LoadDefaultTrace()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := prepare(tr, 0.95)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
 }
