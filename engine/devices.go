@@ -105,21 +105,23 @@ func (e *Engine) devicesReported(id string, ms []Member) error {
 	// Other jobs' whole GPUs on these nodes, and the substitutions: a GPU
 	// the report takes from another job moves that job onto one the
 	// reporting job gave up (ascending with ascending, deterministic).
+	// (A whole GPU has one owner; were it booked twice, the job with the
+	// greatest ID would be its owner, whatever the map's order.)
 	owner := map[uint32]*job{}
-	e.activeIDs.Ascend(func(oid string) bool {
-		o := e.active[oid]
+	for _, o := range e.active {
 		if o == js || o.place == nil {
-			return true
+			continue
 		}
 		for _, m := range o.place.members {
 			if _, ok := want[m.node]; ok && !m.shared {
 				for _, g := range m.gpus {
-					owner[g] = o
+					if p := owner[g]; p == nil || p.j.ID < o.j.ID {
+						owner[g] = o
+					}
 				}
 			}
 		}
-		return true
-	})
+	}
 	subst := map[uint32]uint32{}
 	moved := map[*job]bool{}
 	changed := map[uint32]bool{}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 
@@ -185,16 +186,16 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 	if e.elastic == 0 {
 		return false
 	}
-	e.activeIDs.Ascend(func(id string) bool {
-		js := e.active[id]
+	for id, js := range e.active {
 		if _, grew := e.out.grows[id]; js == p || js.start.Equal(cs.now) || grew {
-			return true
+			continue
 		}
 		if ms := extra(js); len(ms) > 0 {
 			cands = append(cands, shrink{js, ms})
 		}
-		return true
-	})
+	}
+	// By job ID, as before the map's order.
+	slices.SortFunc(cands, func(a, b shrink) int { return cmp.Compare(a.js.j.ID, b.js.j.ID) })
 	if len(cands) == 0 {
 		return false
 	}

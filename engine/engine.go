@@ -54,7 +54,6 @@ type Engine struct {
 	jobs      map[string]*job
 	byPtr     map[*queue.Job]*job    // the same jobs, for the walk (no string hashing)
 	active    map[string]*job        // running and stopping
-	activeIDs *btree.BTreeG[string]  // keys of active, sorted (timeline.go)
 	tl        *btree.BTreeG[tlEntry] // active jobs by expected end (see timeline.go)
 	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
 	tlView    []tlEntry              // tl as a slice, as of tlViewGen (Engine.timeline)
@@ -170,7 +169,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, tree: tree, pending: pending, intake: in, policy: cfg.Policy,
 		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{}, resMemos: map[string]*resMemo{}, binding: map[string]*job{},
 		now: cfg.Start, dirty: true,
-		activeIDs: btree.NewG(32, func(a, b string) bool { return a < b }), tl: btree.NewG(32, tlLess),
+		tl: btree.NewG(32, tlLess),
 	}
 	e.cyc.recycle = !cfg.DisableCaches
 	if !cfg.Site.isZero() {

@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"strconv"
+	"encoding/binary"
 
 	"github.com/berthsched/berth/gang"
 	"github.com/berthsched/berth/queue"
@@ -16,38 +16,37 @@ import (
 type fitsMemo map[string]struct{}
 
 // appendFitsKey appends to b the part of r that neverFits reads: numbers
-// in decimal, strings after their length, so that no two requests that
-// differ in it give the same key.
+// as 8 bytes each, strings after their length, so that no two requests
+// that differ in it give the same key (fixed-width numbers: every
+// submission builds its key, and decimal digits cost a division each).
 func appendFitsKey(b []byte, r *gang.Request) []byte {
-	b = append(b, r.Required...)
+	b = appendKeyString(b, r.Required)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(r.Groups)))
 	for i := range r.Groups {
 		g := &r.Groups[i]
-		for k, n := range [...]int64{int64(g.Members), int64(g.GPUsPerMember), int64(g.GPUMilli)} {
-			if k == 0 {
-				b = append(b, '|')
-			} else {
-				b = append(b, '/')
-			}
-			b = strconv.AppendInt(b, n, 10)
-		}
-		b = append(b, '/')
-		b = append(b, g.MIGProfile...)
-		for _, n := range [...]int64{g.CPUMilli, g.MemoryMiB, int64(len(g.GPUModel))} {
-			b = append(b, '/')
-			b = strconv.AppendInt(b, n, 10)
-		}
-		b = append(b, g.GPUModel...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(g.Members))
+		b = binary.LittleEndian.AppendUint64(b, uint64(g.GPUsPerMember))
+		b = binary.LittleEndian.AppendUint64(b, uint64(g.GPUMilli))
+		b = appendKeyString(b, g.MIGProfile)
+		b = binary.LittleEndian.AppendUint64(b, uint64(g.CPUMilli))
+		b = binary.LittleEndian.AppendUint64(b, uint64(g.MemoryMiB))
+		b = appendKeyString(b, g.GPUModel)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(g.GPUModels)))
 		for _, m := range g.GPUModels {
-			b = append(b, ',')
-			b = strconv.AppendInt(b, int64(len(m)), 10)
-			b = append(b, '/')
-			b = append(b, m...)
+			b = appendKeyString(b, m)
 		}
 		if g.SameModel {
-			b = append(b, ",same"...)
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
 		}
 	}
 	return b
+}
+
+// appendKeyString appends s after its length (8 bytes).
+func appendKeyString(b []byte, s string) []byte {
+	return append(binary.LittleEndian.AppendUint64(b, uint64(len(s))), s...)
 }
 
 // neverFitsCached is neverFits(j, r) through e.fitsOK (none with

@@ -60,7 +60,6 @@ func (e *Engine) tlFirstAfter(n int64) (at int64, ok bool) {
 // activate records a job that now holds GPUs.
 func (e *Engine) activate(js *job) {
 	e.active[js.j.ID] = js
-	e.activeIDs.ReplaceOrInsert(js.j.ID)
 	e.tlAdd(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic++
@@ -74,7 +73,6 @@ func (e *Engine) activate(js *job) {
 // deactivate forgets a job that released its GPUs.
 func (e *Engine) deactivate(js *job) {
 	delete(e.active, js.j.ID)
-	e.activeIDs.Delete(js.j.ID)
 	e.tlRemove(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic--

@@ -202,12 +202,30 @@ func (e *Engine) republishWith(cyc []PendingStatus, unwalked int, more []Pending
 
 // runUpsert records a job's current facts for observers.
 func (e *Engine) runUpsert(js *job) {
-	e.running.set(js.j.ID, &runRec{
+	var rec *runRec
+	var gpus []uint32
+	if n := len(js.place.gpus); n <= len(runRecOne{}.g) {
+		// One allocation for the record and its copy of a few GPUs.
+		o := &runRecOne{}
+		rec, gpus = &o.runRec, o.g[:n:n]
+		copy(gpus, js.place.gpus)
+	} else {
+		rec, gpus = &runRec{}, slices.Clone(js.place.gpus)
+	}
+	*rec = runRec{
 		RunningJob: RunningJob{Job: js.j.ID, Queue: js.j.Queue, Start: js.start, GPUs: js.gpus(), Shared: js.shared(), Members: js.members,
 			Backfilled: js.backfilled, Stopping: js.st == stateStopping, Deadline: js.deadline},
-		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit, gpus: slices.Clone(js.place.gpus),
+		estimate: js.j.RuntimeEstimate, limit: js.j.RuntimeLimit, gpus: gpus,
 		binding: js.bindSt != bindNone,
-	})
+	}
+	e.running.set(js.j.ID, rec)
+}
+
+// runRecOne is a runRec with room for the GPUs of a small job, allocated
+// together (runUpsert).
+type runRecOne struct {
+	runRec
+	g [4]uint32
 }
 
 func (e *Engine) runDelete(id string) {

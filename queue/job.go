@@ -267,7 +267,17 @@ func (j *Job) AccountName() string {
 func (j *Job) Demand() Resources {
 	// At most three resources a group (GPUs or MIG, CPU, memory): one
 	// array, not one per append.
-	rs := make(Resources, 0, min(3*len(j.Request.Groups), 8))
+	rs := j.appendDemand(make(Resources, 0, min(3*len(j.Request.Groups), 8)))
+	if len(rs) == 0 {
+		return nil // as before the array was made up front
+	}
+	return rs
+}
+
+// appendDemand appends Demand's quantities to rs (empty) and sorts them
+// by name: Demand without its array when rs has room (Tree.demandOf
+// passes one on its stack).
+func (j *Job) appendDemand(rs Resources) Resources {
 	for i := range j.Request.Groups {
 		g := &j.Request.Groups[i]
 		m := int64(g.Members)
@@ -277,24 +287,33 @@ func (j *Job) Demand() Resources {
 		}
 		switch {
 		case g.GPUsPerMember > 0:
-			rs.add(GPUModel(model), WholeGPUs(int64(g.GPUsPerMember)).Mul(m))
+			rs = addQuantity(rs, GPUModel(model), WholeGPUs(int64(g.GPUsPerMember)).Mul(m))
 		case g.GPUMilli > 0:
-			rs.add(GPUModel(model), Amount(g.GPUMilli).Mul(m))
+			rs = addQuantity(rs, GPUModel(model), Amount(g.GPUMilli).Mul(m))
 		case g.MIGProfile != "":
-			rs.add(MIG(g.MIGProfile), Amount(m))
+			rs = addQuantity(rs, MIG(g.MIGProfile), Amount(m))
 		}
 		if g.CPUMilli > 0 {
-			rs.add(CPUMilli, Amount(g.CPUMilli).Mul(m))
+			rs = addQuantity(rs, CPUMilli, Amount(g.CPUMilli).Mul(m))
 		}
 		if g.MemoryMiB > 0 {
-			rs.add(MemoryMiB, Amount(g.MemoryMiB).Mul(m))
+			rs = addQuantity(rs, MemoryMiB, Amount(g.MemoryMiB).Mul(m))
 		}
-	}
-	if len(rs) == 0 {
-		return nil // as before the array was made up front
 	}
 	slices.SortFunc(rs, func(a, b Quantity) int { return strings.Compare(string(a.Name), string(b.Name)) })
 	return rs
+}
+
+// addQuantity is Resources.add returning the slice (so that appendDemand's
+// array can stay on its caller's stack).
+func addQuantity(rs Resources, name ResourceName, a Amount) Resources {
+	for i := range rs {
+		if rs[i].Name == name {
+			rs[i].Amount = rs[i].Amount.Add(a)
+			return rs
+		}
+	}
+	return append(rs, Quantity{Name: name, Amount: a})
 }
 
 // GPUMilliTotal is the job's GPU demand in thousandths of a GPU over all

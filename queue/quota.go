@@ -33,7 +33,10 @@ func (t *Tree) demandOf(j *Job) (*demand, error) {
 	} else {
 		d.vec = make([]Amount, len(t.res))
 	}
-	for _, q := range j.Demand() {
+	// The quantities of Demand, in its order, without its array (one
+	// allocation a submission) when a request names at most 8.
+	var buf [8]Quantity
+	for _, q := range j.appendDemand(buf[:0]) {
 		if k, ok := t.resIdx[q.Name]; ok {
 			d.vec[k] = q.Amount
 		}

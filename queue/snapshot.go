@@ -26,12 +26,13 @@ type Snapshot struct {
 	usage      []Amount
 	share      []float64
 	gpuSeconds []float64
-	// one holds pending, share and gpuSeconds when the tree has one
-	// queue (replays, single-queue sites): a snapshot is then one
-	// allocation, not three.
+	// one holds pending, share and gpuSeconds (and usage, for at most 4
+	// resources) when the tree has one queue (replays, single-queue
+	// sites): a snapshot is then one allocation.
 	one struct {
 		pending [1]*btree.BTreeG[*entry]
 		f       [2]float64
+		usage   [4]Amount // when the tree governs at most 4 resources
 	}
 }
 
@@ -75,7 +76,11 @@ func (p *Pending) Publish(now time.Time) *Snapshot {
 	} else {
 		s.pending, f = make([]*btree.BTreeG[*entry], Q), make([]float64, 2*Q)
 	}
-	s.usage = make([]Amount, Q*R)
+	if Q == 1 && R <= len(s.one.usage) {
+		s.usage = s.one.usage[:R:R]
+	} else {
+		s.usage = make([]Amount, Q*R)
+	}
 	s.share, s.gpuSeconds = f[:Q:Q], f[Q:]
 	for i, qi := range t.queues {
 		n := &t.nodes[qi]

@@ -82,11 +82,12 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 	bins := make([]int, len(order))
 	var arrived, allocated int64
 	cv := Curve{Policy: policy, Seed: seed, Pods: len(order), FirstFail: len(order)}
-	// The run's jobs, their groups and IDs in three arrays instead of
-	// three small objects per pod (the engine keeps each job until the
-	// run ends: pods never finish).
+	// The run's jobs and IDs in two arrays instead of small objects per
+	// pod (the engine keeps each job until the run ends: pods never
+	// finish). A job's one group is its pod's in p.groups, shared by
+	// every arrival of the pod and every run: the engine does not write
+	// requests (it clones one to change it).
 	jobs := make([]queue.Job, len(order))
-	groups := make([]gang.Group, len(order))
 	ids := jobIDs(len(order))
 	for i, pi := range order {
 		if i%1024 == 0 {
@@ -97,9 +98,8 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 		pd := &p.pods[pi]
 		at := engineEpoch.Add(time.Duration(i) * time.Second)
 		id := ids[i]
-		groups[i] = pd.group
 		j := &jobs[i]
-		*j = queue.Job{ID: id, Queue: engineQueue, Submit: at, Request: gang.Request{Groups: groups[i : i+1 : i+1]}}
+		*j = queue.Job{ID: id, Queue: engineQueue, Submit: at, Request: gang.Request{Groups: p.groups[pi : pi+1 : pi+1]}}
 		if err := e.Step(engine.Submitted(at, j)); errors.Is(err, engine.ErrNeverFits) {
 			// No node of the pod's models could ever hold it (its CPU,
 			// say): the engine refuses it on arrival, the placer fails
@@ -119,6 +119,9 @@ func runEngine(ctx context.Context, p *prepared, policy string, seed int64, tune
 				return Curve{}, fmt.Errorf("fgd: %s seed %d pod %d: the engine bound %d jobs (%s first)", policy, seed, i, len(rd.Binds), b.Job)
 			}
 			placed = true
+			if pd.group.GPUModel == "" && len(pd.group.GPUModels) == 0 {
+				continue // any model: no member's node to look up
+			}
 			for _, m := range b.Members {
 				if !modelAllowed(&pd.group, modelOf[m.Node]) {
 					cv.ModelViolations++

@@ -186,8 +186,11 @@ type prepared struct {
 	spec    topo.Spec // nodes in name order
 	cluster *topo.Cluster
 	pods    []pod // name-sorted
-	target  gang.Target
-	demand  int64 // Σ D_p of the originals
+	// groups[i] is pods[i].group, read only: runEngine's requests point
+	// into it instead of copying a group per arrival.
+	groups []gang.Group
+	target gang.Target
+	demand int64 // Σ D_p of the originals
 }
 
 // pod is one openb pod as a one-member gang.
@@ -267,6 +270,7 @@ func prepare(t *Trace, popularity float64) (*prepared, error) {
 		p.pods[i], groups[i] = pd, pd.group
 		p.demand += pd.demand
 	}
+	p.groups = groups
 	p.target = gang.NewTarget(groups, popularity)
 	return p, nil
 }
