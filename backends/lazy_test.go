@@ -25,14 +25,7 @@ func TestRunnerCompletesLazyStatuses(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			lazy, _ := runBacklog(t, mode, false, false, false)
 			eager, _ := runBacklog(t, mode, true, false, false)
-			if len(lazy) != len(eager) {
-				t.Fatalf("%d cycles lazy, %d eager", len(lazy), len(eager))
-			}
-			for i := range lazy {
-				if lazy[i] != eager[i] {
-					t.Fatalf("cycle %d:\nlazy:  %s\neager: %s", i, lazy[i], eager[i])
-				}
-			}
+			sameCycles(t, "lazy", lazy, "eager", eager)
 			walked, cuts := runBacklog(t, mode, false, true, false)
 			if cuts == 0 {
 				t.Fatal("no cycle stopped its walk early: the comparison checks nothing")
@@ -59,20 +52,24 @@ func TestRunnerInlineDecidesAlike(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			async, _ := runBacklog(t, mode, false, false, false)
 			inline, _ := runBacklog(t, mode, false, false, true)
-			if len(async) != len(inline) {
-				t.Fatalf("%d cycles with goroutines, %d inline", len(async), len(inline))
-			}
-			binds := 0
-			for i := range async {
-				if async[i] != inline[i] {
-					t.Fatalf("cycle %d:\ngoroutines: %s\ninline:     %s", i, async[i], inline[i])
-				}
-				binds += strings.Count(async[i], " bind ")
-			}
-			if binds < 24 {
+			sameCycles(t, "goroutines", async, "inline", inline)
+			if binds := strings.Count(strings.Join(async, ""), " bind "); binds < 24 {
 				t.Fatalf("%d binds observed, want every job's (24): the comparison checks little", binds)
 			}
 		})
+	}
+}
+
+// sameCycles fails t unless runs a and b observed the same cycles.
+func sameCycles(t *testing.T, na string, a []string, nb string, b []string) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%d cycles %s, %d %s", len(a), na, len(b), nb)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("cycle %d:\n%s: %s\n%s: %s", i, na, a[i], nb, b[i])
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/internal/cputime"
 	"github.com/berthsched/berth/queue"
 )
 
@@ -67,7 +68,7 @@ func cycleLongBench(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 		b.StartTimer()
 		for c := range cycleLongCycles {
 			now = now.Add(time.Second)
-			start, start0 := time.Now(), cpuTime()
+			start, start0 := time.Now(), cputime.Process()
 			for first := true; len(*ends) > 0 && (first || !(*ends)[0].at.After(now)); first = false {
 				if err := e.Step(engine.Finished(now, (*ends)[0].id)); err != nil {
 					b.Fatal(err)
@@ -83,7 +84,7 @@ func cycleLongBench(b *testing.B, sh ClusterShape, o engineBenchOpts) {
 				b.Fatal(err)
 			}
 			took[c] += time.Since(start)
-			cpu[c] += cpuTime() - start0
+			cpu[c] += cputime.Process() - start0
 			walked[c] += len(rd.Pending)
 			b.StopTimer()
 			jobs[j.ID] = j

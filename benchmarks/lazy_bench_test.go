@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/berthsched/berth/engine"
+	"github.com/berthsched/berth/internal/cputime"
 	"github.com/berthsched/berth/queue"
 )
 
@@ -56,7 +57,7 @@ func lazyStatusesBench(b *testing.B, lazy bool) {
 	walked, unwalked := 0, 0
 	for b.Loop() {
 		now = now.Add(time.Second)
-		t0, c0 := time.Now(), lazyCPUTime()
+		t0, c0 := time.Now(), cputime.Process()
 		ev := engine.Tick(now)
 		if len(ends) > 0 {
 			ev = engine.Finished(now, ends[0].id)
@@ -69,7 +70,7 @@ func lazyStatusesBench(b *testing.B, lazy bool) {
 		if err := e.Advance(rd, engine.Outcome{}); err != nil {
 			b.Fatal(err)
 		}
-		t1, c1 := time.Now(), lazyCPUTime()
+		t1, c1 := time.Now(), cputime.Process()
 		cycle += t1.Sub(t0)
 		cpuCycle += c1 - c0
 		walked += len(rd.Pending)
@@ -77,15 +78,15 @@ func lazyStatusesBench(b *testing.B, lazy bool) {
 		if lazy {
 			var last string
 			e.View().EachPending(func(j *queue.Job) bool { last = j.ID; return true })
-			t2, c2 := time.Now(), lazyCPUTime()
+			t2, c2 := time.Now(), cputime.Process()
 			if sts, ok := e.PendingStatuses(last); !ok || len(sts) != 1 {
 				b.Fatalf("PendingStatuses(%s) = %v, %v", last, sts, ok)
 			}
-			t3, c3 := time.Now(), lazyCPUTime()
+			t3, c3 := time.Now(), cputime.Process()
 			if all, ok := e.PendingAll(); !ok || len(all) != len(rd.Pending)+rd.Unwalked {
 				b.Fatalf("PendingAll: %d statuses, %v; want %d", len(all), ok, len(rd.Pending)+rd.Unwalked)
 			}
-			t4, c4 := time.Now(), lazyCPUTime()
+			t4, c4 := time.Now(), cputime.Process()
 			one += t3.Sub(t2)
 			all += t4.Sub(t3)
 			cpuOne += c3 - c2

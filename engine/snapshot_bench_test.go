@@ -9,6 +9,7 @@ import (
 
 	"github.com/berthsched/berth/engine"
 	"github.com/berthsched/berth/gang"
+	"github.com/berthsched/berth/internal/cputime"
 	"github.com/berthsched/berth/queue"
 	"github.com/berthsched/berth/topo"
 )
@@ -32,7 +33,7 @@ func BenchmarkRestore(b *testing.B) {
 			b.ReportAllocs()
 			var took, cpu time.Duration
 			for b.Loop() {
-				t, c := time.Now(), cpuTime()
+				t, c := time.Now(), cputime.Process()
 				var back engine.State
 				if err := json.Unmarshal(data, &back); err != nil {
 					b.Fatal(err)
@@ -43,7 +44,7 @@ func BenchmarkRestore(b *testing.B) {
 					b.Fatal(err)
 				}
 				took += time.Since(t)
-				cpu += cpuTime() - c
+				cpu += cputime.Process() - c
 				if p, r := e.JobIDs(); len(p)+len(r) != live {
 					b.Fatalf("%d pending + %d running jobs restored, want %d", len(p), len(r), live)
 				}

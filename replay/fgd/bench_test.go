@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthsched/berth/internal/cputime"
 	"github.com/berthsched/berth/internal/tracetest"
 	"github.com/berthsched/berth/workload"
 )
@@ -32,15 +33,15 @@ func BenchmarkFGDEngineVsDirect(b *testing.B) {
 	for b.Loop() {
 		for _, pol := range []string{"dotprod", "packing", "bestfit", "fgd", "berth"} {
 			for seed := int64(42); seed <= 43; seed++ {
-				c0 := cpuTime()
+				c0 := cputime.Process()
 				if _, err := runOne(context.Background(), p, pol, seed, 1.3); err != nil {
 					b.Fatal(err)
 				}
-				c1 := cpuTime()
+				c1 := cputime.Process()
 				if _, err := runEngine(context.Background(), p, pol, seed, 1.3); err != nil {
 					b.Fatal(err)
 				}
-				direct, eng = direct+c1-c0, eng+cpuTime()-c1
+				direct, eng = direct+c1-c0, eng+cputime.Process()-c1
 			}
 		}
 	}

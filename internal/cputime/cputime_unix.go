@@ -1,15 +1,15 @@
 //go:build unix
 
-package benchmarks
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is the process's user and system CPU time so far (every
-// thread's, the garbage collector's included).
-func cpuTime() time.Duration {
+// Process is the process's user and system CPU time so far (every
+// thread's, the garbage collector's included); zero if it cannot be read.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
