@@ -218,9 +218,9 @@ type Config struct {
 	// (64 nodes' free GPUs and host resources, a level's counters, 64
 	// GPUs' shares), since the last View holds the pages as they were.
 	// For programs that read no explanations from Views (replays,
-	// simulations: replay/fgd's engine runs set it). Decisions, Ready
-	// and the pending statuses are the same either way (FuzzEngine
-	// compares them).
+	// simulations: replay.Run, unless its caller observes the cycles, and
+	// replay/fgd's engine runs set it). Decisions, Ready and the pending
+	// statuses are the same either way (FuzzEngine compares them).
 	BareViews bool
 }
 
