@@ -318,6 +318,9 @@ type tracked struct {
 	// preemption's stop handed it back: a poll that read squeue before
 	// holds a record older than that change (events.go).
 	actedAt time.Time
+	// movedBack is when berth last handed it back to its partition after
+	// a requeue (moveBack): BindGang waits until requeueGap has passed.
+	movedBack time.Time
 	// doubt: its last BindGang failed with an error that is no refusal
 	// (a timeout): the update may have been applied, and the Runner
 	// decides (RunningNow) whether it runs; a poll does not stop it as a
@@ -795,14 +798,18 @@ func (b *Backend) squeue(ctx context.Context) ([]jobRec, error) {
 
 // BindGang starts job on exactly the nodes of members: one `scontrol
 // update` moves it from its managed partition to RunPartition with
-// NodeList set (and StartTime=now, which clears the delay of a requeue),
-// so SLURM starts it there, choosing the GPU indices inside each node
+// NodeList set (and StartTime=now, which clears the delay of a requeue:
+// a job handed back after a requeue is bound requeueGap after that at the
+// earliest), so SLURM starts it there, choosing the GPU indices inside each node
 // itself (they come back as DevicesReported events). A gang is one SLURM
 // job: the members must be on distinct nodes, as many as the job's node
 // count, with the same GPU count each. Refusals wrap backends.ErrRefused.
 func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) error {
 	if b.isReplicaJob(job) {
 		return b.bindReplica(ctx, job, ms)
+	}
+	if err := b.waitRequeueGap(ctx, job); err != nil {
+		return err
 	}
 	b.smu.RLock()
 	defer b.smu.RUnlock()
@@ -1048,17 +1055,57 @@ func (b *Backend) stop(ctx context.Context, id, part string, cancel bool) error 
 // (where SLURM cannot start it), clears its node list and the requeue
 // delay, and releases a hold.
 func (b *Backend) moveBack(ctx context.Context, id, part string) error {
-	id = b.slurmID(id)
-	if err := checkJobID(id); err != nil {
+	sid := b.slurmID(id)
+	if err := checkJobID(sid); err != nil {
 		return err
 	}
-	if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+id, "Partition="+part, "NodeList=", "ExcNodeList=", "StartTime=now"); err != nil {
+	if _, err := b.cli.run(ctx, "scontrol", "update", "JobId="+sid, "Partition="+part, "NodeList=", "ExcNodeList=", "StartTime=now"); err != nil {
 		return err
 	}
-	if _, err := b.cli.run(ctx, "scontrol", "release", id); err != nil && !strings.Contains(err.Error(), "not held") {
+	b.mu.Lock()
+	// (id is the berth or the SLURM ID: callers have either.)
+	if t := b.jobs[b.berthIDLocked(b.slurmIDLocked(id))]; t != nil {
+		t.movedBack = time.Now()
+	}
+	b.mu.Unlock()
+	if _, err := b.cli.run(ctx, "scontrol", "release", sid); err != nil && !strings.Contains(err.Error(), "not held") {
 		return err
 	}
 	return nil
+}
+
+// requeueGap is how long after a requeue's hand-back (moveBack) a bind of
+// the job waits. A requeue revokes the job's credential on the nodes it
+// ran on, and slurmd refuses a launch whose credential is not newer than
+// the revocation, to the second ("Job credential revoked": the new run
+// ends FAILED at once, found by TestIntegrationBindRightAfterLatePreemption
+// in CI). SLURM itself delays a requeued job by its credential lifetime
+// (120 s), which moveBack clears; two seconds put the new run's
+// credential past the revocation's second, with a second for slurmd to
+// have acted on the requeue.
+const requeueGap = 2 * time.Second
+
+// waitRequeueGap waits until requeueGap has passed since job was last
+// handed back after a requeue (at once for any other job). Nothing is
+// applied while it waits: a ctx done first is a refusal.
+func (b *Backend) waitRequeueGap(ctx context.Context, job string) error {
+	b.mu.Lock()
+	var wait time.Duration
+	if t := b.jobs[job]; t != nil && !t.movedBack.IsZero() {
+		wait = requeueGap - time.Since(t.movedBack)
+	}
+	b.mu.Unlock()
+	if wait <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(wait)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: job %s, handed back after a requeue, is bound %v after it at the earliest: %w", backends.ErrRefused, job, requeueGap, ctx.Err())
+	}
 }
 
 var (
