@@ -1098,14 +1098,10 @@ func (b *Backend) waitRequeueGap(ctx context.Context, job string) error {
 	if wait <= 0 {
 		return nil
 	}
-	tm := time.NewTimer(wait)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: job %s, handed back after a requeue, is bound %v after it at the earliest: %w", backends.ErrRefused, job, requeueGap, ctx.Err())
+	if err := (backends.RealClock{}).Sleep(ctx, wait); err != nil {
+		return fmt.Errorf("%w: job %s, handed back after a requeue, is bound %v after it at the earliest: %w", backends.ErrRefused, job, requeueGap, err)
 	}
+	return nil
 }
 
 var (
