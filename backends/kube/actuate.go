@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -321,8 +322,10 @@ func (b *Backend) unrecordedPodLocked(j *job, m engine.Member) int {
 // which honours PodDisruptionBudgets. All evictions are first tried as a
 // dry run: if the API server refuses any (429: a budget forbids it), the
 // preemption is refused and nothing is evicted. The pods then terminate
-// within their grace period; when they are gone the job is reported
-// cancelled (its controller, if any, makes new pods, a new job).
+// within their grace period, and Preempt returns once they are gone (see
+// awaitGone): only then are the victim's GPUs free for the preemptor. When
+// they are gone the job is reported cancelled (its controller, if any,
+// makes new pods, a new job).
 func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 	if b.isReplicaJob(p.Victim) {
 		return b.preemptReplica(ctx, p)
@@ -348,6 +351,69 @@ func (b *Backend) Preempt(ctx context.Context, p engine.Preemption) error {
 			if err := b.evict(ctx, pr, dry); err != nil {
 				return err
 			}
+		}
+	}
+	return b.awaitGone(ctx, pods)
+}
+
+// The longest awaitGone waits beyond the pods' grace period, and how
+// often it looks at the informer.
+const (
+	goneSlack = 30 * time.Second
+	goneLook  = 20 * time.Millisecond
+)
+
+// awaitGone waits until none of pods holds its node's GPUs any more: each
+// is gone from the informer, replaced by a pod of another UID, or ended.
+// A preemption on Kubernetes is applied when its victim's pods are gone,
+// not when their evictions are issued: a preemptor bound while they
+// terminate would be refused by the node's count (fitsLocked), back off,
+// and let the requeued victim take the GPUs again (the two taking turns
+// until the preemptor is held).
+//
+// The wait outlives ctx, which is the Runner's per-call bound: a grace
+// period longer than CallTimeout makes the call abandoned (its outcome
+// unknown), and the victim stays booked until the wait returns and its
+// late answer comes (backends' reliability contract: GPUs freed only when
+// the backend reports the job gone). It ends at the pods' grace period
+// plus goneSlack (a pod on a node that does not answer stays terminating;
+// nil then: the evictions were made), or when the backend closes.
+func (b *Backend) awaitGone(ctx context.Context, pods []podRef) error {
+	var grace time.Duration
+	live := func() bool {
+		for _, pr := range pods {
+			p, err := b.podList.Pods(pr.ns).Get(pr.name)
+			if err != nil || p.UID != pr.uid || !podLive(p) {
+				continue
+			}
+			if g := p.DeletionGracePeriodSeconds; g != nil {
+				grace = max(grace, time.Duration(*g)*time.Second)
+			} else if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+				grace = max(grace, time.Duration(*g)*time.Second)
+			}
+			return true
+		}
+		return false
+	}
+	if !live() {
+		return nil
+	}
+	life := b.life
+	if life == nil {
+		life = context.WithoutCancel(ctx)
+	}
+	end := time.Now().Add(grace + goneSlack)
+	tick := time.NewTicker(goneLook)
+	defer tick.Stop()
+	for live() {
+		if time.Now().After(end) {
+			b.logf("preempt", "kube: evicted pods still terminating %v after their grace period: their GPUs are taken as free", goneSlack)
+			return nil
+		}
+		select {
+		case <-life.Done():
+			return fmt.Errorf("kube: backend closed while evicted pods terminate: %w", life.Err())
+		case <-tick.C:
 		}
 	}
 	return nil

@@ -56,6 +56,7 @@ type Backend struct {
 	status  *statusWriter
 	bcast   record.EventBroadcaster
 	cancel  context.CancelFunc
+	life    context.Context // Start's, done at Close: bounds waits that outlive a call
 	wg      sync.WaitGroup
 
 	mu        sync.Mutex
@@ -184,7 +185,7 @@ func (b *Backend) Start(ctx context.Context) error {
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	b.cancel = cancel
+	b.cancel, b.life = cancel, ctx
 	b.factory = informers.NewSharedInformerFactory(b.cs, b.cfg.ResyncPeriod)
 	b.podInf = b.factory.Core().V1().Pods().Informer()
 	b.nodeInf = b.factory.Core().V1().Nodes().Informer()

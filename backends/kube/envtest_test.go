@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,7 +304,7 @@ func (w *world) start(cfg kube.Config, ecfg engine.Config) *running {
 			w.t.Logf("%s cycle %d: binds %d pending %v reservations %v requeued %v outcome %+v", time.Now().Format("05.000"), c.Ready.Seq, len(c.Ready.Binds), c.Ready.Pending, c.Ready.Reservations, c.Ready.Requeued, c.Outcome)
 		}
 		r.mu.Lock()
-		r.cycles = append(r.cycles, backends.Cycle{Outcome: c.Outcome, Acts: c.Acts})
+		r.cycles = append(r.cycles, backends.Cycle{Outcome: c.Outcome, Acts: c.Acts, Binds: c.Binds})
 		r.mu.Unlock()
 	}
 	runner, err := backends.NewRunner(rc)
@@ -472,6 +473,50 @@ func TestPreemptionHonoursPDB(t *testing.T) {
 		})
 		w.finishDeletes()
 		w.waitBound(30*time.Second, "high")
+	})
+	// The preemption is applied when the victim's pod is gone, not when
+	// its eviction is issued: while the pod terminates, the preemptor is
+	// not bound, and no bind of it is tried (a bind then would be refused
+	// by the node's count: the preemptor would back off and a requeued
+	// victim could take the GPUs back, the two taking turns).
+	t.Run("waits for the victim's pod", func(t *testing.T) {
+		w := newWorld(t)
+		w.node("n0", 8)
+		r := w.start(w.config(), engine.Config{Preemption: engine.PreemptionConfig{Priority: true}})
+		w.pod("low", 8, priorityClass("berth-low"))
+		w.waitBound(30*time.Second, "low")
+		w.setPhase("low", corev1.PodRunning)
+		w.pod("high", 8, priorityClass("berth-high"))
+		eventually(t, 30*time.Second, "low terminating", func() bool { return w.get("low").DeletionTimestamp != nil })
+		acts := func() (preempted bool, binds []backends.BindResult) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, c := range r.cycles {
+				for _, a := range c.Acts {
+					preempted = preempted || a.Kind == "preempt" && strings.HasSuffix(a.Job, "/low")
+				}
+				for _, b := range c.Binds {
+					if strings.HasSuffix(b.Job, "/high") {
+						binds = append(binds, b)
+					}
+				}
+			}
+			return preempted, binds
+		}
+		time.Sleep(2 * time.Second) // the preemption's deadline passes meanwhile: with the bug, high was bound then
+		preempted, binds := acts()
+		require.False(t, preempted, "the preemption answered while the victim's pod was still terminating")
+		require.Empty(t, binds, "a bind of high was tried while the victim's pod was still terminating")
+		require.Empty(t, w.nodeOf("high"))
+		w.finishDeletes()
+		// The engine learns that the victim is gone from the preemption's
+		// answer or from the pod's deletion, whichever comes first (the
+		// answer may then come in no cycle: nothing is left to decide).
+		w.waitBound(30*time.Second, "high")
+		_, binds = acts()
+		for _, b := range binds {
+			require.NoError(t, b.Err, "bind of %s", b.Job)
+		}
 	})
 	t.Run("pdb refuses", func(t *testing.T) {
 		w := newWorld(t)

@@ -432,7 +432,7 @@ func (b *Backend) preemptReplica(ctx context.Context, p engine.Preemption) error
 			return err
 		}
 	}
-	return nil
+	return b.awaitGone(ctx, pods)
 }
 
 // replicaPods lists the live replica pods of the informer, by key.
