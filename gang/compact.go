@@ -70,6 +70,9 @@ type compactScratch struct {
 	mark   []bool
 	cand   []int32 // knapsack candidate groups
 	dpT    []int16
+	topv   []int64 // knapsack's best groups by item count: their sums
+	topg   []int32 // and the groups
+	nt     []int32 // how many, per item count
 	sel    []int32
 }
 
@@ -390,47 +393,62 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	c := &p.cmp
 	ng := len(c.gid)
 	w := rm + 1
-	// prefix sums, pre[g*w+t]
-	c.pre = slices.Grow(c.pre[:0], ng*w)[:ng*w]
+	// For each t <= rm, the jm groups whose t largest items hold the most
+	// (ties: the lower group), from one pass over the groups: topv and
+	// topg hold them by t, best first, nt how many so far.
+	c.topv = slices.Grow(c.topv[:0], w*jm)[:w*jm]
+	c.topg = slices.Grow(c.topg[:0], w*jm)[:w*jm]
+	c.nt = slices.Grow(c.nt[:0], w)[:w]
+	clear(c.nt)
+	topv, topg, nt := c.topv, c.topg, c.nt
+	gcap, goff := c.gcap, c.goff
 	for g := range ng {
-		items := c.gcap[c.goff[g]:c.goff[g+1]]
-		row := c.pre[g*w : (g+1)*w]
+		items := gcap[goff[g]:goff[g+1]]
+		v := int64(0)
+		for t := 1; t <= rm; t++ {
+			if t <= len(items) {
+				v += int64(items[t-1])
+			}
+			k, base := int(nt[t]), t*jm
+			if k == jm && v <= topv[base+jm-1] {
+				continue
+			}
+			i := k
+			if k < jm {
+				nt[t]++
+			} else {
+				i--
+			}
+			for ; i > 0 && topv[base+i-1] < v; i-- {
+				topv[base+i], topg[base+i] = topv[base+i-1], topg[base+i-1]
+			}
+			topv[base+i], topg[base+i] = v, int32(g)
+		}
+	}
+	c.mark = slices.Grow(c.mark[:0], ng)[:ng]
+	clear(c.mark)
+	for t := 1; t <= rm; t++ {
+		for _, g := range topg[t*jm : t*jm+int(nt[t])] {
+			c.mark[g] = true
+		}
+	}
+	// The candidates, ascending, and their prefix sums, pre[ci*w+t].
+	c.cand = c.cand[:0]
+	for g := range int32(ng) {
+		if c.mark[g] {
+			c.cand = append(c.cand, g)
+		}
+	}
+	c.pre = slices.Grow(c.pre[:0], len(c.cand)*w)[:len(c.cand)*w]
+	for ci, g := range c.cand {
+		items := gcap[goff[g]:goff[g+1]]
+		row := c.pre[ci*w : (ci+1)*w]
 		row[0] = 0
 		for t := 1; t <= rm; t++ {
 			row[t] = row[t-1]
 			if t <= len(items) {
 				row[t] += int64(items[t-1])
 			}
-		}
-	}
-	c.mark = slices.Grow(c.mark[:0], ng)[:ng]
-	clear(c.mark)
-	for t := 1; t <= rm; t++ {
-		c.top = c.top[:0] // the jm best for t, best first
-		for g := range int32(ng) {
-			v := c.pre[int(g)*w+t]
-			if len(c.top) == jm && v <= c.pre[int(c.top[jm-1])*w+t] {
-				continue
-			}
-			i := len(c.top)
-			if i < jm {
-				c.top = append(c.top, g)
-			} else {
-				i--
-			}
-			for ; i > 0 && c.pre[int(c.top[i-1])*w+t] < v; i-- {
-				c.top[i] = c.top[i-1]
-			}
-			c.top[i] = g
-		}
-		for _, g := range c.top {
-			c.mark[g] = true
-		}
-	}
-	c.cand = c.cand[:0]
-	for g := range int32(ng) {
-		if c.mark[g] {
-			c.cand = append(c.cand, g)
 		}
 	}
 	nc := len(c.cand)
@@ -451,23 +469,18 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	for j := 1; j <= jm; j++ {
 		for ci, g := range c.cand {
 			n := min(int(c.goff[g+1]-c.goff[g]), rm)
-			pre := c.pre[int(g)*w : (int(g)+1)*w]
+			pre := c.pre[ci*w : (ci+1)*w]
 			a := prev[ci*w : (ci+1)*w]      // j-1, candidates before ci
 			b := cur[ci*w : (ci+1)*w]       // j, candidates before ci
 			out := cur[(ci+1)*w : (ci+2)*w] // j, candidates up to ci
 			t0 := c.dpT[ci*c.cells+j*w : ci*c.cells+(j+1)*w]
+			// out[r] is the best of b[r] (ci gives nothing) and a[r-t] +
+			// pre[t] (ci gives t items), t ascending for each r: ties
+			// keep the fewer items of ci (strictly greater wins).
+			copy(out, b)
 			out[0] = 0
-			for r := 1; r <= rm; r++ {
-				// Ties keep the fewer items of ci (strictly greater wins).
-				best, bt := b[r], 0
-				for t := 1; t <= min(n, r); t++ {
-					if v := a[r-t] + pre[t]; v > best {
-						best, bt = v, t
-					}
-				}
-				out[r] = best
-				t0[r] = int16(bt)
-			}
+			clear(t0)
+			dpStep(out, a, pre, t0, n)
 		}
 		c.dpRow = cur[nc*w : (nc+1)*w]
 		if stop && c.dpRow[rm] >= int64(need) {
@@ -476,6 +489,21 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 		prev, cur = cur, prev
 	}
 	return jm, true
+}
+
+// dpStep is one row of the knapsack: for t = 1..n items of a candidate
+// whose prefix sums are pre, out[r] becomes a[r-t] + pre[t] where that is
+// strictly greater, and t0[r] that t. out, a and t0 have the same length.
+func dpStep(out, a, pre []int64, t0 []int16, n int) {
+	for t := 1; t <= n; t++ {
+		pt, o := pre[t], out[t:]
+		tt, x := t0[t:len(out)], a[:len(o)]
+		for i := range o {
+			if v := x[i] + pt; v > o[i] {
+				o[i], tt[i] = v, int16(t)
+			}
+		}
+	}
 }
 
 // pickGroups leaves in p.cmp.sel, ascending, the groups (domain indices)
