@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/berthsched/berth/topo"
@@ -302,29 +303,8 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 			start := len(c.gcap)
 			lo, hi := p.span(gl, g, il)
 			if cached && keep > 0 {
-				// The keep largest, descending, by insertion into a
-				// list of at most keep: the same values as the first
-				// keep after a full sort, without sorting the rest.
-				gcap := c.gcap
-				for _, v := range c.lpCap[lo-c.lpBase : hi-c.lpBase] {
-					if v <= 0 {
-						continue
-					}
-					v = min(v, need32)
-					i := len(gcap)
-					if i-start < keep {
-						gcap = append(gcap, v)
-					} else if v > gcap[i-1] {
-						i--
-					} else {
-						continue
-					}
-					for ; i > start && gcap[i-1] < v; i-- {
-						gcap[i] = gcap[i-1]
-					}
-					gcap[i] = v
-				}
-				c.gcap = gcap
+				// The keep largest, descending.
+				c.gcap = appendLargest(c.gcap, c.lpCap[lo-c.lpBase:hi-c.lpBase], need32, keep)
 				if len(c.gcap) == start {
 					continue
 				}
@@ -355,6 +335,61 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 			c.gid = append(c.gid, int32(g))
 		}
 	}
+}
+
+// appendLargest appends to dst the keep largest of the positive values
+// of vals, each clamped to clamp, in descending order: the same values as
+// the first keep after a full sort. Values below 64 (rack capacities, say)
+// are counted, one bit per value seen; otherwise by insertion into a list
+// of at most keep.
+func appendLargest(dst, vals []int32, clamp int32, keep int) []int32 {
+	if len(vals) < 256 {
+		var cnt [64]uint8
+		var seen uint64
+		small := true
+		for _, v := range vals {
+			v = max(min(v, clamp), 0)
+			if v >= 64 {
+				small = false
+				break
+			}
+			cnt[v]++
+			seen |= 1 << v
+		}
+		if small {
+			seen &^= 1 // zero: no capacity
+			for k := keep; seen != 0 && k > 0; {
+				v := 63 - bits.LeadingZeros64(seen)
+				seen &^= 1 << v
+				n := min(int(cnt[v]), k)
+				for range n {
+					dst = append(dst, int32(v))
+				}
+				k -= n
+			}
+			return dst
+		}
+	}
+	start := len(dst)
+	for _, v := range vals {
+		if v <= 0 {
+			continue
+		}
+		v = min(v, clamp)
+		i := len(dst)
+		if i-start < keep {
+			dst = append(dst, v)
+		} else if v > dst[i-1] {
+			i--
+		} else {
+			continue
+		}
+		for ; i > start && dst[i-1] < v; i-- {
+			dst[i] = dst[i-1]
+		}
+		dst[i] = v
+	}
+	return dst
 }
 
 // prefix is the sum of the first t items (all if fewer).
