@@ -75,6 +75,7 @@ type compactScratch struct {
 	topv   []int64 // knapsack's best groups by item count: their sums
 	topg   []int32 // and the groups
 	nt     []int32 // how many, per item count
+	thr    []int64 // the least of them once there are jm
 	sel    []int32
 }
 
@@ -436,7 +437,13 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	c.topg = slices.Grow(c.topg[:0], w*jm)[:w*jm]
 	c.nt = slices.Grow(c.nt[:0], w)[:w]
 	clear(c.nt)
-	topv, topg, nt := c.topv, c.topg, c.nt
+	// thr[t]: the last of the jm once there are jm, else -1 (every sum
+	// is at least 0, so a group enters while there are fewer).
+	c.thr = slices.Grow(c.thr[:0], w)[:w]
+	for t := range c.thr {
+		c.thr[t] = -1
+	}
+	topv, topg, nt, thr := c.topv, c.topg, c.nt, c.thr
 	gcap, goff := c.gcap, c.goff
 	for g := range ng {
 		items := gcap[goff[g]:goff[g+1]]
@@ -445,10 +452,10 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 			if t <= len(items) {
 				v += int64(items[t-1])
 			}
-			k, base := int(nt[t]), t*jm
-			if k == jm && v <= topv[base+jm-1] {
+			if v <= thr[t] {
 				continue
 			}
+			k, base := int(nt[t]), t*jm
 			i := k
 			if k < jm {
 				nt[t]++
@@ -459,6 +466,9 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 				topv[base+i], topg[base+i] = topv[base+i-1], topg[base+i-1]
 			}
 			topv[base+i], topg[base+i] = v, int32(g)
+			if nt[t] == int32(jm) {
+				thr[t] = topv[base+jm-1]
+			}
 		}
 	}
 	c.mark = slices.Grow(c.mark[:0], ng)[:ng]
