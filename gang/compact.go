@@ -523,6 +523,20 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 			// out[r] is the best of b[r] (ci gives nothing) and a[r-t] +
 			// pre[t] (ci gives t items), t ascending for each r: ties
 			// keep the fewer items of ci (strictly greater wins).
+			if j == 1 {
+				// a is all 0 and ci's items are positive, so pre rises
+				// with t: the last t that beats b[r] is min(n, r), when
+				// pre there does.
+				out[0], t0[0] = 0, 0
+				for r := 1; r <= rm; r++ {
+					if k := min(n, r); pre[k] > b[r] {
+						out[r], t0[r] = pre[k], int16(k)
+					} else {
+						out[r], t0[r] = b[r], 0
+					}
+				}
+				continue
+			}
 			copy(out, b)
 			out[0] = 0
 			clear(t0)
