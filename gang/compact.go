@@ -65,7 +65,6 @@ type compactScratch struct {
 	lbCap  []int32  // pruned's capacities of one domain
 	dh     []int    // dual's largest h
 	dn     []int32  // and their item counts
-	dsum   []int    // dualBelow's sums of each group's m largest items
 	best   []int32  // per group, the sum of its m largest items
 	keys   []uint64 // greedyGroups' sort keys
 	pre    []int64  // knapsack prefix sums
@@ -607,13 +606,10 @@ func (p *Placer) minGroups(jm, m, need int) int {
 func (p *Placer) dualBelow(jm, m, need int) bool {
 	c := &p.cmp
 	hi := 0
-	c.dsum = c.dsum[:0]
 	for g := range len(c.gid) {
-		items := c.gcap[c.goff[g]:c.goff[g+1]]
-		if len(items) > 0 {
-			hi = max(hi, int(items[0]))
+		if c.goff[g+1] > c.goff[g] {
+			hi = max(hi, int(c.gcap[c.goff[g]]))
 		}
-		c.dsum = append(c.dsum, prefix(items, m))
 	}
 	for lo := 0; lo <= hi; {
 		lam := (lo + hi) / 2
@@ -635,13 +631,7 @@ func (p *Placer) dualBelow(jm, m, need int) bool {
 func (p *Placer) dual(jm, m, lam int) (bound, slope int) {
 	c := &p.cmp
 	c.dh, c.dn = c.dh[:0], c.dn[:0] // the jm largest h, descending, and their counts
-	for g, sum := range c.dsum {
-		// h is at most the sum of g's m largest items less lam (when
-		// positive, at least one item is above lam): once jm are known,
-		// a group whose sum cannot beat the last is skipped unread.
-		if len(c.dh) == jm && sum-lam <= c.dh[jm-1] {
-			continue
-		}
+	for g := range len(c.gid) {
 		items := c.gcap[c.goff[g]:c.goff[g+1]]
 		h, n := 0, 0
 		for _, v := range items[:min(m, len(items))] {
