@@ -691,15 +691,36 @@ func (p *Placer) minItems(jm, rm, need int) int {
 func (p *Placer) greedyGroups(jm, m, need int) (lb, j int) {
 	c := &p.cmp
 	ng := len(c.gid)
-	// By best, largest first, then by position: one key each, sorted.
-	c.keys = c.keys[:0]
-	for g, b := range c.best[:ng] {
-		c.keys = append(c.keys, uint64(1<<30-b)<<32|uint64(g))
+	// By best, largest first, then by position.
+	maxB := int32(0)
+	for _, b := range c.best[:ng] {
+		maxB = max(maxB, b)
 	}
-	slices.Sort(c.keys)
-	c.top = c.top[:0]
-	for _, k := range c.keys {
-		c.top = append(c.top, int32(uint32(k)))
+	if maxB < 4096 {
+		// Counted: the groups of each best in position order.
+		start := p.bucket(int(maxB) + 2)
+		for _, b := range c.best[:ng] {
+			start[maxB-b+1]++
+		}
+		for i := 1; i < len(start); i++ {
+			start[i] += start[i-1]
+		}
+		c.top = slices.Grow(c.top[:0], ng)[:ng]
+		for g, b := range c.best[:ng] {
+			c.top[start[maxB-b]] = int32(g)
+			start[maxB-b]++
+		}
+	} else {
+		// One key each, sorted.
+		c.keys = c.keys[:0]
+		for g, b := range c.best[:ng] {
+			c.keys = append(c.keys, uint64(1<<30-b)<<32|uint64(g))
+		}
+		slices.Sort(c.keys)
+		c.top = c.top[:0]
+		for _, k := range c.keys {
+			c.top = append(c.top, int32(uint32(k)))
+		}
 	}
 	best := func(g int32) int { return int(c.best[g]) }
 	sum := 0
