@@ -848,44 +848,22 @@ func (p *Placer) chooseCached(cl int, cont []int32, il int, need int) (spread, f
 	cc := &p.cmp
 	base := cc.lpBase
 	segs := p.segs[:0] // ranges of lpCap, by container
-	// Capacities below 64 (racks, say) are counted in one pass, with a
-	// bit per capacity seen for the largest (a running max mispredicts
-	// on such data); others in two, the largest first.
-	cnt := p.bucket(64)
-	var seen uint64
-	small := true
+	maxCap := int32(0)
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
 		segs = append(segs, int32(lo-base), int32(hi-base))
-		if !small {
-			continue
-		}
 		for _, c := range cc.lpCap[lo-base : hi-base] {
-			if uint32(c) >= 64 {
-				small = false
-				break
-			}
-			cnt[c]++
-			seen |= 1 << c
+			maxCap = max(maxCap, c)
 		}
 	}
 	p.segs = segs
-	maxCap := int32(63 - bits.LeadingZeros64(seen|1))
-	if !small {
-		maxCap = 0
-		for s := 0; s < len(segs); s += 2 {
-			for _, c := range cc.lpCap[segs[s]:segs[s+1]] {
-				maxCap = max(maxCap, c)
-			}
-		}
-		if maxCap > 1<<20 {
-			return 0, 0, false
-		}
-		cnt = p.bucket(int(maxCap) + 1)
-		for s := 0; s < len(segs); s += 2 {
-			for _, c := range cc.lpCap[segs[s]:segs[s+1]] {
-				cnt[max(c, 0)]++
-			}
+	if maxCap > 1<<20 {
+		return 0, 0, false
+	}
+	cnt := p.bucket(int(maxCap) + 1)
+	for s := 0; s < len(segs); s += 2 {
+		for _, c := range cc.lpCap[segs[s]:segs[s+1]] {
+			cnt[max(c, 0)]++
 		}
 	}
 	// The picks: every domain above the threshold capacity thr, and the
