@@ -50,7 +50,6 @@ type Placer struct {
 	caps   []domCap
 	cnt    []int32 // capacity buckets
 	pick   []int32 // positions in caps
-	segs   []int32 // chooseCached's ranges of the cache
 	chosen []int32
 	best   []int32
 	// levels of the domains in chosen and best
@@ -737,14 +736,9 @@ func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 // and free GPUs. Capacities are counted into buckets, so the cost is linear
 // in the domains read, with no sort of them. cont must not alias p.chosen.
 func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
-	cc := &p.cmp
-	if cc.lpOK && il == p.lp {
-		if spread, freeChosen, ok := p.chooseCached(cl, cont, il, need); ok {
-			return spread, freeChosen
-		}
-	}
 	caps := p.caps[:0] // a local: appends in registers
 	maxCap := 0
+	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
 		if cc.lpOK && il == p.lp {
@@ -838,113 +832,6 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	}
 	slices.Sort(p.chosen)
 	return m, freeChosen
-}
-
-// chooseCached is choose for the preferred level, whose capacities are
-// cached (p.cmp.lpCap), read in place: the same picks, without a list of
-// every domain. It reports false, doing nothing, for capacities past
-// 1<<20 (choose clamps those).
-func (p *Placer) chooseCached(cl int, cont []int32, il int, need int) (spread, freeChosen int, ok bool) {
-	cc := &p.cmp
-	base := cc.lpBase
-	segs := p.segs[:0] // ranges of lpCap, by container
-	maxCap := int32(0)
-	for _, cd := range cont {
-		lo, hi := p.span(cl, int(cd), il)
-		segs = append(segs, int32(lo-base), int32(hi-base))
-		for _, c := range cc.lpCap[lo-base : hi-base] {
-			maxCap = max(maxCap, c)
-		}
-	}
-	p.segs = segs
-	if maxCap > 1<<20 {
-		return 0, 0, false
-	}
-	cnt := p.bucket(int(maxCap) + 1)
-	for s := 0; s < len(segs); s += 2 {
-		for _, c := range cc.lpCap[segs[s]:segs[s+1]] {
-			cnt[max(c, 0)]++
-		}
-	}
-	// The picks: every domain above the threshold capacity thr, and the
-	// first atThr domains (by index) at it.
-	sum, m, thr, atThr := 0, 0, 0, 0
-	for v := int(maxCap); v > 0; v-- {
-		n := int(cnt[v])
-		if n == 0 {
-			continue
-		}
-		if k := (need - sum + v - 1) / v; k <= n {
-			m, sum, thr, atThr = m+k, sum+k*v, v, k
-			break
-		}
-		m, sum = m+n, sum+n*v
-	}
-	// p.caps holds the picks only.
-	picks := p.caps[:0]
-	t32 := int32(thr)
-	for s := 0; s < len(segs); s += 2 {
-		lo := segs[s]
-		for i, c := range cc.lpCap[lo:segs[s+1]] {
-			if c > t32 || (c == t32 && atThr > 0 && c > 0) {
-				if c == t32 {
-					atThr--
-				}
-				picks = append(picks, domCap{cap: c, idx: int32(base) + lo + int32(i)})
-				cnt[c]-- // cnt now counts unpicked domains
-			}
-		}
-	}
-	p.caps = picks
-	// Tighten, smallest pick first (higher index first on ties).
-	slices.SortFunc(picks, func(a, b domCap) int {
-		if a.cap != b.cap {
-			return int(a.cap - b.cap)
-		}
-		return int(b.idx - a.idx)
-	})
-	slack := sum - need
-	for j := 0; j < len(picks) && slack > 0; j++ {
-		cj := int(picks[j].cap)
-		for v := max(cj-slack, 1); v < cj; v++ {
-			if cnt[v] == 0 {
-				continue
-			}
-			u := p.lowestUnpicked(segs, int32(v), picks)
-			cnt[v]--
-			cnt[cj]++
-			picks[j] = domCap{cap: int32(v), idx: u}
-			slack -= cj - v
-			break
-		}
-	}
-	p.chosen = p.chosen[:0]
-	p.chosenL = il
-	for _, c := range picks {
-		p.chosen = append(p.chosen, c.idx)
-		freeChosen += p.free(il, int(c.idx))
-	}
-	slices.Sort(p.chosen)
-	return m, freeChosen, true
-}
-
-// lowestUnpicked is the lowest domain of the ranges segs of p.cmp.lpCap
-// whose capacity is v and that is not in picks (one exists).
-func (p *Placer) lowestUnpicked(segs []int32, v int32, picks []domCap) int32 {
-	cc := &p.cmp
-	for s := 0; s < len(segs); s += 2 {
-		lo := segs[s]
-		for i, c := range cc.lpCap[lo:segs[s+1]] {
-			if c != v {
-				continue
-			}
-			idx := int32(cc.lpBase) + lo + int32(i)
-			if !slices.ContainsFunc(picks, func(d domCap) bool { return d.idx == idx }) {
-				return idx
-			}
-		}
-	}
-	return -1
 }
 
 // bucket returns a zeroed scratch slice of n counters.
