@@ -737,7 +737,9 @@ func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 // in the domains read, with no sort of them. cont must not alias p.chosen.
 func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
 	caps := p.caps[:0] // a local: appends in registers
-	maxCap := 0
+	// The largest capacity: a bit per capacity seen, 63 for 63 and more
+	// (a running max mispredicts on rack capacities), exact past it.
+	var seen uint64
 	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
@@ -746,7 +748,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 			for i, c := range cc.lpCap[lo-cc.lpBase : hi-cc.lpBase] {
 				if c > 0 {
 					caps = append(caps, domCap{cap: c, idx: int32(lo + i)})
-					maxCap = max(maxCap, int(c))
+					seen |= 1 << min(c, 63)
 				}
 			}
 			continue
@@ -754,11 +756,17 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 		for i := lo; i < hi; i++ {
 			if c := p.capOf(il, i, gi); c > 0 {
 				caps = append(caps, domCap{cap: int32(c), idx: int32(i)})
-				maxCap = max(maxCap, c)
+				seen |= 1 << min(c, 63)
 			}
 		}
 	}
 	p.caps = caps
+	maxCap := 63 - bits.LeadingZeros64(seen|1)
+	if maxCap == 63 {
+		for _, c := range caps {
+			maxCap = max(maxCap, int(c.cap))
+		}
+	}
 	if maxCap > 1<<20 {
 		// Huge domains: capacity beyond need never changes the count of
 		// picks, so clamp it to keep the buckets small (tightness among
