@@ -340,11 +340,11 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 
 // appendLargest appends to dst the keep largest of the positive values
 // of vals, each clamped to clamp, in descending order: the same values as
-// the first keep after a full sort. Values below 64 (rack capacities, say)
-// are counted, one bit per value seen; otherwise by insertion into a list
-// of at most keep.
+// the first keep after a full sort. With keep over 4, values below 64
+// (rack capacities, say) are counted, one bit per value seen; otherwise
+// they are inserted into a list of at most keep.
 func appendLargest(dst, vals []int32, clamp int32, keep int) []int32 {
-	if len(vals) < 256 {
+	if len(vals) < 256 && keep > 4 {
 		var cnt [64]uint8
 		var seen uint64
 		small := true
