@@ -740,6 +740,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	// The largest capacity: a bit per capacity seen, 63 for 63 and more
 	// (a running max mispredicts on rack capacities), exact past it.
 	var seen uint64
+	var small [64]int32 // counts of the capacities below 63, in the same pass
 	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
@@ -749,6 +750,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 				if c > 0 {
 					caps = append(caps, domCap{cap: c, idx: int32(lo + i)})
 					seen |= 1 << min(c, 63)
+					small[min(c, 63)]++
 				}
 			}
 			continue
@@ -757,6 +759,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 			if c := p.capOf(il, i, gi); c > 0 {
 				caps = append(caps, domCap{cap: int32(c), idx: int32(i)})
 				seen |= 1 << min(c, 63)
+				small[min(c, 63)]++
 			}
 		}
 	}
@@ -777,8 +780,12 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 		maxCap = min(maxCap, need)
 	}
 	cnt := p.bucket(maxCap + 1)
-	for _, c := range p.caps {
-		cnt[c.cap]++
+	if maxCap < 63 {
+		copy(cnt, small[:maxCap+1])
+	} else {
+		for _, c := range p.caps {
+			cnt[c.cap]++
+		}
 	}
 	// The picks: every domain above the threshold capacity thr, and the
 	// first atThr domains (by index) at it.
