@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/berthsched/berth/topo"
@@ -70,6 +71,10 @@ type compactScratch struct {
 	mark   []bool
 	cand   []int32 // knapsack candidate groups
 	dpT    []int16
+	topv   []int64 // knapsack's best groups by item count: their sums
+	topg   []int32 // and the groups
+	nt     []int32 // how many, per item count
+	thr    []int64 // the least of them once there are jm
 	sel    []int32
 }
 
@@ -299,29 +304,8 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 			start := len(c.gcap)
 			lo, hi := p.span(gl, g, il)
 			if cached && keep > 0 {
-				// The keep largest, descending, by insertion into a
-				// list of at most keep: the same values as the first
-				// keep after a full sort, without sorting the rest.
-				gcap := c.gcap
-				for _, v := range c.lpCap[lo-c.lpBase : hi-c.lpBase] {
-					if v <= 0 {
-						continue
-					}
-					v = min(v, need32)
-					i := len(gcap)
-					if i-start < keep {
-						gcap = append(gcap, v)
-					} else if v > gcap[i-1] {
-						i--
-					} else {
-						continue
-					}
-					for ; i > start && gcap[i-1] < v; i-- {
-						gcap[i] = gcap[i-1]
-					}
-					gcap[i] = v
-				}
-				c.gcap = gcap
+				// The keep largest, descending.
+				c.gcap = appendLargest(c.gcap, c.lpCap[lo-c.lpBase:hi-c.lpBase], need32, keep)
 				if len(c.gcap) == start {
 					continue
 				}
@@ -352,6 +336,61 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 			c.gid = append(c.gid, int32(g))
 		}
 	}
+}
+
+// appendLargest appends to dst the keep largest of the positive values
+// of vals, each clamped to clamp, in descending order: the same values as
+// the first keep after a full sort. With keep over 4, values below 64
+// (rack capacities, say) are counted, one bit per value seen; otherwise
+// they are inserted into a list of at most keep.
+func appendLargest(dst, vals []int32, clamp int32, keep int) []int32 {
+	if len(vals) < 256 && keep > 4 {
+		var cnt [64]uint8
+		var seen uint64
+		small := true
+		for _, v := range vals {
+			v = max(min(v, clamp), 0)
+			if v >= 64 {
+				small = false
+				break
+			}
+			cnt[v]++
+			seen |= 1 << v
+		}
+		if small {
+			seen &^= 1 // zero: no capacity
+			for k := keep; seen != 0 && k > 0; {
+				v := 63 - bits.LeadingZeros64(seen)
+				seen &^= 1 << v
+				n := min(int(cnt[v]), k)
+				for range n {
+					dst = append(dst, int32(v))
+				}
+				k -= n
+			}
+			return dst
+		}
+	}
+	start := len(dst)
+	for _, v := range vals {
+		if v <= 0 {
+			continue
+		}
+		v = min(v, clamp)
+		i := len(dst)
+		if i-start < keep {
+			dst = append(dst, v)
+		} else if v > dst[i-1] {
+			i--
+		} else {
+			continue
+		}
+		for ; i > start && dst[i-1] < v; i-- {
+			dst[i] = dst[i-1]
+		}
+		dst[i] = v
+	}
+	return dst
 }
 
 // prefix is the sum of the first t items (all if fewer).
@@ -390,47 +429,71 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	c := &p.cmp
 	ng := len(c.gid)
 	w := rm + 1
-	// prefix sums, pre[g*w+t]
-	c.pre = slices.Grow(c.pre[:0], ng*w)[:ng*w]
+	// For each t <= rm, the jm groups whose t largest items hold the most
+	// (ties: the lower group), from one pass over the groups: topv and
+	// topg hold them by t, best first, nt how many so far.
+	c.topv = slices.Grow(c.topv[:0], w*jm)[:w*jm]
+	c.topg = slices.Grow(c.topg[:0], w*jm)[:w*jm]
+	c.nt = slices.Grow(c.nt[:0], w)[:w]
+	clear(c.nt)
+	// thr[t]: the last of the jm once there are jm, else -1 (every sum
+	// is at least 0, so a group enters while there are fewer).
+	c.thr = slices.Grow(c.thr[:0], w)[:w]
+	for t := range c.thr {
+		c.thr[t] = -1
+	}
+	topv, topg, nt, thr := c.topv, c.topg, c.nt, c.thr
+	gcap, goff := c.gcap, c.goff
 	for g := range ng {
-		items := c.gcap[c.goff[g]:c.goff[g+1]]
-		row := c.pre[g*w : (g+1)*w]
-		row[0] = 0
+		items := gcap[goff[g]:goff[g+1]]
+		v := int64(0)
 		for t := 1; t <= rm; t++ {
-			row[t] = row[t-1]
 			if t <= len(items) {
-				row[t] += int64(items[t-1])
+				v += int64(items[t-1])
+			}
+			if v <= thr[t] {
+				continue
+			}
+			k, base := int(nt[t]), t*jm
+			i := k
+			if k < jm {
+				nt[t]++
+			} else {
+				i--
+			}
+			for ; i > 0 && topv[base+i-1] < v; i-- {
+				topv[base+i], topg[base+i] = topv[base+i-1], topg[base+i-1]
+			}
+			topv[base+i], topg[base+i] = v, int32(g)
+			if nt[t] == int32(jm) {
+				thr[t] = topv[base+jm-1]
 			}
 		}
 	}
 	c.mark = slices.Grow(c.mark[:0], ng)[:ng]
 	clear(c.mark)
 	for t := 1; t <= rm; t++ {
-		c.top = c.top[:0] // the jm best for t, best first
-		for g := range int32(ng) {
-			v := c.pre[int(g)*w+t]
-			if len(c.top) == jm && v <= c.pre[int(c.top[jm-1])*w+t] {
-				continue
-			}
-			i := len(c.top)
-			if i < jm {
-				c.top = append(c.top, g)
-			} else {
-				i--
-			}
-			for ; i > 0 && c.pre[int(c.top[i-1])*w+t] < v; i-- {
-				c.top[i] = c.top[i-1]
-			}
-			c.top[i] = g
-		}
-		for _, g := range c.top {
+		for _, g := range topg[t*jm : t*jm+int(nt[t])] {
 			c.mark[g] = true
 		}
 	}
+	// The candidates, ascending, and their prefix sums, pre[ci*w+t].
 	c.cand = c.cand[:0]
 	for g := range int32(ng) {
 		if c.mark[g] {
 			c.cand = append(c.cand, g)
+		}
+	}
+	c.pre = slices.Grow(c.pre[:0], len(c.cand)*w)[:len(c.cand)*w]
+	for ci, g := range c.cand {
+		items := gcap[goff[g]:goff[g+1]]
+		row := c.pre[ci*w : (ci+1)*w]
+		row[0] = 0
+		for t := 1; t <= rm; t++ {
+			row[t] = row[t-1]
+			if t <= len(items) {
+				row[t] += int64(items[t-1])
+			}
 		}
 	}
 	nc := len(c.cand)
@@ -451,23 +514,32 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	for j := 1; j <= jm; j++ {
 		for ci, g := range c.cand {
 			n := min(int(c.goff[g+1]-c.goff[g]), rm)
-			pre := c.pre[int(g)*w : (int(g)+1)*w]
+			pre := c.pre[ci*w : (ci+1)*w]
 			a := prev[ci*w : (ci+1)*w]      // j-1, candidates before ci
 			b := cur[ci*w : (ci+1)*w]       // j, candidates before ci
 			out := cur[(ci+1)*w : (ci+2)*w] // j, candidates up to ci
 			t0 := c.dpT[ci*c.cells+j*w : ci*c.cells+(j+1)*w]
-			out[0] = 0
-			for r := 1; r <= rm; r++ {
-				// Ties keep the fewer items of ci (strictly greater wins).
-				best, bt := b[r], 0
-				for t := 1; t <= min(n, r); t++ {
-					if v := a[r-t] + pre[t]; v > best {
-						best, bt = v, t
+			// out[r] is the best of b[r] (ci gives nothing) and a[r-t] +
+			// pre[t] (ci gives t items), t ascending for each r: ties
+			// keep the fewer items of ci (strictly greater wins).
+			if j == 1 {
+				// a is all 0 and ci's items are positive, so pre rises
+				// with t: the last t that beats b[r] is min(n, r), when
+				// pre there does.
+				out[0], t0[0] = 0, 0
+				for r := 1; r <= rm; r++ {
+					if k := min(n, r); pre[k] > b[r] {
+						out[r], t0[r] = pre[k], int16(k)
+					} else {
+						out[r], t0[r] = b[r], 0
 					}
 				}
-				out[r] = best
-				t0[r] = int16(bt)
+				continue
 			}
+			copy(out, b)
+			out[0] = 0
+			clear(t0)
+			dpStep(out, a, pre, t0, n)
 		}
 		c.dpRow = cur[nc*w : (nc+1)*w]
 		if stop && c.dpRow[rm] >= int64(need) {
@@ -476,6 +548,21 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 		prev, cur = cur, prev
 	}
 	return jm, true
+}
+
+// dpStep is one row of the knapsack: for t = 1..n items of a candidate
+// whose prefix sums are pre, out[r] becomes a[r-t] + pre[t] where that is
+// strictly greater, and t0[r] that t. out, a and t0 have the same length.
+func dpStep(out, a, pre []int64, t0 []int16, n int) {
+	for t := 1; t <= n; t++ {
+		pt, o := pre[t], out[t:]
+		tt, x := t0[t:len(out)], a[:len(o)]
+		for i := range o {
+			if v := x[i] + pt; v > o[i] {
+				o[i], tt[i] = v, int16(t)
+			}
+		}
+	}
 }
 
 // pickGroups leaves in p.cmp.sel, ascending, the groups (domain indices)
@@ -604,15 +691,36 @@ func (p *Placer) minItems(jm, rm, need int) int {
 func (p *Placer) greedyGroups(jm, m, need int) (lb, j int) {
 	c := &p.cmp
 	ng := len(c.gid)
-	// By best, largest first, then by position: one key each, sorted.
-	c.keys = c.keys[:0]
-	for g, b := range c.best[:ng] {
-		c.keys = append(c.keys, uint64(1<<30-b)<<32|uint64(g))
+	// By best, largest first, then by position.
+	maxB := int32(0)
+	for _, b := range c.best[:ng] {
+		maxB = max(maxB, b)
 	}
-	slices.Sort(c.keys)
-	c.top = c.top[:0]
-	for _, k := range c.keys {
-		c.top = append(c.top, int32(uint32(k)))
+	if maxB < 4096 {
+		// Counted: the groups of each best in position order.
+		start := p.bucket(int(maxB) + 2)
+		for _, b := range c.best[:ng] {
+			start[maxB-b+1]++
+		}
+		for i := 1; i < len(start); i++ {
+			start[i] += start[i-1]
+		}
+		c.top = slices.Grow(c.top[:0], ng)[:ng]
+		for g, b := range c.best[:ng] {
+			c.top[start[maxB-b]] = int32(g)
+			start[maxB-b]++
+		}
+	} else {
+		// One key each, sorted.
+		c.keys = c.keys[:0]
+		for g, b := range c.best[:ng] {
+			c.keys = append(c.keys, uint64(1<<30-b)<<32|uint64(g))
+		}
+		slices.Sort(c.keys)
+		c.top = c.top[:0]
+		for _, k := range c.keys {
+			c.top = append(c.top, int32(uint32(k)))
+		}
 	}
 	best := func(g int32) int { return int(c.best[g]) }
 	sum := 0

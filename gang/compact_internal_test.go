@@ -2,6 +2,7 @@ package gang
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,4 +44,163 @@ func TestDualBelowSound(t *testing.T) {
 	}
 	t.Logf("knapsack found none: %d; dualBelow ruled out %d of them", none, ruledOut)
 	require.Greater(t, ruledOut*2, none, "the bound must rule out most")
+}
+
+// TestKnapsackSame: the knapsack's candidates, answer and every cell of
+// its table that pickGroups may read are those of the plain version it
+// replaced (knapsackRef, kept here), on random groups, with and without
+// stop; and appendLargest keeps the same items as a full sort.
+func TestKnapsackSame(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	var p, q Placer
+	for iter := range 20000 {
+		ng := 1 + rng.IntN(20)
+		need := 1 + rng.IntN(80)
+		c := &p.cmp
+		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
+		for g := range ng {
+			start := len(c.gcap)
+			for range 1 + rng.IntN(9) {
+				c.gcap = append(c.gcap, int32(min(1+rng.IntN(1+rng.IntN(20)), need)))
+			}
+			sortDesc(c.gcap[start:])
+			c.goff = append(c.goff, int32(len(c.gcap)))
+			c.gid = append(c.gid, int32(3*g+1))
+		}
+		d := &q.cmp
+		d.gcap, d.goff, d.gid = append(d.gcap[:0], c.gcap...), append(d.goff[:0], c.goff...), append(d.gid[:0], c.gid...)
+		jm, rm, stop := 1+rng.IntN(ng), 1+rng.IntN(9), rng.IntN(2) == 0
+		j1, ok1 := p.knapsack(jm, rm, need, stop)
+		j2, ok2 := q.knapsackRef(jm, rm, need, stop)
+		require.Equal(t, ok2, ok1, "iter %d", iter)
+		require.Equal(t, j2, j1, "iter %d", iter)
+		if !ok1 {
+			continue
+		}
+		require.Equal(t, d.cand, c.cand, "iter %d: candidates", iter)
+		require.Equal(t, d.dpRow, c.dpRow, "iter %d: answer", iter)
+		w := rm + 1
+		for ci := range c.cand {
+			for j := 1; j <= j1; j++ {
+				for r := 1; r <= rm; r++ {
+					require.Equal(t, d.dpT[ci*d.cells+j*w+r], c.dpT[ci*c.cells+j*w+r], "iter %d: cell %d %d %d", iter, ci, j, r)
+				}
+			}
+		}
+		for r := 1; r <= rm; r++ {
+			p.pickGroups(j1, r, rm)
+			q.pickGroups(j1, r, rm)
+			require.Equal(t, d.sel, c.sel, "iter %d: groups for %d items", iter, r)
+		}
+		// appendLargest against a full sort.
+		vals := make([]int32, rng.IntN(300))
+		for i := range vals {
+			vals[i] = int32(rng.IntN(1 + rng.IntN(100)))
+		}
+		clamp, keep := int32(1+rng.IntN(90)), 1+rng.IntN(12)
+		var want []int32
+		for _, v := range vals {
+			if v > 0 {
+				want = append(want, min(v, clamp))
+			}
+		}
+		sortDesc(want)
+		want = want[:min(keep, len(want))]
+		got := appendLargest([]int32{-7}, vals, clamp, keep)
+		require.Equal(t, append([]int32{-7}, want...), got, "iter %d: appendLargest", iter)
+	}
+}
+
+// knapsackRef is knapsack as it was before its candidates were picked in
+// one pass and its first row read from the prefix sums.
+func (p *Placer) knapsackRef(jm, rm, need int, stop bool) (int, bool) {
+	c := &p.cmp
+	ng := len(c.gid)
+	w := rm + 1
+	// prefix sums, pre[g*w+t]
+	c.pre = slices.Grow(c.pre[:0], ng*w)[:ng*w]
+	for g := range ng {
+		items := c.gcap[c.goff[g]:c.goff[g+1]]
+		row := c.pre[g*w : (g+1)*w]
+		row[0] = 0
+		for t := 1; t <= rm; t++ {
+			row[t] = row[t-1]
+			if t <= len(items) {
+				row[t] += int64(items[t-1])
+			}
+		}
+	}
+	c.mark = slices.Grow(c.mark[:0], ng)[:ng]
+	clear(c.mark)
+	for t := 1; t <= rm; t++ {
+		c.top = c.top[:0] // the jm best for t, best first
+		for g := range int32(ng) {
+			v := c.pre[int(g)*w+t]
+			if len(c.top) == jm && v <= c.pre[int(c.top[jm-1])*w+t] {
+				continue
+			}
+			i := len(c.top)
+			if i < jm {
+				c.top = append(c.top, g)
+			} else {
+				i--
+			}
+			for ; i > 0 && c.pre[int(c.top[i-1])*w+t] < v; i-- {
+				c.top[i] = c.top[i-1]
+			}
+			c.top[i] = g
+		}
+		for _, g := range c.top {
+			c.mark[g] = true
+		}
+	}
+	c.cand = c.cand[:0]
+	for g := range int32(ng) {
+		if c.mark[g] {
+			c.cand = append(c.cand, g)
+		}
+	}
+	nc := len(c.cand)
+	c.cells = (jm + 1) * w
+	if c.cells*nc > dpBudget {
+		return 0, false
+	}
+	// Two tables, for j-1 and j: row i holds the best, by r, over
+	// candidates 0..i-1 (row 0: none, all 0). Every cell of dpT that
+	// pickGroups reads (j up to the last computed, r >= 1) is written.
+	lw := (nc + 1) * w
+	c.dp = slices.Grow(c.dp[:0], 2*lw)[:2*lw]
+	prev, cur := c.dp[:lw], c.dp[lw:]
+	clear(prev) // j = 0: nothing
+	clear(cur[:w])
+	c.dpT = slices.Grow(c.dpT[:0], c.cells*nc)[:c.cells*nc]
+	c.dpRow = prev[nc*w : (nc+1)*w]
+	for j := 1; j <= jm; j++ {
+		for ci, g := range c.cand {
+			n := min(int(c.goff[g+1]-c.goff[g]), rm)
+			pre := c.pre[int(g)*w : (int(g)+1)*w]
+			a := prev[ci*w : (ci+1)*w]      // j-1, candidates before ci
+			b := cur[ci*w : (ci+1)*w]       // j, candidates before ci
+			out := cur[(ci+1)*w : (ci+2)*w] // j, candidates up to ci
+			t0 := c.dpT[ci*c.cells+j*w : ci*c.cells+(j+1)*w]
+			out[0] = 0
+			for r := 1; r <= rm; r++ {
+				// Ties keep the fewer items of ci (strictly greater wins).
+				best, bt := b[r], 0
+				for t := 1; t <= min(n, r); t++ {
+					if v := a[r-t] + pre[t]; v > best {
+						best, bt = v, t
+					}
+				}
+				out[r] = best
+				t0[r] = int16(bt)
+			}
+		}
+		c.dpRow = cur[nc*w : (nc+1)*w]
+		if stop && c.dpRow[rm] >= int64(need) {
+			return j, true
+		}
+		prev, cur = cur, prev
+	}
+	return jm, true
 }

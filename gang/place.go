@@ -81,6 +81,7 @@ type Placer struct {
 	ix      nodeIndex // nodes by free capacity (collectScored)
 	noIndex bool      // tests: collectScored scans every node
 	cands   []candDom // pruned's domains
+	ckeys   []uint64  // and their sort keys
 	mods    []int32   // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),
 	// so that a failure allocates nothing for a set seen before.
@@ -646,15 +647,7 @@ func (p *Placer) pruned(gi *groupInfo, need int) (bestFit int, found bool, best 
 		p.fastCaps(lo, hi, gi, c.lbCap)
 		p.cands = append(p.cands, candDom{spread: int32(fewest(c.lbCap, need)), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
 	}
-	slices.SortFunc(p.cands, func(a, b candDom) int {
-		if a.spread != b.spread {
-			return int(a.spread - b.spread)
-		}
-		if a.freeD != b.freeD {
-			return int(a.freeD - b.freeD)
-		}
-		return int(a.d - b.d)
-	})
+	p.sortCands()
 	var lb key
 	for ki, l := 0, p.lr+1; l < p.nl && ki < maxKeyLevels; l++ {
 		if l != p.lp {
@@ -676,6 +669,37 @@ func (p *Placer) pruned(gi *groupInfo, need int) (bestFit int, found bool, best 
 		}
 	}
 	return bestFit, found, best
+}
+
+// sortCands sorts p.cands by spread, then free GPUs, then index: as
+// packed keys (spread, free, index in 17, 31 and 16 bits) when they fit,
+// which sort faster than through a comparison function.
+func (p *Placer) sortCands() {
+	keys := p.ckeys[:0]
+	for _, cd := range p.cands {
+		if cd.spread < 0 || cd.spread >= 1<<17 || cd.freeD < 0 || cd.d < 0 || cd.d >= 1<<16 {
+			keys = nil
+			break
+		}
+		keys = append(keys, uint64(cd.spread)<<47|uint64(cd.freeD)<<16|uint64(cd.d))
+	}
+	if keys == nil && len(p.cands) > 0 {
+		slices.SortFunc(p.cands, func(a, b candDom) int {
+			if a.spread != b.spread {
+				return int(a.spread - b.spread)
+			}
+			if a.freeD != b.freeD {
+				return int(a.freeD - b.freeD)
+			}
+			return int(a.d - b.d)
+		})
+		return
+	}
+	p.ckeys = keys
+	slices.Sort(keys)
+	for i, k := range keys {
+		p.cands[i] = candDom{spread: int32(k >> 47), freeD: int32(k >> 16 & (1<<31 - 1)), d: int32(k & (1<<16 - 1))}
+	}
 }
 
 // fewest is the fewest of caps whose sum reaches need (len(caps)+1 when
@@ -713,7 +737,10 @@ func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 // in the domains read, with no sort of them. cont must not alias p.chosen.
 func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
 	caps := p.caps[:0] // a local: appends in registers
-	maxCap := 0
+	// The largest capacity: a bit per capacity seen, 63 for 63 and more
+	// (a running max mispredicts on rack capacities), exact past it.
+	var seen uint64
+	var small [64]int32 // counts of the capacities below 63, in the same pass
 	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
@@ -722,7 +749,8 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 			for i, c := range cc.lpCap[lo-cc.lpBase : hi-cc.lpBase] {
 				if c > 0 {
 					caps = append(caps, domCap{cap: c, idx: int32(lo + i)})
-					maxCap = max(maxCap, int(c))
+					seen |= 1 << min(c, 63)
+					small[min(c, 63)]++
 				}
 			}
 			continue
@@ -730,11 +758,18 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 		for i := lo; i < hi; i++ {
 			if c := p.capOf(il, i, gi); c > 0 {
 				caps = append(caps, domCap{cap: int32(c), idx: int32(i)})
-				maxCap = max(maxCap, c)
+				seen |= 1 << min(c, 63)
+				small[min(c, 63)]++
 			}
 		}
 	}
 	p.caps = caps
+	maxCap := 63 - bits.LeadingZeros64(seen|1)
+	if maxCap == 63 {
+		for _, c := range caps {
+			maxCap = max(maxCap, int(c.cap))
+		}
+	}
 	if maxCap > 1<<20 {
 		// Huge domains: capacity beyond need never changes the count of
 		// picks, so clamp it to keep the buckets small (tightness among
@@ -745,8 +780,12 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 		maxCap = min(maxCap, need)
 	}
 	cnt := p.bucket(maxCap + 1)
-	for _, c := range p.caps {
-		cnt[c.cap]++
+	if maxCap < 63 {
+		copy(cnt, small[:maxCap+1])
+	} else {
+		for _, c := range p.caps {
+			cnt[c.cap]++
+		}
 	}
 	// The picks: every domain above the threshold capacity thr, and the
 	// first atThr domains (by index) at it.
