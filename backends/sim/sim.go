@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -89,13 +90,23 @@ type Sim struct {
 	now     time.Time
 	evq     evHeap
 	seq     uint64
-	// jobs maps every job submitted to its record; nil once it finished
-	// (the ID stays: a second submission of it is a duplicate).
-	jobs map[string]*job
-	// outs holds every submitted job's outcome, in submission order, in
-	// chunks of outChunk (no copy as it grows); njobs counts them. A
-	// finished job keeps only its outcome there.
-	outs    [][]Outcome
+	// jobs maps every unfinished job submitted (and every replica bound)
+	// to its record. A finished job's ID stays known in done (a second
+	// submission of it is a duplicate): the hash of the ID (seed) to its
+	// index in outs, or in doneX when another ID took that hash.
+	jobs  map[string]*job
+	done  map[uint64]int
+	doneX map[string]struct{}
+	seed  maphash.Seed
+	// outs holds every submitted job's outcome record, in submission
+	// order, in chunks of outChunk (no copy as it grows); njobs counts
+	// them. A finished job keeps only its outcome there, without pointers
+	// (outstore.go): times as offsets from base, the ID's bytes in ids;
+	// full holds the outcomes that do not fit a record.
+	outs    [][]outRec
+	ids     [][]byte
+	full    map[int]*Outcome
+	base    time.Time
 	njobs   int
 	refuse  map[injKey]int
 	fail    map[injKey]int
@@ -170,10 +181,12 @@ type job struct {
 	j       *queue.Job
 	runtime time.Duration
 	members []engine.Member
-	gpus    int   // whole GPUs bound now
-	milli   int64 // GPU milli bound now
+	nodeIx  []int32 // the node index of each member (Sim.nodes)
+	gpus    int     // whole GPUs bound now
+	milli   int64   // GPU milli bound now
 	gen     uint64
-	out     *Outcome // in Sim.outs (replicas: their own)
+	out     *Outcome // &outv until it finishes (Sim.outs then holds it)
+	outv    Outcome
 	prev    runStart // before the current run began (restored on rollback)
 	// submitted: its submission was delivered (Next); until it ends it is
 	// running or pending.
@@ -320,7 +333,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{
 		spec: cloneSpec(cfg.Cluster), nodeIdx: map[string]int{}, now: cfg.Start,
-		jobs: map[string]*job{}, refuse: map[injKey]int{}, fail: map[injKey]int{},
+		jobs: map[string]*job{}, done: map[uint64]int{}, seed: maphash.MakeSeed(), base: cfg.Start, refuse: map[injKey]int{}, fail: map[injKey]int{},
 		refMIG: map[migKey]int{}, failMIG: map[migKey]int{}, factor: cfg.RuntimeFactor, prov: pv,
 	}
 	for i, n := range s.spec.Nodes {
@@ -392,7 +405,7 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.jobs[j.ID]; dup {
+	if s.known(j.ID) {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
 	if j.Submit.Before(s.now) {
@@ -404,21 +417,18 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	return nil
 }
 
-// outChunk is the number of outcomes in one chunk of Sim.outs.
-const outChunk = 4096
-
-// outAt is the outcome of the i-th job submitted.
-func (s *Sim) outAt(i int) *Outcome { return &s.outs[i/outChunk][i%outChunk] }
-
 // enroll adds js to the submitted jobs (its submission is on its way).
 func (s *Sim) enroll(js *job) {
 	if s.njobs%outChunk == 0 {
-		s.outs = append(s.outs, make([]Outcome, outChunk))
+		s.outs = append(s.outs, make([]outRec, outChunk))
 	}
 	js.idx = s.njobs
 	s.njobs++
-	js.out = s.outAt(js.idx)
-	*js.out = Outcome{ID: js.j.ID, Submit: js.j.Submit}
+	r := s.recAt(js.idx)
+	r.idChunk, r.idOff = s.addID(js.j.ID)
+	r.idLen = uint32(len(js.j.ID))
+	js.outv = Outcome{ID: js.j.ID, Submit: js.j.Submit}
+	js.out = &js.outv
 	s.jobs[js.j.ID] = js
 }
 
@@ -446,8 +456,10 @@ func (s *Sim) Stream(next func() (*queue.Job, time.Duration, bool)) {
 // known reports whether a job of that ID was submitted (finished ones
 // included).
 func (s *Sim) known(id string) bool {
-	_, ok := s.jobs[id]
-	return ok
+	if _, ok := s.jobs[id]; ok {
+		return true
+	}
+	return s.finishedID(id)
 }
 
 // pull takes the next job of the stream ahead, if none is and a stream is
@@ -599,8 +611,8 @@ func (s *Sim) Pending(ctx context.Context) ([]*queue.Job, error) {
 	defer s.mu.Unlock()
 	var out []*queue.Job
 	for i := range s.njobs {
-		if o := s.outAt(i); !o.Finished {
-			if js := s.jobs[o.ID]; js != nil && js.submitted && len(js.members) == 0 {
+		if r := s.recAt(i); !r.closed {
+			if js := s.jobs[string(s.idBytes(r))]; js != nil && js.submitted && len(js.members) == 0 {
 				out = append(out, js.j)
 			}
 		}
@@ -738,12 +750,13 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		js.out.Finished, js.out.End = true, s.now
 		js.gen++
 		s.finished++
-		// A finished job keeps only its outcome (in Sim.outs): the
-		// engine has forgotten the job, and a month's replay holds
-		// millions. Its ID stays known.
+		// A finished job keeps only its outcome (in Sim.outs, without
+		// pointers): the engine has forgotten the job, and a month's
+		// replay holds millions. Its ID stays known.
 		id := js.out.ID
+		s.close(js)
+		s.forget(js)
 		js.j = nil
-		s.jobs[id] = nil
 		return engine.Finished(s.now, id), true
 	case evNodeFail:
 		n := &s.nodes[s.nodeIdx[e.node]]
@@ -793,11 +806,11 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 // release frees every GPU, instance and share of js. MIG instances stay
 // in their GPU's layout, idle.
 func (s *Sim) release(js *job) {
-	for _, m := range js.members {
-		s.unhold(js.out.ID, m, false)
+	for i, m := range js.members {
+		s.unhold(js.out.ID, int(js.nodeIx[i]), m, false)
 	}
 	js.gpus, js.milli = 0, 0
-	js.members = nil
+	js.members, js.nodeIx = nil, js.nodeIx[:0]
 	s.running--
 	s.unlive(js)
 }
@@ -863,8 +876,8 @@ func (s *Sim) busyDelta(n *node, gs *gpu, wasIdle bool) {
 // unhold gives back what member m of job holds. destroy: a MIG instance
 // the member created is destroyed (a rolled-back bind: the engine takes it
 // out of its books).
-func (s *Sim) unhold(jobID string, m engine.Member, destroy bool) {
-	n := &s.nodes[s.nodeIdx[m.Node]]
+func (s *Sim) unhold(jobID string, ni int, m engine.Member, destroy bool) {
+	n := &s.nodes[ni]
 	s.busyMilli -= memberMilli(m)
 	if !m.Fractional {
 		for _, g := range m.GPUs {
@@ -1020,8 +1033,8 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	js, known := s.jobs[jobID]
-	if known && js == nil {
+	js := s.jobs[jobID]
+	if js == nil && s.finishedID(jobID) {
 		return refused("job %q has finished", jobID)
 	}
 	if js == nil {
@@ -1066,6 +1079,7 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	b := m
 	b.GPUs = slices.Clone(m.GPUs)
 	js.members = append(js.members, b)
+	js.nodeIx = append(js.nodeIx, int32(ni))
 	if s.factor != nil && js.out.Start.Equal(s.now) && !js.replica {
 		s.stretch(js)
 	}
@@ -1097,12 +1111,13 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 		return nil
 	}
 	b := js.members[i]
-	s.unhold(jobID, b, true)
+	s.unhold(jobID, int(js.nodeIx[i]), b, true)
 	if !b.Fractional {
 		js.gpus -= len(b.GPUs)
 	}
 	js.milli -= memberMilli(b)
 	js.members = slices.Delete(js.members, i, i+1)
+	js.nodeIx = slices.Delete(js.nodeIx, i, i+1)
 	if len(js.members) == 0 {
 		s.running--
 		s.unlive(js)
@@ -1252,7 +1267,7 @@ func (s *Sim) Outcomes() []Outcome {
 	defer s.mu.Unlock()
 	out := make([]Outcome, s.njobs)
 	for i := range out {
-		out[i] = *s.outAt(i)
+		s.outcomeOf(i, &out[i])
 	}
 	return out
 }
@@ -1263,8 +1278,10 @@ func (s *Sim) Outcomes() []Outcome {
 func (s *Sim) EachOutcome(f func(o *Outcome)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var o Outcome
 	for i := range s.njobs {
-		f(s.outAt(i))
+		s.outcomeOf(i, &o)
+		f(&o)
 	}
 }
 
