@@ -264,53 +264,82 @@ type event struct {
 
 // evHeap is a binary min-heap of events by (at, seq), a total order (seq
 // is unique). Typed, not container/heap: that boxed every event pushed and
-// popped (two allocations an event, millions in a month's replay).
-type evHeap []event
+// popped (two allocations an event, millions in a month's replay). The
+// heap moves small entries (the time, the seq and the event's slot); the
+// events stay in their slots (free ones reused), so a sift moves 40 bytes
+// an entry instead of a whole event.
+type evHeap struct {
+	h    []evEntry
+	evs  []event
+	free []int32
+}
 
-func (h evHeap) less(i, k int) bool {
-	if c := h[i].at.Compare(h[k].at); c != 0 {
+type evEntry struct {
+	at   time.Time
+	seq  uint64
+	slot int32
+}
+
+func (q *evHeap) len() int { return len(q.h) }
+
+// first is the time of the least event; q must not be empty.
+func (q *evHeap) first() time.Time { return q.h[0].at }
+
+func evLess(a, b *evEntry) bool {
+	if c := a.at.Compare(b.at); c != 0 {
 		return c < 0
 	}
-	return h[i].seq < h[k].seq
+	return a.seq < b.seq
 }
 
-func (h *evHeap) push(e event) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
+func (q *evHeap) push(e event) {
+	var slot int32
+	if n := len(q.free); n > 0 {
+		slot = q.free[n-1]
+		q.free = q.free[:n-1]
+		q.evs[slot] = e
+	} else {
+		slot = int32(len(q.evs))
+		q.evs = append(q.evs, e)
+	}
+	h := append(q.h, evEntry{at: e.at, seq: e.seq, slot: slot})
+	for i := len(h) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !q.less(i, p) {
+		if !evLess(&h[i], &h[p]) {
 			break
 		}
-		q[i], q[p] = q[p], q[i]
+		h[i], h[p] = h[p], h[i]
 		i = p
 	}
+	q.h = h
 }
 
-// pop removes and returns the least event; h must not be empty.
-func (h *evHeap) pop() event {
-	q := *h
-	n := len(q) - 1
-	e := q[0]
-	q[0] = q[n]
-	q[n] = event{}
-	q = q[:n]
+// pop removes and returns the least event; q must not be empty.
+func (q *evHeap) pop() event {
+	h := q.h
+	n := len(h) - 1
+	slot := h[0].slot
+	h[0] = h[n]
+	h = h[:n]
 	for i := 0; ; {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		m := l
-		if r := l + 1; r < n && q.less(r, l) {
+		if r := l + 1; r < n && evLess(&h[r], &h[l]) {
 			m = r
 		}
-		if !q.less(m, i) {
+		if !evLess(&h[m], &h[i]) {
 			break
 		}
-		q[i], q[m] = q[m], q[i]
+		h[i], h[m] = h[m], h[i]
 		i = m
 	}
-	*h = q
+	q.h = h
+	e := q.evs[slot]
+	q.evs[slot] = event{} // no job kept alive by a free slot
+	q.free = append(q.free, slot)
 	return e
 }
 
@@ -663,7 +692,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 			return nil, err
 		}
 		s.pull()
-		if len(s.evq) == 0 && s.ahead == nil {
+		if s.evq.len() == 0 && s.ahead == nil {
 			if s.streamErr != nil {
 				continue
 			}
@@ -675,10 +704,10 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		}
 		// The earlier of the next event and the next streamed arrival.
 		var t time.Time
-		if len(s.evq) > 0 {
-			t = s.evq[0].at
+		if s.evq.len() > 0 {
+			t = s.evq.first()
 		}
-		if s.ahead != nil && (len(s.evq) == 0 || s.ahead.j.Submit.Before(t)) {
+		if s.ahead != nil && (s.evq.len() == 0 || s.ahead.j.Submit.Before(t)) {
 			t = s.ahead.j.Submit
 		}
 		if !wake.IsZero() && wake.Before(t) {
@@ -687,7 +716,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		}
 		s.advanceTo(t)
 		batch := s.batch[:0] // scratch: the events are copied out below
-		for len(s.evq) > 0 && s.evq[0].at.Equal(t) {
+		for s.evq.len() > 0 && s.evq.first().Equal(t) {
 			batch = append(batch, s.evq.pop())
 		}
 		// Streamed jobs arrive: submitted now, after those given to
