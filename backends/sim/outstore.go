@@ -3,6 +3,7 @@ package sim
 import (
 	"hash/maphash"
 	"math"
+	"sort"
 	"time"
 )
 
@@ -130,6 +131,15 @@ func (s *Sim) outcomeOf(i int, o *Outcome) {
 
 // finishedID reports whether id is the ID of a finished job.
 func (s *Sim) finishedID(id string) bool {
+	if s.sorted {
+		// The IDs were enrolled in increasing order: a binary search of
+		// the records finds id, if it is there.
+		if s.njobs == 0 || id > s.lastID {
+			return false
+		}
+		i := sort.Search(s.njobs, func(i int) bool { return string(s.idBytes(s.recAt(i))) >= id })
+		return i < s.njobs && string(s.idBytes(s.recAt(i))) == id && s.recAt(i).closed
+	}
 	if i, ok := s.done[maphash.String(s.seed, id)]; ok && string(s.idBytes(s.recAt(i))) == id {
 		return true
 	}
@@ -140,8 +150,15 @@ func (s *Sim) finishedID(id string) bool {
 // forget drops the record of js, which finished, from the jobs by ID: its
 // ID stays known (finishedID).
 func (s *Sim) forget(js *job) {
-	id := js.out.ID
-	delete(s.jobs, id)
+	delete(s.jobs, js.out.ID)
+	if !s.sorted {
+		s.addDone(js.out.ID, js.idx)
+	}
+}
+
+// addDone adds id, of the finished job of record i, to the hash set of
+// finished IDs.
+func (s *Sim) addDone(id string, i int) {
 	h := maphash.String(s.seed, id)
 	if _, taken := s.done[h]; taken {
 		if s.doneX == nil {
@@ -150,5 +167,21 @@ func (s *Sim) forget(js *job) {
 		s.doneX[id] = struct{}{}
 		return
 	}
-	s.done[h] = js.idx
+	s.done[h] = i
+}
+
+// enrolled notes the ID of the job enrolled next: while every ID is
+// greater than the one before (a replay's are), the records are sorted by
+// ID and finishedID searches them; the first that is not turns the hash
+// set of finished IDs on, with those finished so far.
+func (s *Sim) enrolled(id string) {
+	if s.sorted && s.njobs > 0 && id <= s.lastID {
+		s.sorted = false
+		for i := range s.njobs {
+			if r := s.recAt(i); r.closed {
+				s.addDone(string(s.idBytes(r)), i)
+			}
+		}
+	}
+	s.lastID = id
 }

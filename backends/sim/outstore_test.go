@@ -85,26 +85,69 @@ func TestOutcomeRecords(t *testing.T) {
 }
 
 // Finished IDs whose hashes collide are all known: the second goes to the
-// exact set.
+// exact set. (The hash set is kept once the IDs stop increasing.)
 func TestFinishedIDCollision(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s, err := New(Config{Cluster: topo.Uniform(nil, nil, 1, 1, "H100"), Start: start})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// "y"'s hash is taken by job 0 ("x") before "y" finishes.
 	runJob(t, s, "x", start, time.Second)
+	runJob(t, s, "w", s.Now(), time.Second) // before x: the hash set from here on
+	if s.sorted || len(s.done) != 2 {
+		t.Fatalf("sorted %v, %d IDs in the hash set, want false, 2", s.sorted, len(s.done))
+	}
+	// "y"'s hash is taken by job 0 ("x") before "y" finishes.
 	s.done[maphash.String(s.seed, "y")] = 0
 	runJob(t, s, "y", s.Now(), time.Second)
 	if _, ok := s.doneX["y"]; !ok {
 		t.Fatal("y is not in the exact set")
 	}
-	for _, id := range []string{"x", "y"} {
+	for _, id := range []string{"w", "x", "y"} {
 		if !s.known(id) {
 			t.Errorf("%s is not known", id)
 		}
 	}
-	if s.known("z") {
-		t.Error("z is known")
+	for _, id := range []string{"v", "z", "xx"} {
+		if s.known(id) {
+			t.Errorf("%s is known", id)
+		}
+	}
+}
+
+// While the IDs increase, finished IDs are found in the records by a
+// binary search, unfinished ones in the jobs by ID; an ID between them or
+// after them is not known.
+func TestFinishedIDSorted(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := New(Config{Cluster: topo.Uniform(nil, nil, 1, 1, "H100"), Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"j01", "j03", "j05", "j07"} {
+		runJob(t, s, id, s.Now(), time.Second)
+	}
+	// j09 is submitted and not finished.
+	if err := s.Submit(&queue.Job{ID: "j09", Queue: "q", Submit: s.Now().Add(time.Hour)}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !s.sorted || len(s.done) != 0 {
+		t.Fatalf("sorted %v, %d IDs in the hash set, want true, 0", s.sorted, len(s.done))
+	}
+	for _, id := range []string{"j01", "j03", "j05", "j07", "j09"} {
+		if !s.known(id) {
+			t.Errorf("%s is not known", id)
+		}
+		if err := s.Submit(&queue.Job{ID: id, Submit: s.Now().Add(2 * time.Hour)}, time.Second); !errors.Is(err, ErrDuplicateJob) {
+			t.Errorf("resubmitting %s: %v, want ErrDuplicateJob", id, err)
+		}
+	}
+	for _, id := range []string{"j", "j00", "j02", "j04", "j08", "j10", "k"} {
+		if s.known(id) {
+			t.Errorf("%s is known", id)
+		}
+	}
+	if s.finishedID("j09") {
+		t.Error("j09, not finished, is a finished ID")
 	}
 }

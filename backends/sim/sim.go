@@ -91,13 +91,18 @@ type Sim struct {
 	evq     evHeap
 	seq     uint64
 	// jobs maps every unfinished job submitted (and every replica bound)
-	// to its record. A finished job's ID stays known in done (a second
-	// submission of it is a duplicate): the hash of the ID (seed) to its
-	// index in outs, or in doneX when another ID took that hash.
-	jobs  map[string]*job
-	done  map[uint64]int
-	doneX map[string]struct{}
-	seed  maphash.Seed
+	// to its record. A finished job's ID stays known (a second submission
+	// of it is a duplicate): while sorted (every job's ID greater than the
+	// one submitted before, lastID the last), the records in outs are in
+	// order of ID and a binary search finds it; after, done maps the hash
+	// of the ID (seed) to its index in outs, or doneX holds it when
+	// another ID took that hash.
+	jobs   map[string]*job
+	sorted bool
+	lastID string
+	done   map[uint64]int
+	doneX  map[string]struct{}
+	seed   maphash.Seed
 	// outs holds every submitted job's outcome record, in submission
 	// order, in chunks of outChunk (no copy as it grows); njobs counts
 	// them. A finished job keeps only its outcome there, without pointers
@@ -362,7 +367,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{
 		spec: cloneSpec(cfg.Cluster), nodeIdx: map[string]int{}, now: cfg.Start,
-		jobs: map[string]*job{}, done: map[uint64]int{}, seed: maphash.MakeSeed(), base: cfg.Start, refuse: map[injKey]int{}, fail: map[injKey]int{},
+		jobs: map[string]*job{}, sorted: true, done: map[uint64]int{}, seed: maphash.MakeSeed(), base: cfg.Start, refuse: map[injKey]int{}, fail: map[injKey]int{},
 		refMIG: map[migKey]int{}, failMIG: map[migKey]int{}, factor: cfg.RuntimeFactor, prov: pv,
 	}
 	for i, n := range s.spec.Nodes {
@@ -451,6 +456,7 @@ func (s *Sim) enroll(js *job) {
 	if s.njobs%outChunk == 0 {
 		s.outs = append(s.outs, make([]outRec, outChunk))
 	}
+	s.enrolled(js.j.ID)
 	js.idx = s.njobs
 	s.njobs++
 	r := s.recAt(js.idx)
@@ -485,6 +491,9 @@ func (s *Sim) Stream(next func() (*queue.Job, time.Duration, bool)) {
 // known reports whether a job of that ID was submitted (finished ones
 // included).
 func (s *Sim) known(id string) bool {
+	if s.sorted && len(s.replicas) == 0 && (s.njobs == 0 || id > s.lastID) {
+		return false // after every ID submitted, and no replica
+	}
 	if _, ok := s.jobs[id]; ok {
 		return true
 	}
