@@ -144,6 +144,10 @@ type async struct {
 	migs       []MIGResult
 	virtual    bool // the Clock is virtual (see RealClock)
 	noPoll     bool // the backend is no RunningReporter
+
+	// spare is a slice of results settled before, for res (take,
+	// recycle); under mu.
+	spare []result
 }
 
 func newAsync(parallelism int, virtual bool) *async {
@@ -168,7 +172,7 @@ func (a *async) post(res result) {
 func (a *async) take() []result {
 	a.mu.Lock()
 	res := a.res
-	a.res = nil
+	a.res, a.spare = a.spare[:0], nil
 	a.mu.Unlock()
 	slices.SortStableFunc(res, func(x, y result) int {
 		if c := cmp.Compare(x.kind, y.kind); c != 0 {
@@ -180,6 +184,18 @@ func (a *async) take() []result {
 		return cmp.Compare(x.run, y.run)
 	})
 	return res
+}
+
+// recycle gives back a slice take returned, once its results are settled:
+// the next take hands it out again for the results to come (a result is
+// large, and a replay settles one a bind).
+func (a *async) recycle(res []result) {
+	clear(res)
+	a.mu.Lock()
+	if a.spare == nil {
+		a.spare = res[:0]
+	}
+	a.mu.Unlock()
 }
 
 // busy reports whether ops are in flight (or, with abandoned, calls
@@ -290,13 +306,25 @@ func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
 	for _, b := range rd.Binds {
 		g := gangBind{job: b.Job, members: b.Members}
 		run := b.Run
-		bctx, cancel := context.WithCancel(ctx)
-		r.as.inflight[b.Job] = inflightBind{run: run, cancel: cancel}
 		r.as.issued[b.Job] = true
 		r.placed[b.Job] = b.Members
+		if r.cfg.Inline {
+			// The bind ends before goOp returns: nothing can withdraw it
+			// meanwhile, and goOp orders nothing by key (a context and
+			// the GPU keys a bind were a tenth of a month's replay's
+			// Runner).
+			r.as.inflight[b.Job] = inflightBind{run: run, cancel: noCancel}
+			r.goOp(ctx, nil, func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
+			continue
+		}
+		bctx, cancel := context.WithCancel(ctx)
+		r.as.inflight[b.Job] = inflightBind{run: run, cancel: cancel}
 		r.goOp(bctx, opKeys(b.Job, b.Members), func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
 	}
 }
+
+// noCancel is the cancel of a bind made inline (RunnerConfig.Inline).
+func noCancel() {}
 
 // bindOp binds one gang: with BindGang, or member by member (a gang with
 // a member that failed is rolled back). A gang with members that timed
@@ -440,6 +468,7 @@ func (r *Runner) settle(ctx context.Context, eng *engine.Engine) (bool, error) {
 			return true, err
 		}
 	}
+	r.as.recycle(res)
 	if len(res) > 0 && !eng.HasReady() {
 		eng.Publish() // binds applied: no cycle shows them
 	}

@@ -134,10 +134,16 @@ func (e *Engine) reserveFrom(js *job, from int64) (*resv, bool) {
 	}
 	cs.resEnds = resEnds
 	cs.unplanned = noEstimateNoRoom
-	tl := e.timeline()
-	for i, k := 0, 0; i < len(tl) || k < len(resEnds); {
+	// The timeline is copied as far as the search reads it (ntl entries
+	// in all).
+	ntl := e.tl.Len()
+	tl := e.timeline(0)
+	for i, k := 0, 0; i < ntl || k < len(resEnds); {
+		if i < ntl && i >= len(tl) {
+			tl = e.timeline(i + 1)
+		}
 		var t time.Time
-		if k >= len(resEnds) || (i < len(tl) && tl[i].at <= resEnds[k].UnixNano()) {
+		if k >= len(resEnds) || (i < ntl && tl[i].at <= resEnds[k].UnixNano()) {
 			t = time.Unix(0, tl[i].at).In(cs.now.Location())
 		} else {
 			t = resEnds[k]
@@ -151,7 +157,13 @@ func (e *Engine) reserveFrom(js *job, from int64) (*resv, bool) {
 			return r, true
 		}
 		i0 := i
-		for i < len(tl) && tl[i].at <= t.UnixNano() {
+		for i < ntl {
+			if i >= len(tl) {
+				tl = e.timeline(i + 1)
+			}
+			if tl[i].at > t.UnixNano() {
+				break
+			}
 			i++
 		}
 		if cached && i > i0 {

@@ -17,12 +17,40 @@ type runSet struct {
 	base []*runRec
 	log  []runOp
 	tmp  []runOp // compact's scratch (the engine's alone)
+	// keys are the IDs' keys of base (idKey), the engine's alone (a
+	// View reads none), and spare the array of the keys before, reused:
+	// compact compares keys, in order in memory, instead of following
+	// each record to its ID's bytes.
+	keys, spare []uint64
 }
 
-// runOp sets a job's record; rec nil deletes it.
+// runOp sets a job's record; rec nil deletes it. key is idKey(id).
 type runOp struct {
 	id  string
 	rec *runRec
+	key uint64
+}
+
+// idKey is the first 8 bytes of id, big-endian, zero-padded: a < b
+// whenever idKey(a) < idKey(b), and equal keys leave the order to the
+// IDs themselves.
+func idKey(id string) uint64 {
+	var k uint64
+	for i := range 8 {
+		k <<= 8
+		if i < len(id) {
+			k |= uint64(id[i])
+		}
+	}
+	return k
+}
+
+// cmpIDKey orders IDs by key, then by the IDs (the order of the IDs).
+func cmpIDKey(ka uint64, a string, kb uint64, b string) int {
+	if ka != kb {
+		return cmp.Compare(ka, kb)
+	}
+	return cmp.Compare(a, b)
 }
 
 // runView is a runSet frozen for a View.
@@ -32,16 +60,47 @@ type runView struct {
 }
 
 func (s *runSet) set(id string, rec *runRec) {
-	s.log = append(s.log, runOp{id, rec})
+	s.log = append(s.log, runOp{id, rec, idKey(id)})
 	if len(s.log) > 32+len(s.base)/4 {
 		s.compact()
 	}
 }
 
-// compact folds the log into a new base.
+// compact folds the log into a new base (what mergeRuns makes, by the
+// keys).
 func (s *runSet) compact() {
-	s.tmp = append(s.tmp[:0], s.log...)
-	s.base = mergeRuns(s.base, s.tmp, nil)
+	ops := append(s.tmp[:0], s.log...)
+	slices.SortStableFunc(ops, func(a, b runOp) int { return cmpIDKey(a.key, a.id, b.key, b.id) })
+	base, keys := s.base, s.keys
+	out := make([]*runRec, 0, len(base)+len(ops))
+	outK := s.spare[:0]
+	i := 0
+	for k := 0; k < len(ops); {
+		id, key := ops[k].id, ops[k].key
+		for k+1 < len(ops) && ops[k+1].key == key && ops[k+1].id == id {
+			k++
+		}
+		last := ops[k].rec
+		k++
+		for i < len(base) && (keys[i] < key || keys[i] == key && base[i].Job < id) {
+			i++
+		}
+		// base[:i] is before id: copied at once.
+		out = append(out, base[:i]...)
+		outK = append(outK, keys[:i]...)
+		base, keys = base[i:], keys[i:]
+		i = 0
+		if len(base) > 0 && keys[0] == key && base[0].Job == id {
+			base, keys = base[1:], keys[1:] // replaced or deleted
+		}
+		if last != nil {
+			out = append(out, last)
+			outK = append(outK, key)
+		}
+	}
+	s.base = append(out, base...)
+	s.spare, s.keys = s.keys[:0], append(outK, keys...)
+	s.tmp = ops
 	clear(s.tmp)
 	// A View may hold the old log's array: start a new one.
 	s.log = make([]runOp, 0, 33+len(s.base)/4)

@@ -49,9 +49,8 @@ func (e *Engine) tlSnapsFor() *tlSnaps {
 // snapAt returns the plan with the first i timeline jobs released. The
 // snapshot is shared: callers clone it before writing.
 func (e *Engine) snapAt(c *tlSnaps, i int) *topo.Snapshot {
-	tl := e.timeline()
-	if len(c.at) < len(tl)+1 {
-		c.at = append(c.at, make([]*topo.Snapshot, len(tl)+1-len(c.at))...)
+	if n := e.tl.Len() + 1; len(c.at) < n {
+		c.at = append(c.at, make([]*topo.Snapshot, n-len(c.at))...)
 	}
 	if s := c.at[i]; s != nil {
 		return s
@@ -67,6 +66,7 @@ func (e *Engine) snapAt(c *tlSnaps, i int) *topo.Snapshot {
 		}
 	}
 	s := c.at[j].Clone()
+	tl := e.timeline(i)
 	for k := j; k < i; k++ {
 		c.buf = e.releaseOn(s, tl[k].js, c.buf)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -89,13 +90,28 @@ type Sim struct {
 	now     time.Time
 	evq     evHeap
 	seq     uint64
-	// jobs maps every job submitted to its record; nil once it finished
-	// (the ID stays: a second submission of it is a duplicate).
-	jobs map[string]*job
-	// outs holds every submitted job's outcome, in submission order, in
-	// chunks of outChunk (no copy as it grows); njobs counts them. A
-	// finished job keeps only its outcome there.
-	outs    [][]Outcome
+	// jobs maps every unfinished job submitted (and every replica bound)
+	// to its record. A finished job's ID stays known (a second submission
+	// of it is a duplicate): while sorted (every job's ID greater than the
+	// one submitted before, lastID the last), the records in outs are in
+	// order of ID and a binary search finds it; after, done maps the hash
+	// of the ID (seed) to its index in outs, or doneX holds it when
+	// another ID took that hash.
+	jobs   map[string]*job
+	sorted bool
+	lastID string
+	done   map[uint64]int
+	doneX  map[string]struct{}
+	seed   maphash.Seed
+	// outs holds every submitted job's outcome record, in submission
+	// order, in chunks of outChunk (no copy as it grows); njobs counts
+	// them. A finished job keeps only its outcome there, without pointers
+	// (outstore.go): times as offsets from base, the ID's bytes in ids;
+	// full holds the outcomes that do not fit a record.
+	outs    [][]outRec
+	ids     [][]byte
+	full    map[int]*Outcome
+	base    time.Time
 	njobs   int
 	refuse  map[injKey]int
 	fail    map[injKey]int
@@ -170,10 +186,12 @@ type job struct {
 	j       *queue.Job
 	runtime time.Duration
 	members []engine.Member
-	gpus    int   // whole GPUs bound now
-	milli   int64 // GPU milli bound now
+	nodeIx  []int32 // the node index of each member (Sim.nodes)
+	gpus    int     // whole GPUs bound now
+	milli   int64   // GPU milli bound now
 	gen     uint64
-	out     *Outcome // in Sim.outs (replicas: their own)
+	out     *Outcome // &outv until it finishes (Sim.outs then holds it)
+	outv    Outcome
 	prev    runStart // before the current run began (restored on rollback)
 	// submitted: its submission was delivered (Next); until it ends it is
 	// running or pending.
@@ -251,53 +269,82 @@ type event struct {
 
 // evHeap is a binary min-heap of events by (at, seq), a total order (seq
 // is unique). Typed, not container/heap: that boxed every event pushed and
-// popped (two allocations an event, millions in a month's replay).
-type evHeap []event
+// popped (two allocations an event, millions in a month's replay). The
+// heap moves small entries (the time, the seq and the event's slot); the
+// events stay in their slots (free ones reused), so a sift moves 40 bytes
+// an entry instead of a whole event.
+type evHeap struct {
+	h    []evEntry
+	evs  []event
+	free []int32
+}
 
-func (h evHeap) less(i, k int) bool {
-	if c := h[i].at.Compare(h[k].at); c != 0 {
+type evEntry struct {
+	at   time.Time
+	seq  uint64
+	slot int32
+}
+
+func (q *evHeap) len() int { return len(q.h) }
+
+// first is the time of the least event; q must not be empty.
+func (q *evHeap) first() time.Time { return q.h[0].at }
+
+func evLess(a, b *evEntry) bool {
+	if c := a.at.Compare(b.at); c != 0 {
 		return c < 0
 	}
-	return h[i].seq < h[k].seq
+	return a.seq < b.seq
 }
 
-func (h *evHeap) push(e event) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
+func (q *evHeap) push(e event) {
+	var slot int32
+	if n := len(q.free); n > 0 {
+		slot = q.free[n-1]
+		q.free = q.free[:n-1]
+		q.evs[slot] = e
+	} else {
+		slot = int32(len(q.evs))
+		q.evs = append(q.evs, e)
+	}
+	h := append(q.h, evEntry{at: e.at, seq: e.seq, slot: slot})
+	for i := len(h) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !q.less(i, p) {
+		if !evLess(&h[i], &h[p]) {
 			break
 		}
-		q[i], q[p] = q[p], q[i]
+		h[i], h[p] = h[p], h[i]
 		i = p
 	}
+	q.h = h
 }
 
-// pop removes and returns the least event; h must not be empty.
-func (h *evHeap) pop() event {
-	q := *h
-	n := len(q) - 1
-	e := q[0]
-	q[0] = q[n]
-	q[n] = event{}
-	q = q[:n]
+// pop removes and returns the least event; q must not be empty.
+func (q *evHeap) pop() event {
+	h := q.h
+	n := len(h) - 1
+	slot := h[0].slot
+	h[0] = h[n]
+	h = h[:n]
 	for i := 0; ; {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		m := l
-		if r := l + 1; r < n && q.less(r, l) {
+		if r := l + 1; r < n && evLess(&h[r], &h[l]) {
 			m = r
 		}
-		if !q.less(m, i) {
+		if !evLess(&h[m], &h[i]) {
 			break
 		}
-		q[i], q[m] = q[m], q[i]
+		h[i], h[m] = h[m], h[i]
 		i = m
 	}
-	*h = q
+	q.h = h
+	e := q.evs[slot]
+	q.evs[slot] = event{} // no job kept alive by a free slot
+	q.free = append(q.free, slot)
 	return e
 }
 
@@ -320,7 +367,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{
 		spec: cloneSpec(cfg.Cluster), nodeIdx: map[string]int{}, now: cfg.Start,
-		jobs: map[string]*job{}, refuse: map[injKey]int{}, fail: map[injKey]int{},
+		jobs: map[string]*job{}, sorted: true, done: map[uint64]int{}, seed: maphash.MakeSeed(), base: cfg.Start, refuse: map[injKey]int{}, fail: map[injKey]int{},
 		refMIG: map[migKey]int{}, failMIG: map[migKey]int{}, factor: cfg.RuntimeFactor, prov: pv,
 	}
 	for i, n := range s.spec.Nodes {
@@ -392,7 +439,7 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.jobs[j.ID]; dup {
+	if s.known(j.ID) {
 		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.ID)
 	}
 	if j.Submit.Before(s.now) {
@@ -404,21 +451,19 @@ func (s *Sim) Submit(j *queue.Job, runtime time.Duration) error {
 	return nil
 }
 
-// outChunk is the number of outcomes in one chunk of Sim.outs.
-const outChunk = 4096
-
-// outAt is the outcome of the i-th job submitted.
-func (s *Sim) outAt(i int) *Outcome { return &s.outs[i/outChunk][i%outChunk] }
-
 // enroll adds js to the submitted jobs (its submission is on its way).
 func (s *Sim) enroll(js *job) {
 	if s.njobs%outChunk == 0 {
-		s.outs = append(s.outs, make([]Outcome, outChunk))
+		s.outs = append(s.outs, make([]outRec, outChunk))
 	}
+	s.enrolled(js.j.ID)
 	js.idx = s.njobs
 	s.njobs++
-	js.out = s.outAt(js.idx)
-	*js.out = Outcome{ID: js.j.ID, Submit: js.j.Submit}
+	r := s.recAt(js.idx)
+	r.idChunk, r.idOff = s.addID(js.j.ID)
+	r.idLen = uint32(len(js.j.ID))
+	js.outv = Outcome{ID: js.j.ID, Submit: js.j.Submit}
+	js.out = &js.outv
 	s.jobs[js.j.ID] = js
 }
 
@@ -446,8 +491,13 @@ func (s *Sim) Stream(next func() (*queue.Job, time.Duration, bool)) {
 // known reports whether a job of that ID was submitted (finished ones
 // included).
 func (s *Sim) known(id string) bool {
-	_, ok := s.jobs[id]
-	return ok
+	if s.sorted && len(s.replicas) == 0 && (s.njobs == 0 || id > s.lastID) {
+		return false // after every ID submitted, and no replica
+	}
+	if _, ok := s.jobs[id]; ok {
+		return true
+	}
+	return s.finishedID(id)
 }
 
 // pull takes the next job of the stream ahead, if none is and a stream is
@@ -599,8 +649,8 @@ func (s *Sim) Pending(ctx context.Context) ([]*queue.Job, error) {
 	defer s.mu.Unlock()
 	var out []*queue.Job
 	for i := range s.njobs {
-		if o := s.outAt(i); !o.Finished {
-			if js := s.jobs[o.ID]; js != nil && js.submitted && len(js.members) == 0 {
+		if r := s.recAt(i); !r.closed {
+			if js := s.jobs[string(s.idBytes(r))]; js != nil && js.submitted && len(js.members) == 0 {
 				out = append(out, js.j)
 			}
 		}
@@ -651,7 +701,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 			return nil, err
 		}
 		s.pull()
-		if len(s.evq) == 0 && s.ahead == nil {
+		if s.evq.len() == 0 && s.ahead == nil {
 			if s.streamErr != nil {
 				continue
 			}
@@ -663,10 +713,10 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		}
 		// The earlier of the next event and the next streamed arrival.
 		var t time.Time
-		if len(s.evq) > 0 {
-			t = s.evq[0].at
+		if s.evq.len() > 0 {
+			t = s.evq.first()
 		}
-		if s.ahead != nil && (len(s.evq) == 0 || s.ahead.j.Submit.Before(t)) {
+		if s.ahead != nil && (s.evq.len() == 0 || s.ahead.j.Submit.Before(t)) {
 			t = s.ahead.j.Submit
 		}
 		if !wake.IsZero() && wake.Before(t) {
@@ -675,7 +725,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		}
 		s.advanceTo(t)
 		batch := s.batch[:0] // scratch: the events are copied out below
-		for len(s.evq) > 0 && s.evq[0].at.Equal(t) {
+		for s.evq.len() > 0 && s.evq.first().Equal(t) {
 			batch = append(batch, s.evq.pop())
 		}
 		// Streamed jobs arrive: submitted now, after those given to
@@ -738,12 +788,13 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 		js.out.Finished, js.out.End = true, s.now
 		js.gen++
 		s.finished++
-		// A finished job keeps only its outcome (in Sim.outs): the
-		// engine has forgotten the job, and a month's replay holds
-		// millions. Its ID stays known.
+		// A finished job keeps only its outcome (in Sim.outs, without
+		// pointers): the engine has forgotten the job, and a month's
+		// replay holds millions. Its ID stays known.
 		id := js.out.ID
+		s.close(js)
+		s.forget(js)
 		js.j = nil
-		s.jobs[id] = nil
 		return engine.Finished(s.now, id), true
 	case evNodeFail:
 		n := &s.nodes[s.nodeIdx[e.node]]
@@ -793,11 +844,11 @@ func (s *Sim) fire(e event) (engine.Event, bool) {
 // release frees every GPU, instance and share of js. MIG instances stay
 // in their GPU's layout, idle.
 func (s *Sim) release(js *job) {
-	for _, m := range js.members {
-		s.unhold(js.out.ID, m, false)
+	for i, m := range js.members {
+		s.unhold(js.out.ID, int(js.nodeIx[i]), m, false)
 	}
 	js.gpus, js.milli = 0, 0
-	js.members = nil
+	js.members, js.nodeIx = nil, js.nodeIx[:0]
 	s.running--
 	s.unlive(js)
 }
@@ -863,8 +914,8 @@ func (s *Sim) busyDelta(n *node, gs *gpu, wasIdle bool) {
 // unhold gives back what member m of job holds. destroy: a MIG instance
 // the member created is destroyed (a rolled-back bind: the engine takes it
 // out of its books).
-func (s *Sim) unhold(jobID string, m engine.Member, destroy bool) {
-	n := &s.nodes[s.nodeIdx[m.Node]]
+func (s *Sim) unhold(jobID string, ni int, m engine.Member, destroy bool) {
+	n := &s.nodes[ni]
 	s.busyMilli -= memberMilli(m)
 	if !m.Fractional {
 		for _, g := range m.GPUs {
@@ -1020,8 +1071,8 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	js, known := s.jobs[jobID]
-	if known && js == nil {
+	js := s.jobs[jobID]
+	if js == nil && s.finishedID(jobID) {
 		return refused("job %q has finished", jobID)
 	}
 	if js == nil {
@@ -1066,6 +1117,7 @@ func (s *Sim) BindMember(ctx context.Context, jobID string, m engine.Member) err
 	b := m
 	b.GPUs = slices.Clone(m.GPUs)
 	js.members = append(js.members, b)
+	js.nodeIx = append(js.nodeIx, int32(ni))
 	if s.factor != nil && js.out.Start.Equal(s.now) && !js.replica {
 		s.stretch(js)
 	}
@@ -1097,12 +1149,13 @@ func (s *Sim) UnbindMember(ctx context.Context, jobID string, m engine.Member) e
 		return nil
 	}
 	b := js.members[i]
-	s.unhold(jobID, b, true)
+	s.unhold(jobID, int(js.nodeIx[i]), b, true)
 	if !b.Fractional {
 		js.gpus -= len(b.GPUs)
 	}
 	js.milli -= memberMilli(b)
 	js.members = slices.Delete(js.members, i, i+1)
+	js.nodeIx = slices.Delete(js.nodeIx, i, i+1)
 	if len(js.members) == 0 {
 		s.running--
 		s.unlive(js)
@@ -1252,7 +1305,7 @@ func (s *Sim) Outcomes() []Outcome {
 	defer s.mu.Unlock()
 	out := make([]Outcome, s.njobs)
 	for i := range out {
-		out[i] = *s.outAt(i)
+		s.outcomeOf(i, &out[i])
 	}
 	return out
 }
@@ -1263,8 +1316,10 @@ func (s *Sim) Outcomes() []Outcome {
 func (s *Sim) EachOutcome(f func(o *Outcome)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var o Outcome
 	for i := range s.njobs {
-		f(s.outAt(i))
+		s.outcomeOf(i, &o)
+		f(&o)
 	}
 }
 
