@@ -66,40 +66,12 @@ func (s *runSet) set(id string, rec *runRec) {
 	}
 }
 
-// compact folds the log into a new base (what mergeRuns makes, by the
-// keys).
+// compact folds the log into a new base.
 func (s *runSet) compact() {
 	ops := append(s.tmp[:0], s.log...)
-	slices.SortStableFunc(ops, func(a, b runOp) int { return cmpIDKey(a.key, a.id, b.key, b.id) })
-	base, keys := s.base, s.keys
-	out := make([]*runRec, 0, len(base)+len(ops))
-	outK := s.spare[:0]
-	i := 0
-	for k := 0; k < len(ops); {
-		id, key := ops[k].id, ops[k].key
-		for k+1 < len(ops) && ops[k+1].key == key && ops[k+1].id == id {
-			k++
-		}
-		last := ops[k].rec
-		k++
-		for i < len(base) && (keys[i] < key || keys[i] == key && base[i].Job < id) {
-			i++
-		}
-		// base[:i] is before id: copied at once.
-		out = append(out, base[:i]...)
-		outK = append(outK, keys[:i]...)
-		base, keys = base[i:], keys[i:]
-		i = 0
-		if len(base) > 0 && keys[0] == key && base[0].Job == id {
-			base, keys = base[1:], keys[1:] // replaced or deleted
-		}
-		if last != nil {
-			out = append(out, last)
-			outK = append(outK, key)
-		}
-	}
-	s.base = append(out, base...)
-	s.spare, s.keys = s.keys[:0], append(outK, keys...)
+	keys := s.spare[:0]
+	s.base = mergeRuns(s.base, s.keys, ops, make([]*runRec, 0, len(s.base)+len(ops)), &keys)
+	s.spare, s.keys = s.keys[:0], keys
 	s.tmp = ops
 	clear(s.tmp)
 	// A View may hold the old log's array: start a new one.
@@ -119,37 +91,55 @@ func (v runView) all() []*runRec {
 		return v.base // read only
 	}
 	ops := slices.Clone(v.log)
-	return mergeRuns(v.base, ops, make([]*runRec, 0, len(v.base)+len(ops)))
+	return mergeRuns(v.base, nil, ops, make([]*runRec, 0, len(v.base)+len(ops)), nil)
 }
 
 // none reports whether no job ever ran (View.Running returns nil then).
 func (v runView) none() bool { return v.base == nil && v.log == nil }
 
 // mergeRuns returns base with ops applied in order (the last op of an ID
-// wins), by ID, appended to out. It sorts ops (stably, by ID).
-func mergeRuns(base []*runRec, ops []runOp, out []*runRec) []*runRec {
-	slices.SortStableFunc(ops, func(a, b runOp) int { return cmp.Compare(a.id, b.id) })
-	if out == nil {
-		out = make([]*runRec, 0, len(base)+len(ops))
-	}
-	i := 0
+// wins), by ID, appended to out. It sorts ops (stably, by ID). With outK
+// not nil, keys are the keys of base's IDs (idKey): the merge compares
+// them, in order in memory, instead of following each record to its ID,
+// and appends the result's keys to *outK.
+func mergeRuns(base []*runRec, keys []uint64, ops []runOp, out []*runRec, outK *[]uint64) []*runRec {
+	slices.SortStableFunc(ops, func(a, b runOp) int { return cmpIDKey(a.key, a.id, b.key, b.id) })
+	keyed := outK != nil
 	for k := 0; k < len(ops); {
-		id := ops[k].id
-		for k+1 < len(ops) && ops[k+1].id == id {
+		id, key := ops[k].id, ops[k].key
+		for k+1 < len(ops) && ops[k+1].key == key && ops[k+1].id == id {
 			k++
 		}
 		last := ops[k].rec
 		k++
-		for i < len(base) && base[i].Job < id {
-			out = append(out, base[i])
-			i++
+		i := 0
+		if keyed {
+			for i < len(base) && (keys[i] < key || keys[i] == key && base[i].Job < id) {
+				i++
+			}
+			*outK, keys = append(*outK, keys[:i]...), keys[i:]
+		} else {
+			for i < len(base) && base[i].Job < id {
+				i++
+			}
 		}
-		if i < len(base) && base[i].Job == id {
-			i++ // replaced or deleted
+		// base[:i] is before id: copied at once.
+		out, base = append(out, base[:i]...), base[i:]
+		if len(base) > 0 && base[0].Job == id {
+			base = base[1:] // replaced or deleted
+			if keyed {
+				keys = keys[1:]
+			}
 		}
 		if last != nil {
 			out = append(out, last)
+			if keyed {
+				*outK = append(*outK, key)
+			}
 		}
 	}
-	return append(out, base[i:]...)
+	if keyed {
+		*outK = append(*outK, keys...)
+	}
+	return append(out, base...)
 }
