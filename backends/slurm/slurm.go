@@ -1064,7 +1064,7 @@ func (b *Backend) moveBack(ctx context.Context, id, part string) error {
 	}
 	b.mu.Lock()
 	// (id is the berth or the SLURM ID: callers have either.)
-	if t := b.jobs[b.berthIDLocked(b.slurmIDLocked(id))]; t != nil {
+	if t := b.jobs[b.berthIDLocked(sid)]; t != nil {
 		t.movedBack = time.Now()
 	}
 	b.mu.Unlock()
