@@ -93,7 +93,11 @@
 // back jobs bound but not started, is for start-up only). The Runner
 // polls it while a bind is unknown, adopting a bind that came through and
 // stopping and failing one that did not, and finds ghosts (a bind that
-// came through after it was given up) to stop. A job the engine holds after
+// came through after it was given up) to stop. UnbindMember, the Runner's
+// stop of a bind whose call failed without a refusal, waits for a bind of
+// the job in flight, moves the job back to its managed partition if it
+// still waits in RunPartition, and answers an error that is no refusal if
+// that bind started it meanwhile: the Runner then adopts it. A job the engine holds after
 // MaxBindTries failed binds is released with engine.Released (the backend
 // does not turn an scontrol release into one yet). See
 // docs/reliability.md.

@@ -320,7 +320,7 @@ func (b *Backend) poll(ctx context.Context) error {
 	b.mu.Unlock()
 	b.cancelOrphans(ctx, orphans)
 	b.requeueMisplaced(ctx, misplaced)
-	b.handBackAll(ctx, start, moves, ghosts)
+	kept := b.handBackAll(ctx, start, moves, ghosts)
 	b.applyRejects(ctx)
 	// The events go out once the jobs are back in their partitions: Next
 	// returns queued events while a poll runs, and a job handed back
@@ -328,6 +328,9 @@ func (b *Backend) poll(ctx context.Context) error {
 	// back would have that bind undone by the move.
 	b.mu.Lock()
 	for _, ev := range evs {
+		if kept[ev.JobID] && ev.Kind == engine.EventJobCancelled || ev.Job != nil && kept[ev.Job.ID] && ev.Kind == engine.EventJobSubmitted {
+			continue // not handed back: it runs where berth bound it (handBackAll)
+		}
 		if ev.Kind == engine.EventDevicesReported {
 			if t := b.jobs[ev.JobID]; t != nil && t.state == inEnded {
 				continue // a confirmation (endlog.go) reported its end meanwhile
@@ -382,6 +385,17 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		if managed {
 			t.reqNodes = r.ReqNodes != ""
 		}
+		if t.doubt && !managed && r.State != "PENDING" {
+			// Started (or already ended) in RunPartition by a bind whose
+			// answer was lost: that bind came through, and the Runner
+			// adopts the job (RunningNow) or keeps it booked until its
+			// end. From here it runs as a bound job: its GPU indices and
+			// its end are reported, and a start off the bind's nodes is
+			// requeued (below).
+			t.state, t.bound, t.running, t.devices = inRunning, true, t.doubtOn, ""
+			t.preempted, t.actedAt = false, now
+			break
+		}
 		switch {
 		case terminal(r.State) && t.preempted:
 			// Handed back by a preemption's stop, not yet seen pending:
@@ -390,8 +404,10 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		case terminal(r.State):
 			t.state = inEnded
 			return append(evs, engine.Cancelled(now, id))
-		case r.State == "PENDING" && !managed && !t.bound:
-			// Requeued by SLURM or by a preemption: hand it back.
+		case r.State == "PENDING" && !managed && !t.bound && !t.doubt:
+			// Requeued by SLURM or by a preemption: hand it back. (One
+			// moved by a bind in doubt waits: it starts, or the Runner
+			// stops the bind, UnbindMember.)
 			t.preempted = false
 			*moves = append(*moves, [2]string{id, t.partition})
 		case r.State == "PENDING" && managed:
@@ -463,6 +479,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			b.skip(id, err)
 			return evs
 		}
+		t.handingBack = true
 		*moves = append(*moves, [2]string{id, t.partition})
 		return append(evs, engine.Submitted(now, j))
 	case terminal(r.State):
@@ -484,9 +501,27 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 // partition, the engine running it) or fail on the job SLURM started
 // for it ("no longer pending"). So is a job no longer pending in the
 // backend's record (ended meanwhile).
-func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]string, ghosts []string) {
+//
+// A job berth ran that the poll found pending again and handed back
+// (jobChanged: bound to a node that went down, or requeued) may have been
+// started by SLURM before the move, where berth bound it (the node came
+// back): the move is refused ("no longer pending"). The job was not handed
+// back: its record is running again, and it is returned in kept, so that
+// the poll's Cancelled and Submitted for it are not sent (the engine runs
+// it there; a Cancelled sent for it made the engine forget a job that ran
+// and ended, found by the fault suite's node-loss-mid-gang scenario).
+func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]string, ghosts []string) (kept map[string]bool) {
+	defer func() {
+		b.mu.Lock()
+		for _, mv := range moves {
+			if t := b.jobs[mv[0]]; t != nil {
+				t.handingBack = false
+			}
+		}
+		b.mu.Unlock()
+	}()
 	if len(moves)+len(ghosts) == 0 {
-		return
+		return nil
 	}
 	b.smu.Lock()
 	defer b.smu.Unlock()
@@ -516,9 +551,36 @@ func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]s
 			continue
 		}
 		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {
+			if started(err) && b.keepRunning(mv[0]) {
+				if kept == nil {
+					kept = map[string]bool{}
+				}
+				kept[mv[0]] = true
+				continue
+			}
 			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
 		}
 	}
+	return kept
+}
+
+// started reports whether SLURM refused a move back since the job is no
+// longer pending (it started, or ended).
+func started(err error) bool {
+	return strings.Contains(err.Error(), "no longer pending") || strings.Contains(err.Error(), "already finished")
+}
+
+// keepRunning makes a job this poll was handing back (see handBackAll)
+// running again, bound where it was; it reports whether it was one.
+func (b *Backend) keepRunning(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.jobs[id]
+	if t == nil || !t.handingBack || t.state != inPending {
+		return false
+	}
+	t.state, t.bound, t.handingBack = inRunning, true, false
+	return true
 }
 
 // handBack reports whether a job berth runs whose record shows it

@@ -258,3 +258,54 @@ func TestIntegrationBindRightAfterLatePreemption(t *testing.T) {
 	assert.Equal(t, 1, ji.Restarts)
 	assert.Equal(t, []string{"node07"}, hostnames(t, conf, ji.NodeList))
 }
+
+// A job berth bound to a node that was drained before SLURM started it
+// is handed back by a poll (Cancelled, Submitted, moved back to its
+// managed partition). When the node comes back while that move is on its
+// way, SLURM starts the job where berth bound it and refuses the move ("no
+// longer pending"): the job was not handed back, and the engine, which
+// runs it there, must hear neither the Cancelled nor the Submitted (a
+// Cancelled made the engine forget a job that then ran and ended: the
+// fault suite's node-loss-mid-gang scenario hung on it).
+func TestIntegrationHandBackRefusedKeepsJobRunning(t *testing.T) {
+	conf := slurmConf(t)
+	reset(t, conf)
+	bin := slowMoves(t)
+	bc := backendConfig(conf, t)
+	bc.Bin = bin
+	b, ctx := openBackend(t, bc)
+	var ev events
+	next := func() { ev.nextOnce(ctx, t, b) }
+	has := func(id string, k engine.EventKind) bool { return slices.Contains(ev.of(id), k) }
+	id := sbatch(t, conf, "-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", "sleep 3")
+	waitFor(t, 30*time.Second, "the job submitted", func() bool {
+		next()
+		return has(id, engine.EventJobSubmitted)
+	})
+	t.Cleanup(func() { _, _ = cmdErr(conf, "scontrol", "update", "NodeName=node09", "State=RESUME") })
+	cmd(t, conf, "scontrol", "update", "NodeName=node09", "State=DRAIN", "Reason=berth-test")
+	m := []engine.Member{{Node: "node09", GPUs: []int{0}}}
+	require.NoError(t, b.BindGang(ctx, id, m))
+	// The first move back (the poll's hand-back) waits 8 s; the node
+	// comes back as soon as it has begun, and SLURM starts the job.
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "delays"), []byte("8\n"), 0o644))
+	ev.collect(ctx, b)
+	waitFor(t, 30*time.Second, "the poll's move back to begin", func() bool {
+		_, err := os.Stat(filepath.Join(bin, "count"))
+		return err == nil
+	})
+	cmd(t, conf, "scontrol", "update", "NodeName=node09", "State=RESUME")
+	waitFor(t, 60*time.Second, "the job's end", func() bool {
+		return has(id, engine.EventJobFinished) || has(id, engine.EventJobCancelled)
+	})
+	ji := showJob(t, conf, id)
+	// (Its GPU indices are reported if a poll sees it run: the slow move
+	// held the polls back, so none may have.)
+	got := slices.DeleteFunc(ev.of(id), func(k engine.EventKind) bool { return k == engine.EventDevicesReported })
+	assert.Equal(t, []engine.EventKind{engine.EventJobSubmitted, engine.EventJobFinished}, got, "events %v", ev.of(id))
+	assert.Equal(t, "COMPLETED", ji.State)
+	assert.Equal(t, 0, ji.Restarts, "ran once, where berth bound it")
+	assert.Equal(t, []string{"node09"}, hostnames(t, conf, ji.NodeList))
+	w := readTimes(t, filepath.Join(bin, "moves.log"))
+	require.NotEmpty(t, w, "no move back: the race was not set up")
+}

@@ -321,11 +321,22 @@ type tracked struct {
 	// movedBack is when berth last handed it back to its partition after
 	// a requeue (moveBack): BindGang waits until requeueGap has passed.
 	movedBack time.Time
-	// doubt: its last BindGang failed with an error that is no refusal
-	// (a timeout): the update may have been applied, and the Runner
-	// decides (RunningNow) whether it runs; a poll does not stop it as a
-	// ghost.
-	doubt bool
+	// doubt: a BindGang of it failed with an error that is no refusal
+	// (a timeout, a lost answer): the update may have been applied, on
+	// doubtOn. The Runner holds the bind unknown and decides from
+	// RunningNow: it adopts the job if it runs there, else it stops the
+	// bind (UnbindMember hands the job back if it waits in RunPartition,
+	// and answers an error while it runs, so that the Runner adopts it
+	// instead). A poll does not stop it as a ghost: one that sees it
+	// started (or ended) in RunPartition takes it as running from that
+	// bind (events.go), so its GPU indices and its end are reported.
+	// Cleared by a bind that succeeds or a hand-back.
+	doubt   bool
+	doubtOn []string
+	// handingBack: a poll found it, running in the engine, pending again
+	// and is handing it back (Cancelled, Submitted, moved back): if the
+	// move is refused since SLURM started it meanwhile, it stays running.
+	handingBack bool
 }
 
 // New checks cfg and that SLURM's commands are installed, and returns a
@@ -813,6 +824,13 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	}
 	b.smu.RLock()
 	defer b.smu.RUnlock()
+	if err := ctx.Err(); err != nil {
+		// Given up while it waited (for a stop or a hand-back holding
+		// smu): nothing applied. Binding now would start a job the Runner
+		// has stopped waiting for (UnbindMember waits for binds in flight,
+		// not for those not begun).
+		return fmt.Errorf("%w: job %s: %w", backends.ErrRefused, job, err)
+	}
 	// The record's fields are read under b.mu (the poller writes them).
 	b.mu.Lock()
 	sid := b.slurmIDLocked(job)
@@ -874,8 +892,15 @@ func (b *Backend) BindGang(ctx context.Context, job string, ms []engine.Member) 
 	b.stats.Binds++
 	b.stats.BindTime += time.Since(start)
 	launched := t.launched
-	t.doubt = err != nil && !errors.Is(err, backends.ErrRefused)
+	if err != nil && !errors.Is(err, backends.ErrRefused) {
+		// The update may have been applied (a lost answer): in doubt
+		// until the Runner decides (see doubt). A refusal leaves the
+		// doubt of an earlier try as it was: "no longer pending" after
+		// a try whose answer was lost says that try started the job.
+		t.doubt, t.doubtOn = true, order
+	}
 	if err == nil {
+		t.doubt, t.doubtOn = false, nil
 		t.state, t.bound, t.running, t.devices, t.launched = inRunning, true, order, "", false
 		// A victim bound again runs a new run: its end is an end, not
 		// the preemption's requeue (a preemption that came late marked
@@ -920,16 +945,72 @@ func (b *Backend) BindMember(ctx context.Context, job string, m engine.Member) e
 	return b.BindGang(ctx, job, []engine.Member{m})
 }
 
-// UnbindMember cannot stop one node of a SLURM job: it returns nil for a
-// job berth did not start and refuses otherwise (SLURM jobs are not
-// elastic here).
-func (b *Backend) UnbindMember(_ context.Context, job string, _ engine.Member) error {
+// UnbindMember undoes a bind the Runner gave up (a rollback, or a bind
+// whose call timed out that RunningNow did not show running). A SLURM job
+// is one gang, never elastic, so any member stands for the whole job. It
+// waits for a bind of the job in flight (an abandoned call may still
+// come through) and then:
+//
+//   - returns nil for a job no bind of berth's reached (pending in its
+//     managed partition, or not berth's);
+//   - hands back a job whose bind was in doubt (its answer lost) and that
+//     waits in RunPartition: moved back to its managed partition, so
+//     SLURM cannot start it there;
+//   - answers an error that is no refusal for a job such a bind started
+//     (running, or ended: a poll reports that end): the Runner keeps the
+//     bind unknown and adopts it from RunningNow, so no job runs that
+//     berth does not account for, and none runs twice;
+//   - refuses any other running job: SLURM jobs cannot shrink.
+func (b *Backend) UnbindMember(ctx context.Context, job string, _ engine.Member) error {
+	b.smu.Lock() // BindGang holds smu.RLock while its update is made
+	defer b.smu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if t := b.jobs[job]; t == nil || t.state != inRunning {
+	t := b.jobs[job]
+	var doubt, bound bool
+	var part string
+	if t != nil {
+		doubt, bound, part = t.doubt, t.bound, t.partition
+		if t.state == inRunning && !doubt && !bound {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: job %s: SLURM jobs cannot shrink", backends.ErrRefused, job)
+		}
+		if t.state == inRunning {
+			b.mu.Unlock()
+			return fmt.Errorf("slurm: job %s was started by a bind that came through: it runs (RunningNow adopts it)", job)
+		}
+	}
+	b.mu.Unlock()
+	if t == nil || !doubt {
 		return nil
 	}
-	return fmt.Errorf("%w: job %s: SLURM jobs cannot shrink", backends.ErrRefused, job)
+	sid := b.slurmID(job)
+	if err := checkJobID(sid); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
+	}
+	out, err := b.cli.run(ctx, "squeue", "-h", "-t", "all", "-j", sid, "-o", "%T|%P")
+	if err != nil {
+		return fmt.Errorf("slurm: reading job %s, whose bind is in doubt: %w", job, err)
+	}
+	st, p, _ := strings.Cut(strings.TrimSpace(string(out)), "|")
+	switch {
+	case st == "PENDING" && p == b.cfg.RunPartition:
+		if err := b.moveBack(ctx, job, part); err != nil {
+			// Started meanwhile ("no longer pending"): asked again, it runs.
+			return fmt.Errorf("slurm: handing back job %s, whose bind is in doubt: %w", job, err)
+		}
+	case st == "PENDING", st == "":
+		// Handed back already (a poll saw it pending in RunPartition),
+		// or gone from slurmctld (a poll reports its end).
+	default:
+		return fmt.Errorf("slurm: job %s is %s in %s: the bind in doubt came through (RunningNow adopts it)", job, st, p)
+	}
+	b.mu.Lock()
+	if t.state == inPending {
+		t.doubt, t.doubtOn = false, nil
+		t.actedAt = time.Now()
+	}
+	b.mu.Unlock()
+	return nil
 }
 
 // ApplyMIG is refused: SLURM 22.05 knows MIG only through NVML
