@@ -80,9 +80,15 @@ type Placer struct {
 	memo    domainMemo
 	ix      nodeIndex // nodes by free capacity (collectScored)
 	noIndex bool      // tests: collectScored scans every node
-	cands   []candDom // pruned's domains
-	ckeys   []uint64  // and their sort keys
-	mods    []int32   // model indices of the groups' sets (groupInfo.models)
+	// the capacity cache (capcache.go): cc is its entry for the group
+	// ccGi of the current single-group search, nil when none.
+	ccache     capCaches
+	cc         *capCache
+	ccGi       *groupInfo
+	noCapCache bool      // tests: no capacity cache
+	cands      []candDom // pruned's domains
+	ckeys      []uint64  // and their sort keys
+	mods       []int32   // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),
 	// so that a failure allocates nothing for a set seen before.
 	sets map[string]string
@@ -583,6 +589,8 @@ func (p *Placer) placeOne() Result {
 		p.chooseScored(gi, need)
 		return Result{Found: true}
 	}
+	p.cc, p.ccGi = p.capCacheFor(gi), gi
+	defer func() { p.cc, p.ccGi = nil, nil }()
 	pruned := false
 	if nd := p.numDomains(p.lr); nd > 1 && p.lp >= 0 && p.lp < p.nl && !gi.slow && !p.Memo {
 		// Bounds first: compact only the domains that can still win.
@@ -643,9 +651,18 @@ func (p *Placer) pruned(gi *groupInfo, need int) (bestFit int, found bool, best 
 			continue
 		}
 		lo, hi := p.span(p.lr, d, p.lp)
-		c.lbCap = slices.Grow(c.lbCap[:0], hi-lo)[:hi-lo]
-		p.fastCaps(lo, hi, gi, c.lbCap)
-		p.cands = append(p.cands, candDom{spread: int32(fewest(c.lbCap, need)), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
+		spread := 0
+		if p.cachedFor(gi) && p.lp-1 == p.lr {
+			// d is a block of the cache: its capacities, descending.
+			if spread = minPrefix(p.blockDesc(d, gi), need); spread == 0 {
+				spread = hi - lo + 1
+			}
+		} else {
+			c.lbCap = slices.Grow(c.lbCap[:0], hi-lo)[:hi-lo]
+			p.fastCaps(lo, hi, gi, c.lbCap)
+			spread = fewest(c.lbCap, need)
+		}
+		p.cands = append(p.cands, candDom{spread: int32(spread), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
 	}
 	p.sortCands()
 	var lb key
