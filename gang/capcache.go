@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/berthsched/berth/topo"
@@ -34,6 +35,8 @@ type capCache struct {
 	// positive capacities.
 	stamp, sorted []uint64
 	npos          []int32
+	rlo, rhi      []int32 // the block's range of preferred domains
+
 	// By preferred domain (a rack): its capacity (fastCaps); and, over
 	// the range of a block's racks, the block's positive capacities in
 	// descending order (npos of them).
@@ -76,6 +79,12 @@ func (p *Placer) capCacheFor(gi *groupInfo) *capCache {
 		e.stamp = slices.Grow(e.stamp[:0], nb)[:nb]
 		e.sorted = slices.Grow(e.sorted[:0], nb)[:nb]
 		e.npos = slices.Grow(e.npos[:0], nb)[:nb]
+		e.rlo = slices.Grow(e.rlo[:0], nb)[:nb]
+		e.rhi = slices.Grow(e.rhi[:0], nb)[:nb]
+		for b := range nb {
+			lo, hi := p.c.Descendants(p.lp-1, b, p.lp)
+			e.rlo[b], e.rhi[b] = int32(lo), int32(hi)
+		}
 		e.caps = slices.Grow(e.caps[:0], nr)[:nr]
 		e.desc = slices.Grow(e.desc[:0], nr)[:nr]
 		clear(e.stamp)
@@ -90,7 +99,7 @@ func (p *Placer) capCacheFor(gi *groupInfo) *capCache {
 // range of preferred domains.
 func (p *Placer) blockCaps(b int, gi *groupInfo) (caps []int32, lo, hi int) {
 	e := p.cc
-	lo, hi = p.c.Descendants(p.lp-1, b, p.lp)
+	lo, hi = int(e.rlo[b]), int(e.rhi[b])
 	if st := p.s.DomainStamp(p.lp-1, b); e.stamp[b] != st {
 		p.fastCaps(lo, hi, gi, e.caps[lo:hi])
 		e.stamp[b] = st
@@ -104,7 +113,11 @@ func (p *Placer) blockCaps(b int, gi *groupInfo) (caps []int32, lo, hi int) {
 // descending.
 func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {
 	e := p.cc
-	caps, lo, _ := p.blockCaps(b, gi)
+	lo := int(e.rlo[b])
+	caps := e.caps[lo:e.rhi[b]]
+	if !p.ccFresh {
+		caps, lo, _ = p.blockCaps(b, gi)
+	}
 	if e.sorted[b] != e.stamp[b] {
 		d := e.desc[lo:lo]
 		for _, v := range caps {
@@ -120,14 +133,193 @@ func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {
 }
 
 // cachedCaps is fastCaps for the preferred domains of required domain d
-// (lo..hi-1), through the cache: block by block.
+// (lo..hi-1), through the cache: block by block. The blocks of d are then
+// fresh (p.ccFresh) until compact returns: blockDesc need not read their
+// stamps again.
 func (p *Placer) cachedCaps(d, lo int, gi *groupInfo, dst []int32) {
 	blo, bhi := p.span(p.lr, d, p.lp-1)
 	for b := blo; b < bhi; b++ {
 		caps, rlo, _ := p.blockCaps(b, gi)
 		copy(dst[rlo-lo:], caps)
 	}
+	p.ccFresh = true
 }
 
 // cachedFor reports whether the cache serves group gi now.
 func (p *Placer) cachedFor(gi *groupInfo) bool { return p.cc != nil && gi == p.ccGi }
+
+// chooseCached is choose for the preferred domains, whose capacities are
+// cached (p.cmp.lpCap), read in place: no list of the domains with
+// capacity is built, the picks are domain indices, and, when the
+// capacity cache serves gi, blocks whose largest rack is below the
+// capacity looked for are skipped. It makes the same picks as choose,
+// in the same order (the list choose builds is the domains with
+// capacity in index order, so a position there and a domain index order
+// them alike). It reports false, doing nothing, when a capacity is 63 or
+// more (choose's own path handles those).
+func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (spread, freeChosen int, ok bool) {
+	c := &p.cmp
+	il := p.lp
+	var seen uint64
+	var h0, h1 [64]int32 // counts of even and odd positions, summed below
+	for _, cd := range cont {
+		lo, hi := p.span(cl, int(cd), il)
+		vals := c.lpCap[lo-c.lpBase : hi-c.lpBase]
+		i := 0
+		for ; i+1 < len(vals); i += 2 {
+			v0, v1 := min(max(vals[i], 0), 63), min(max(vals[i+1], 0), 63)
+			seen |= 1<<v0 | 1<<v1
+			h0[v0]++
+			h1[v1]++
+		}
+		if i < len(vals) {
+			v := min(max(vals[i], 0), 63)
+			seen |= 1 << v
+			h0[v]++
+		}
+	}
+	seen &^= 1 // no capacity
+	if seen>>63 != 0 {
+		return 0, 0, false
+	}
+	maxCap := 63 - bits.LeadingZeros64(seen|1)
+	cnt := p.bucket(maxCap + 1)
+	for v := 1; v <= maxCap; v++ {
+		cnt[v] = h0[v] + h1[v]
+	}
+	sum, m, thr, atThr := 0, 0, 0, 0
+	for v := maxCap; v > 0; v-- {
+		n := int(cnt[v])
+		if n == 0 {
+			continue
+		}
+		if k := (need - sum + v - 1) / v; k <= n {
+			m, sum, thr, atThr = m+k, sum+k*v, v, k
+			break
+		}
+		m, sum = m+n, sum+n*v
+	}
+	blocks := p.cachedFor(gi) && cl < il
+	// The picks: every domain above thr, and the first atThr at it.
+	p.pick = p.pick[:0]
+	if m > 0 {
+		p.atLeast(cl, cont, gi, int32(thr), blocks, m-atThr, atThr)
+		for _, i := range p.pick {
+			cnt[c.lpCap[int(i)-c.lpBase]]--
+		}
+	}
+	// Tighten, smallest pick first (higher index first on ties).
+	caps := c.lpCap
+	base := int32(c.lpBase)
+	slices.SortFunc(p.pick, func(a, b int32) int {
+		if ca, cb := caps[a-base], caps[b-base]; ca != cb {
+			return int(ca - cb)
+		}
+		return int(b - a)
+	})
+	slack := sum - need
+	for j := 0; j < len(p.pick) && slack > 0; j++ {
+		cj := int(caps[p.pick[j]-base])
+		for v := max(cj-slack, 1); v < cj; v++ {
+			if cnt[v] == 0 {
+				continue
+			}
+			if u := p.lowestAt(cl, cont, gi, int32(v), blocks); u >= 0 {
+				cnt[v]--
+				cnt[cj]++
+				p.pick[j] = u
+				slack -= cj - v
+			}
+			break
+		}
+	}
+	p.chosen = append(p.chosen[:0], p.pick...)
+	p.chosenL = il
+	for _, idx := range p.chosen {
+		freeChosen += p.free(il, int(idx))
+	}
+	slices.Sort(p.chosen)
+	return m, freeChosen, true
+}
+
+// atLeast appends to p.pick, in index order, the preferred domains
+// inside cont (level cl) whose cached capacity is above v, and the first
+// nAt of those at v; it stops once it has nAbove above and nAt at v (all
+// there are). With blocks, the blocks of the capacity cache whose largest
+// rack is below v are skipped.
+func (p *Placer) atLeast(cl int, cont []int32, gi *groupInfo, v int32, blocks bool, nAbove, nAt int) {
+	c := &p.cmp
+	caps, base := c.lpCap, c.lpBase
+	pick := p.pick // a local: appends in registers
+	defer func() { p.pick = pick }()
+	for _, cd := range cont {
+		if blocks {
+			e := p.cc
+			blo, bhi := p.span(cl, int(cd), p.lp-1)
+			for b := blo; b < bhi; b++ {
+				if d := p.blockDesc(b, gi); len(d) == 0 || d[0] < v {
+					continue
+				}
+				for i := e.rlo[b]; i < e.rhi[b]; i++ {
+					if cv := caps[int(i)-base]; cv > v || (cv == v && nAt > 0) {
+						pick = append(pick, i)
+						if cv == v {
+							nAt--
+						} else {
+							nAbove--
+						}
+						if nAbove == 0 && nAt == 0 {
+							return
+						}
+					}
+				}
+			}
+			continue
+		}
+		lo, hi := p.span(cl, int(cd), p.lp)
+		for i := lo; i < hi; i++ {
+			if cv := caps[i-base]; cv > v || (cv == v && nAt > 0) {
+				pick = append(pick, int32(i))
+				if cv == v {
+					nAt--
+				} else {
+					nAbove--
+				}
+				if nAbove == 0 && nAt == 0 {
+					return
+				}
+			}
+		}
+	}
+}
+
+// lowestAt is the lowest preferred domain inside cont (level cl) whose
+// cached capacity is v and that is not in p.pick, -1 if none.
+func (p *Placer) lowestAt(cl int, cont []int32, gi *groupInfo, v int32, blocks bool) int32 {
+	c := &p.cmp
+	caps, base := c.lpCap, c.lpBase
+	for _, cd := range cont {
+		if blocks {
+			e := p.cc
+			blo, bhi := p.span(cl, int(cd), p.lp-1)
+			for b := blo; b < bhi; b++ {
+				if d := p.blockDesc(b, gi); len(d) == 0 || d[0] < v {
+					continue
+				}
+				for i := e.rlo[b]; i < e.rhi[b]; i++ {
+					if caps[int(i)-base] == v && !slices.Contains(p.pick, i) {
+						return i
+					}
+				}
+			}
+			continue
+		}
+		lo, hi := p.span(cl, int(cd), p.lp)
+		for i := lo; i < hi; i++ {
+			if caps[i-base] == v && !slices.Contains(p.pick, int32(i)) {
+				return int32(i)
+			}
+		}
+	}
+	return -1
+}

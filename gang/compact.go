@@ -134,7 +134,7 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 		}
 	}
 	c.lpOK = true
-	defer func() { c.lpOK = false }()
+	defer func() { c.lpOK, p.ccFresh = false, false }()
 
 	if p.lr+1 == p.lp && p.lp+1 >= p.nl {
 		// No level between the required and the preferred one, none

@@ -85,6 +85,7 @@ type Placer struct {
 	ccache     capCaches
 	cc         *capCache
 	ccGi       *groupInfo
+	ccFresh    bool // the blocks of compact's required domain were checked (cachedCaps)
 	noCapCache bool      // tests: no capacity cache
 	cands      []candDom // pruned's domains
 	ckeys      []uint64  // and their sort keys
@@ -753,18 +754,40 @@ func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 // and free GPUs. Capacities are counted into buckets, so the cost is linear
 // in the domains read, with no sort of them. cont must not alias p.chosen.
 func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
+	if p.cmp.lpOK && il == p.lp {
+		if spread, freeChosen, ok := p.chooseCached(cl, cont, gi, need); ok {
+			return spread, freeChosen
+		}
+	}
 	caps := p.caps[:0] // a local: appends in registers
 	// The largest capacity: a bit per capacity seen, 63 for 63 and more
 	// (a running max mispredicts on rack capacities), exact past it.
 	var seen uint64
-	var small [64]int32 // counts of the capacities below 63, in the same pass
+	var small, small1 [64]int32 // counts of the capacities below 63, in the same pass
 	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
 		if cc.lpOK && il == p.lp {
 			// The cached capacities (capOf), read in a row.
-			for i, c := range cc.lpCap[lo-cc.lpBase : hi-cc.lpBase] {
-				if c > 0 {
+			// Two counts, of even and odd positions, so that a run of
+			// racks of one capacity does not wait on one counter.
+			vals := cc.lpCap[lo-cc.lpBase : hi-cc.lpBase]
+			i := 0
+			for ; i+1 < len(vals); i += 2 {
+				c0, c1 := vals[i], vals[i+1]
+				if c0 > 0 {
+					caps = append(caps, domCap{cap: c0, idx: int32(lo + i)})
+					seen |= 1 << min(c0, 63)
+					small[min(c0, 63)]++
+				}
+				if c1 > 0 {
+					caps = append(caps, domCap{cap: c1, idx: int32(lo + i + 1)})
+					seen |= 1 << min(c1, 63)
+					small1[min(c1, 63)]++
+				}
+			}
+			if i < len(vals) {
+				if c := vals[i]; c > 0 {
 					caps = append(caps, domCap{cap: c, idx: int32(lo + i)})
 					seen |= 1 << min(c, 63)
 					small[min(c, 63)]++
@@ -798,7 +821,9 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	}
 	cnt := p.bucket(maxCap + 1)
 	if maxCap < 63 {
-		copy(cnt, small[:maxCap+1])
+		for v := range cnt {
+			cnt[v] = small[v] + small1[v]
+		}
 	} else {
 		for _, c := range p.caps {
 			cnt[c.cap]++
