@@ -85,7 +85,7 @@ type Placer struct {
 	ccache     capCaches
 	cc         *capCache
 	ccGi       *groupInfo
-	ccFresh    bool // the blocks of compact's required domain were checked (cachedCaps)
+	ccFresh    bool      // the blocks of compact's required domain were checked (cachedCaps)
 	noCapCache bool      // tests: no capacity cache
 	cands      []candDom // pruned's domains
 	ckeys      []uint64  // and their sort keys
