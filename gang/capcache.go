@@ -41,6 +41,10 @@ type capCache struct {
 	// the range of a block's racks, the block's positive capacities in
 	// descending order (npos of them).
 	caps, desc []int32
+	// hist counts the racks of the blocks with a stamp by their capacity
+	// (63 for 63 and more): when every block is current, those of the
+	// whole level (chooseCached over the whole cluster reads it).
+	hist [64]int32
 }
 
 type capCaches struct {
@@ -89,6 +93,7 @@ func (p *Placer) capCacheFor(gi *groupInfo) *capCache {
 		e.desc = slices.Grow(e.desc[:0], nr)[:nr]
 		clear(e.stamp)
 		clear(e.sorted)
+		e.hist = [64]int32{}
 	}
 	e.used = cs.tick
 	return e
@@ -101,7 +106,16 @@ func (p *Placer) blockCaps(b int, gi *groupInfo) (caps []int32, lo, hi int) {
 	e := p.cc
 	lo, hi = int(e.rlo[b]), int(e.rhi[b])
 	if st := p.s.DomainStamp(p.lp-1, b); e.stamp[b] != st {
-		p.fastCaps(lo, hi, gi, e.caps[lo:hi])
+		caps := e.caps[lo:hi]
+		if e.stamp[b] != 0 {
+			for _, v := range caps {
+				e.hist[min(max(v, 0), 63)]--
+			}
+		}
+		p.fastCaps(lo, hi, gi, caps)
+		for _, v := range caps {
+			e.hist[min(max(v, 0), 63)]++
+		}
 		e.stamp[b] = st
 	} else {
 		p.ccache.hits++
@@ -162,7 +176,20 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 	il := p.lp
 	var seen uint64
 	var h0, h1 [64]int32 // counts of even and odd positions, summed below
-	for _, cd := range cont {
+	blocks := p.cachedFor(gi) && cl < il
+	hcont := cont // the domains to count
+	if all := blocks && p.ccFresh && len(cont) == 1 && p.lpSpan(cl, int(cont[0])); all {
+		// Every block is current, and cont holds them all: the cache
+		// counts them already.
+		h0 = p.cc.hist
+		for v, n := range h0 {
+			if n > 0 {
+				seen |= 1 << v
+			}
+		}
+		hcont = nil
+	}
+	for _, cd := range hcont {
 		lo, hi := p.span(cl, int(cd), il)
 		vals := c.lpCap[lo-c.lpBase : hi-c.lpBase]
 		i := 0
@@ -199,7 +226,6 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 		}
 		m, sum = m+n, sum+n*v
 	}
-	blocks := p.cachedFor(gi) && cl < il
 	// The picks: every domain above thr, and the first atThr at it.
 	p.pick = p.pick[:0]
 	if m > 0 {
@@ -322,4 +348,11 @@ func (p *Placer) lowestAt(cl int, cont []int32, gi *groupInfo, v int32, blocks b
 		}
 	}
 	return -1
+}
+
+// lpSpan reports whether domain d of level cl holds every preferred
+// domain of the cluster.
+func (p *Placer) lpSpan(cl, d int) bool {
+	lo, hi := p.span(cl, d, p.lp)
+	return lo == 0 && hi == p.c.NumDomains(p.lp)
 }
