@@ -63,7 +63,11 @@ func (p *Placer) capCacheFor(gi *groupInfo) *capCache {
 	}
 	cs := &p.ccache
 	if cs.c != p.c {
-		*cs = capCaches{c: p.c}
+		// Another cluster: every entry is rebuilt (its memory kept).
+		cs.c = p.c
+		for i := range cs.e {
+			cs.e[i].used = 0
+		}
 	}
 	cs.tick++
 	var e *capCache
