@@ -76,9 +76,6 @@ type compactScratch struct {
 	nt     []int32 // how many, per item count
 	thr    []int64 // the least of them once there are jm
 	sel    []int32
-	// topM is the item count m for which top and best order the
-	// current groups (greedyGroups, no best clamped), 0 when they do not.
-	topM int
 }
 
 // capOf is capacity, read from the cache for preferred domains.
@@ -301,7 +298,6 @@ func (p *Placer) domainAbove(il, x, l int) int {
 func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 	c := &p.cmp
 	c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
-	c.topM = 0
 	cached := c.lpOK && il == p.lp
 	need32 := int32(min(need, 1<<30)) // capOf is at most 1<<30
 	blocks := cached && keep > 0 && gl == p.lp-1 && p.cachedFor(gi)
@@ -466,17 +462,10 @@ func (p *Placer) knapsack(jm, rm, need int, stop bool) (int, bool) {
 	}
 	topv, topg, nt, thr := c.topv, c.topg, c.nt, c.thr
 	gcap, goff := c.gcap, c.goff
-	// With the sums of the rm largest items (best, greedyGroups), a group
-	// stops at the first t whose least kept sum is at least its sum: its
-	// t largest hold no more, and the least kept sums rise with t.
-	bounded := c.topM == rm && len(c.best) >= ng
 	for g := range ng {
 		items := gcap[goff[g]:goff[g+1]]
 		v := int64(0)
 		for t := 1; t <= rm; t++ {
-			if bounded && int64(c.best[g]) <= thr[t] {
-				break
-			}
 			if t <= len(items) {
 				v += int64(items[t-1])
 			}
@@ -660,21 +649,7 @@ func (p *Placer) dualBelow(jm, m, need int) bool {
 func (p *Placer) dual(jm, m, lam int) (bound, slope int) {
 	c := &p.cmp
 	c.dh, c.dn = c.dh[:0], c.dn[:0] // the jm largest h, descending, and their counts
-	// With the groups by the sums of their m largest items (greedyGroups),
-	// the groups are read in that order until the sum is no more than the
-	// least h kept (h is at most that sum, so no later group enters). The
-	// groups kept may then differ on ties of h, not the bound; the slope
-	// is that of another set of the jm largest, also a subgradient, so
-	// dualBelow's answer is the same.
-	ordered := c.topM == m && len(c.top) == len(c.gid)
-	for i := range len(c.gid) {
-		g := i
-		if ordered {
-			g = int(c.top[i])
-			if len(c.dh) == jm && int(c.best[g]) <= c.dh[jm-1] {
-				break
-			}
-		}
+	for g := range len(c.gid) {
 		items := c.gcap[c.goff[g]:c.goff[g+1]]
 		h, n := 0, 0
 		for _, v := range items[:min(m, len(items))] {
@@ -764,9 +739,6 @@ func (p *Placer) greedyGroups(jm, m, need int) (lb, j int) {
 		for _, k := range c.keys {
 			c.top = append(c.top, int32(uint32(k)))
 		}
-	}
-	if maxB < 1<<30 {
-		c.topM = m // no best clamped: top orders the groups by their sums
 	}
 	best := func(g int32) int { return int(c.best[g]) }
 	sum := 0

@@ -30,25 +30,7 @@ func TestDualBelowSound(t *testing.T) {
 			c.gid = append(c.gid, int32(g))
 		}
 		jm, m := 1+rng.IntN(ng), 1+rng.IntN(8)
-		c.topM = 0
 		below := p.dualBelow(jm, m, need)
-		var bounds []int
-		for lam := range 18 {
-			v, _ := p.dual(jm, m, lam)
-			bounds = append(bounds, v)
-		}
-		// The same, reading the groups by their sums (greedyGroups' order):
-		// the same bound at every lam, the same answer.
-		setBests(&p, m, need)
-		require.Equal(t, m, c.topM)
-		for lam := range 18 {
-			v, _ := p.dual(jm, m, lam)
-			require.Equal(t, bounds[lam], v, "iter %d: dual by sums at %d", iter, lam)
-		}
-		require.Equal(t, below, p.dualBelow(jm, m, need), "iter %d: dualBelow by sums", iter)
-		if rng.IntN(2) == 0 {
-			c.topM = 0 // the knapsack without the sums, too
-		}
 		_, ok := p.knapsack(jm, m, need, false)
 		require.True(t, ok)
 		holds := c.dpRow[m] >= int64(need)
@@ -88,10 +70,6 @@ func TestKnapsackSame(t *testing.T) {
 		d := &q.cmp
 		d.gcap, d.goff, d.gid = append(d.gcap[:0], c.gcap...), append(d.goff[:0], c.goff...), append(d.gid[:0], c.gid...)
 		jm, rm, stop := 1+rng.IntN(ng), 1+rng.IntN(9), rng.IntN(2) == 0
-		c.topM = 0
-		if rng.IntN(2) == 0 {
-			setBests(&p, rm, need) // candidates bounded by the sums
-		}
 		j1, ok1 := p.knapsack(jm, rm, need, stop)
 		j2, ok2 := q.knapsackRef(jm, rm, need, stop)
 		require.Equal(t, ok2, ok1, "iter %d", iter)
@@ -225,16 +203,4 @@ func (p *Placer) knapsackRef(jm, rm, need int, stop bool) (int, bool) {
 		prev, cur = cur, prev
 	}
 	return jm, true
-}
-
-// setBests fills p.cmp.best with the sums of each group's m largest items,
-// as narrow does, and orders the groups by them (greedyGroups), which
-// knapsack and dual may then read.
-func setBests(p *Placer, m, need int) {
-	c := &p.cmp
-	c.best = c.best[:0]
-	for g := range len(c.gid) {
-		c.best = append(c.best, int32(min(prefix(c.gcap[c.goff[g]:c.goff[g+1]], m), 1<<30)))
-	}
-	p.greedyGroups(len(c.gid), m, need)
 }
