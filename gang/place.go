@@ -929,9 +929,14 @@ func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 	p.snodes, p.scaps, p.sfree = p.snodes[:0], p.scaps[:0], p.sfree[:0]
 	if !gi.slow && gi.model < 0 && gi.models.n == 0 {
 		// nodeCap is free GPUs / GPUs per member: a table, no closure.
+		// Up to the cluster's largest node, counted (no division).
 		var div [topo.MaxGPUsPerNode + 1]int32
-		for k := range div {
-			div[k] = int32(k / gi.per)
+		q, r := int32(0), 0
+		for k := range min(p.c.MaxGPUsPerNode(), topo.MaxGPUsPerNode) + 1 {
+			div[k] = q
+			if r++; r == gi.per {
+				q, r = q+1, 0
+			}
 		}
 		nodes, caps, free := p.snodes, p.scaps, p.sfree
 		scan := func(lo, hi int) {
