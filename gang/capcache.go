@@ -137,13 +137,18 @@ func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {
 		caps, lo, _ = p.blockCaps(b, gi)
 	}
 	if e.sorted[b] != e.stamp[b] {
-		d := e.desc[lo:lo]
-		for _, v := range caps {
-			if v > 0 {
-				d = append(d, v)
+		var d []int32
+		if len(caps) < 256 {
+			d = appendLargest(e.desc[lo:lo], caps, 1<<30, len(caps)) // counted
+		} else {
+			d = e.desc[lo:lo]
+			for _, v := range caps {
+				if v > 0 {
+					d = append(d, v)
+				}
 			}
+			sortDesc(d)
 		}
-		sortDesc(d)
 		e.npos[b] = int32(len(d))
 		e.sorted[b] = e.stamp[b]
 	}
@@ -155,11 +160,38 @@ func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {
 // fresh (p.ccFresh) until compact returns: blockDesc need not read their
 // stamps again.
 func (p *Placer) cachedCaps(d, lo int, gi *groupInfo, dst []int32) {
-	blo, bhi := p.span(p.lr, d, p.lp-1)
-	for b := blo; b < bhi; b++ {
-		caps, rlo, _ := p.blockCaps(b, gi)
-		copy(dst[rlo-lo:], caps)
+	e := p.cc
+	l := p.lp - 1
+	blo, bhi := p.span(p.lr, d, l)
+	for b := blo; b < bhi; {
+		if e.stamp[b] == p.s.DomainStamp(l, b) {
+			p.ccache.hits++
+			b++
+			continue
+		}
+		// A run of blocks to read again (all of them on a new entry):
+		// their racks, contiguous, in one read of the counters.
+		r := b
+		for ; r < bhi; r++ {
+			st := p.s.DomainStamp(l, r)
+			if e.stamp[r] == st {
+				break
+			}
+			if e.stamp[r] != 0 {
+				for _, v := range e.caps[e.rlo[r]:e.rhi[r]] {
+					e.hist[min(max(v, 0), 63)]--
+				}
+			}
+			e.stamp[r] = st
+		}
+		caps := e.caps[e.rlo[b]:e.rhi[r-1]]
+		p.fastCaps(int(e.rlo[b]), int(e.rhi[r-1]), gi, caps)
+		for _, v := range caps {
+			e.hist[min(max(v, 0), 63)]++
+		}
+		b = r
 	}
+	copy(dst, e.caps[lo:lo+len(dst)])
 	p.ccFresh = true
 }
 

@@ -269,7 +269,6 @@ func Place(s *topo.Snapshot, r *Request) (Result, error) {
 	p := placers.Get().(*Placer)
 	res, err := p.Place(s, r)
 	p.s, p.c = nil, nil
-	p.ccache.c = nil // the pool keeps no cluster alive; the cache starts over
 	placers.Put(p)
 	return res, err
 }
