@@ -770,31 +770,14 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	// The largest capacity: a bit per capacity seen, 63 for 63 and more
 	// (a running max mispredicts on rack capacities), exact past it.
 	var seen uint64
-	var small, small1 [64]int32 // counts of the capacities below 63, in the same pass
+	var small [64]int32 // counts of the capacities below 63, in the same pass
 	cc := &p.cmp
 	for _, cd := range cont {
 		lo, hi := p.span(cl, int(cd), il)
 		if cc.lpOK && il == p.lp {
 			// The cached capacities (capOf), read in a row.
-			// Two counts, of even and odd positions, so that a run of
-			// racks of one capacity does not wait on one counter.
-			vals := cc.lpCap[lo-cc.lpBase : hi-cc.lpBase]
-			i := 0
-			for ; i+1 < len(vals); i += 2 {
-				c0, c1 := vals[i], vals[i+1]
-				if c0 > 0 {
-					caps = append(caps, domCap{cap: c0, idx: int32(lo + i)})
-					seen |= 1 << min(c0, 63)
-					small[min(c0, 63)]++
-				}
-				if c1 > 0 {
-					caps = append(caps, domCap{cap: c1, idx: int32(lo + i + 1)})
-					seen |= 1 << min(c1, 63)
-					small1[min(c1, 63)]++
-				}
-			}
-			if i < len(vals) {
-				if c := vals[i]; c > 0 {
+			for i, c := range cc.lpCap[lo-cc.lpBase : hi-cc.lpBase] {
+				if c > 0 {
 					caps = append(caps, domCap{cap: c, idx: int32(lo + i)})
 					seen |= 1 << min(c, 63)
 					small[min(c, 63)]++
@@ -828,9 +811,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	}
 	cnt := p.bucket(maxCap + 1)
 	if maxCap < 63 {
-		for v := range cnt {
-			cnt[v] = small[v] + small1[v]
-		}
+		copy(cnt, small[:maxCap+1])
 	} else {
 		for _, c := range p.caps {
 			cnt[c.cap]++
