@@ -250,18 +250,7 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 	for v := 1; v <= maxCap; v++ {
 		cnt[v] = h0[v] + h1[v]
 	}
-	sum, m, thr, atThr := 0, 0, 0, 0
-	for v := maxCap; v > 0; v-- {
-		n := int(cnt[v])
-		if n == 0 {
-			continue
-		}
-		if k := (need - sum + v - 1) / v; k <= n {
-			m, sum, thr, atThr = m+k, sum+k*v, v, k
-			break
-		}
-		m, sum = m+n, sum+n*v
-	}
+	m, sum, thr, atThr := threshold(cnt, maxCap, need)
 	// The picks: every domain above thr, and the first atThr at it.
 	p.pick = p.pick[:0]
 	if m > 0 {

@@ -67,27 +67,8 @@ func TestCapCacheSameAnswers(t *testing.T) {
 	s := base
 	placed, found := 0, 0
 	for step := range 8000 {
-		switch op := rng.IntN(20); {
-		case op == 0 && s == base:
-			s = base.Clone()
-		case op == 1 && s != base:
-			s.Recycle()
-			s = base
-		case op < 4:
-			id := topo.NodeID(rng.IntN(c.NumNodes()))
-			st := topo.Ready
-			if s.NodeState(id) == topo.Ready {
-				st = []topo.NodeState{topo.Down, topo.Cordoned}[rng.IntN(2)]
-			}
-			require.NoError(t, s.SetNodeState(id, st))
-		case op < 10:
-			g := uint32(rng.IntN(c.NumGPUs()))
-			if s.IsFree(g) {
-				require.NoError(t, s.Allocate([]uint32{g}))
-			} else {
-				_ = s.Release([]uint32{g})
-			}
-		default:
+		var changed bool
+		if s, changed = randomChange(t, rng, base, s); !changed {
 			r := shapes[rng.IntN(len(shapes))]
 			want, err := (&Placer{noCapCache: true}).Place(s, &r)
 			require.NoError(t, err)

@@ -819,18 +819,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	}
 	// The picks: every domain above the threshold capacity thr, and the
 	// first atThr domains (by index) at it.
-	sum, m, thr, atThr := 0, 0, 0, 0
-	for v := maxCap; v > 0; v-- {
-		n := int(cnt[v])
-		if n == 0 {
-			continue
-		}
-		if k := (need - sum + v - 1) / v; k <= n {
-			m, sum, thr, atThr = m+k, sum+k*v, v, k
-			break
-		}
-		m, sum = m+n, sum+n*v
-	}
+	m, sum, thr, atThr := threshold(cnt, maxCap, need)
 	p.pick = p.pick[:0]
 	for i := range p.caps {
 		c := &p.caps[i]
@@ -877,6 +866,24 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	}
 	slices.Sort(p.chosen)
 	return m, freeChosen
+}
+
+// threshold counts choose's picks from cnt, the number of domains of each
+// capacity 1..maxCap: the fewest, largest first, whose capacities reach
+// need (all of them when they do not): m of them, holding sum, every one
+// above capacity thr and atThr at it.
+func threshold(cnt []int32, maxCap, need int) (m, sum, thr, atThr int) {
+	for v := maxCap; v > 0; v-- {
+		n := int(cnt[v])
+		if n == 0 {
+			continue
+		}
+		if k := (need - sum + v - 1) / v; k <= n {
+			return m + k, sum + k*v, v, k
+		}
+		m, sum = m+n, sum+n*v
+	}
+	return m, sum, 0, 0
 }
 
 // bucket returns a zeroed scratch slice of n counters.
