@@ -29,13 +29,8 @@ const capCacheKeys = 4
 // capCache holds the capacities of one key.
 type capCache struct {
 	lp, per, model int
-	used           uint64 // last use (capCaches.tick)
-	// By domain of level lp-1 (a block): the stamp caps hold for, and the
-	// one desc holds for (0: none; stamps are never 0), and the count of
-	// positive capacities.
-	stamp, sorted []uint64
-	npos          []int32
-	rlo, rhi      []int32 // the block's range of preferred domains
+	used           uint64     // last use (capCaches.tick)
+	blk            []capBlock // by domain of level lp-1 (a block)
 
 	// By preferred domain (a rack): its capacity (fastCaps); and, over
 	// the range of a block's racks, the block's positive capacities in
@@ -45,6 +40,16 @@ type capCache struct {
 	// (63 for 63 and more): when every block is current, those of the
 	// whole level (chooseCached over the whole cluster reads it).
 	hist [64]int32
+}
+
+// capBlock is what the cache keeps of one block.
+type capBlock struct {
+	// The stamp caps hold for, and the one desc holds for (0: none;
+	// stamps are never 0).
+	stamp, sorted uint64
+	rlo, rhi      int32 // the block's range of preferred domains
+	npos          int32 // its positive capacities (desc)
+	max           int32 // its largest capacity, with caps
 }
 
 type capCaches struct {
@@ -84,19 +89,13 @@ func (p *Placer) capCacheFor(gi *groupInfo) *capCache {
 	if e.used == 0 || e.lp != p.lp || e.per != gi.per || e.model != gi.model {
 		nb, nr := p.c.NumDomains(p.lp-1), p.c.NumDomains(p.lp)
 		e.lp, e.per, e.model = p.lp, gi.per, gi.model
-		e.stamp = slices.Grow(e.stamp[:0], nb)[:nb]
-		e.sorted = slices.Grow(e.sorted[:0], nb)[:nb]
-		e.npos = slices.Grow(e.npos[:0], nb)[:nb]
-		e.rlo = slices.Grow(e.rlo[:0], nb)[:nb]
-		e.rhi = slices.Grow(e.rhi[:0], nb)[:nb]
+		e.blk = slices.Grow(e.blk[:0], nb)[:nb]
 		for b := range nb {
 			lo, hi := p.c.Descendants(p.lp-1, b, p.lp)
-			e.rlo[b], e.rhi[b] = int32(lo), int32(hi)
+			e.blk[b] = capBlock{rlo: int32(lo), rhi: int32(hi)}
 		}
 		e.caps = slices.Grow(e.caps[:0], nr)[:nr]
 		e.desc = slices.Grow(e.desc[:0], nr)[:nr]
-		clear(e.stamp)
-		clear(e.sorted)
 		e.hist = [64]int32{}
 	}
 	e.used = cs.tick
@@ -108,35 +107,51 @@ func (p *Placer) capCacheFor(gi *groupInfo) *capCache {
 // range of preferred domains.
 func (p *Placer) blockCaps(b int, gi *groupInfo) (caps []int32, lo, hi int) {
 	e := p.cc
-	lo, hi = int(e.rlo[b]), int(e.rhi[b])
-	if st := p.s.DomainStamp(p.lp-1, b); e.stamp[b] != st {
-		caps := e.caps[lo:hi]
-		if e.stamp[b] != 0 {
-			for _, v := range caps {
-				e.hist[min(max(v, 0), 63)]--
-			}
-		}
-		p.fastCaps(lo, hi, gi, caps)
-		for _, v := range caps {
-			e.hist[min(max(v, 0), 63)]++
-		}
-		e.stamp[b] = st
+	bk := &e.blk[b]
+	lo, hi = int(bk.rlo), int(bk.rhi)
+	if st := p.s.DomainStamp(p.lp-1, b); bk.stamp != st {
+		e.uncount(bk)
+		p.fastCaps(lo, hi, gi, e.caps[lo:hi])
+		bk.stamp = st
+		e.count(bk)
 	} else {
 		p.ccache.hits++
 	}
 	return e.caps[lo:hi], lo, hi
 }
 
+// uncount takes block bk's racks out of the count by capacity, if they
+// are in it.
+func (e *capCache) uncount(bk *capBlock) {
+	if bk.stamp != 0 {
+		for _, v := range e.caps[bk.rlo:bk.rhi] {
+			e.hist[min(max(v, 0), 63)]--
+		}
+	}
+}
+
+// count puts block bk's racks, just read, into the count by capacity,
+// and sets its largest.
+func (e *capCache) count(bk *capBlock) {
+	m := int32(0)
+	for _, v := range e.caps[bk.rlo:bk.rhi] {
+		e.hist[min(max(v, 0), 63)]++
+		m = max(m, v)
+	}
+	bk.max = m
+}
+
 // blockDesc returns the positive capacities of the racks of block b,
 // descending.
 func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {
 	e := p.cc
-	lo := int(e.rlo[b])
-	caps := e.caps[lo:e.rhi[b]]
+	bk := &e.blk[b]
+	lo := int(bk.rlo)
+	caps := e.caps[lo:bk.rhi]
 	if !p.ccFresh {
 		caps, lo, _ = p.blockCaps(b, gi)
 	}
-	if e.sorted[b] != e.stamp[b] {
+	if bk.sorted != bk.stamp {
 		var d []int32
 		if len(caps) < 256 {
 			d = appendLargest(e.desc[lo:lo], caps, 1<<30, len(caps)) // counted
@@ -149,10 +164,10 @@ func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {
 			}
 			sortDesc(d)
 		}
-		e.npos[b] = int32(len(d))
-		e.sorted[b] = e.stamp[b]
+		bk.npos = int32(len(d))
+		bk.sorted = bk.stamp
 	}
-	return e.desc[lo : lo+int(e.npos[b])]
+	return e.desc[lo : lo+int(bk.npos)]
 }
 
 // cachedCaps is fastCaps for the preferred domains of required domain d
@@ -164,7 +179,7 @@ func (p *Placer) cachedCaps(d, lo int, gi *groupInfo, dst []int32) {
 	l := p.lp - 1
 	blo, bhi := p.span(p.lr, d, l)
 	for b := blo; b < bhi; {
-		if e.stamp[b] == p.s.DomainStamp(l, b) {
+		if e.blk[b].stamp == p.s.DomainStamp(l, b) {
 			p.ccache.hits++
 			b++
 			continue
@@ -173,21 +188,17 @@ func (p *Placer) cachedCaps(d, lo int, gi *groupInfo, dst []int32) {
 		// their racks, contiguous, in one read of the counters.
 		r := b
 		for ; r < bhi; r++ {
+			bk := &e.blk[r]
 			st := p.s.DomainStamp(l, r)
-			if e.stamp[r] == st {
+			if bk.stamp == st {
 				break
 			}
-			if e.stamp[r] != 0 {
-				for _, v := range e.caps[e.rlo[r]:e.rhi[r]] {
-					e.hist[min(max(v, 0), 63)]--
-				}
-			}
-			e.stamp[r] = st
+			e.uncount(bk)
+			bk.stamp = st
 		}
-		caps := e.caps[e.rlo[b]:e.rhi[r-1]]
-		p.fastCaps(int(e.rlo[b]), int(e.rhi[r-1]), gi, caps)
-		for _, v := range caps {
-			e.hist[min(max(v, 0), 63)]++
+		p.fastCaps(int(e.blk[b].rlo), int(e.blk[r-1].rhi), gi, e.caps[e.blk[b].rlo:e.blk[r-1].rhi])
+		for i := b; i < r; i++ {
+			e.count(&e.blk[i])
 		}
 		b = r
 	}
@@ -211,9 +222,9 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 	c := &p.cmp
 	il := p.lp
 	var seen uint64
-	var h0, h1 [64]int32 // counts of even and odd positions, summed below
-	blocks := p.cachedFor(gi) && cl < il
-	hcont := cont // the domains to count
+	var h0, h1 [64]int32                              // counts of even and odd positions, summed below
+	blocks := p.cachedFor(gi) && cl < il && p.ccFresh // blocks of the required domain, current
+	hcont := cont                                     // the domains to count
 	if all := blocks && p.ccFresh && len(cont) == 1 && p.lpSpan(cl, int(cont[0])); all {
 		// Every block is current, and cont holds them all: the cache
 		// counts them already.
@@ -254,7 +265,7 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 	// The picks: every domain above thr, and the first atThr at it.
 	p.pick = p.pick[:0]
 	if m > 0 {
-		p.atLeast(cl, cont, gi, int32(thr), blocks, m-atThr, atThr)
+		p.atLeast(cl, cont, int32(thr), blocks, m-atThr, atThr)
 		for _, i := range p.pick {
 			cnt[c.lpCap[int(i)-c.lpBase]]--
 		}
@@ -275,7 +286,7 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 			if cnt[v] == 0 {
 				continue
 			}
-			if u := p.lowestAt(cl, cont, gi, int32(v), blocks); u >= 0 {
+			if u := p.lowestAt(cl, cont, int32(v), blocks); u >= 0 {
 				cnt[v]--
 				cnt[cj]++
 				p.pick[j] = u
@@ -298,7 +309,7 @@ func (p *Placer) chooseCached(cl int, cont []int32, gi *groupInfo, need int) (sp
 // nAt of those at v; it stops once it has nAbove above and nAt at v (all
 // there are). With blocks, the blocks of the capacity cache whose largest
 // rack is below v are skipped.
-func (p *Placer) atLeast(cl int, cont []int32, gi *groupInfo, v int32, blocks bool, nAbove, nAt int) {
+func (p *Placer) atLeast(cl int, cont []int32, v int32, blocks bool, nAbove, nAt int) {
 	c := &p.cmp
 	caps, base := c.lpCap, c.lpBase
 	pick := p.pick // a local: appends in registers
@@ -308,10 +319,11 @@ func (p *Placer) atLeast(cl int, cont []int32, gi *groupInfo, v int32, blocks bo
 			e := p.cc
 			blo, bhi := p.span(cl, int(cd), p.lp-1)
 			for b := blo; b < bhi; b++ {
-				if d := p.blockDesc(b, gi); len(d) == 0 || d[0] < v {
+				bk := &e.blk[b]
+				if bk.max < max(v, 1) {
 					continue
 				}
-				for i := e.rlo[b]; i < e.rhi[b]; i++ {
+				for i := bk.rlo; i < bk.rhi; i++ {
 					if cv := caps[int(i)-base]; cv > v || (cv == v && nAt > 0) {
 						pick = append(pick, i)
 						if cv == v {
@@ -346,7 +358,7 @@ func (p *Placer) atLeast(cl int, cont []int32, gi *groupInfo, v int32, blocks bo
 
 // lowestAt is the lowest preferred domain inside cont (level cl) whose
 // cached capacity is v and that is not in p.pick, -1 if none.
-func (p *Placer) lowestAt(cl int, cont []int32, gi *groupInfo, v int32, blocks bool) int32 {
+func (p *Placer) lowestAt(cl int, cont []int32, v int32, blocks bool) int32 {
 	c := &p.cmp
 	caps, base := c.lpCap, c.lpBase
 	for _, cd := range cont {
@@ -354,10 +366,11 @@ func (p *Placer) lowestAt(cl int, cont []int32, gi *groupInfo, v int32, blocks b
 			e := p.cc
 			blo, bhi := p.span(cl, int(cd), p.lp-1)
 			for b := blo; b < bhi; b++ {
-				if d := p.blockDesc(b, gi); len(d) == 0 || d[0] < v {
+				bk := &e.blk[b]
+				if bk.max < max(v, 1) {
 					continue
 				}
-				for i := e.rlo[b]; i < e.rhi[b]; i++ {
+				for i := bk.rlo; i < bk.rhi; i++ {
 					if caps[int(i)-base] == v && !slices.Contains(p.pick, i) {
 						return i
 					}
