@@ -124,7 +124,9 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 	lo, hi := p.span(p.lr, d, p.lp)
 	c.lpBase = lo
 	c.lpCap = slices.Grow(c.lpCap[:0], hi-lo)[:hi-lo]
-	if p.lp < p.nl && !gi.slow {
+	if p.cachedFor(gi) {
+		p.cachedCaps(d, lo, gi, c.lpCap)
+	} else if p.lp < p.nl && !gi.slow {
 		p.fastCaps(lo, hi, gi, c.lpCap)
 	} else {
 		for i := lo; i < hi; i++ {
@@ -132,7 +134,7 @@ func (p *Placer) compact(d int, gi *groupInfo, need int, k *key) {
 		}
 	}
 	c.lpOK = true
-	defer func() { c.lpOK = false }()
+	defer func() { c.lpOK, p.ccFresh = false, false }()
 
 	if p.lr+1 == p.lp && p.lp+1 >= p.nl {
 		// No level between the required and the preferred one, none
@@ -298,10 +300,26 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 	c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
 	cached := c.lpOK && il == p.lp
 	need32 := int32(min(need, 1<<30)) // capOf is at most 1<<30
+	blocks := cached && keep > 0 && gl == p.lp-1 && p.cachedFor(gi)
 	for _, cd := range c.cont {
 		glo, ghi := p.span(cl, int(cd), gl)
 		for g := glo; g < ghi; g++ {
 			start := len(c.gcap)
+			if blocks {
+				// The keep largest from the cache's descending list.
+				d := p.blockDesc(g, gi)
+				if len(d) == 0 {
+					continue
+				}
+				gcap := c.gcap
+				for _, v := range d[:min(keep, len(d))] {
+					gcap = append(gcap, min(v, need32))
+				}
+				c.gcap = gcap
+				c.goff = append(c.goff, int32(len(c.gcap)))
+				c.gid = append(c.gid, int32(g))
+				continue
+			}
 			lo, hi := p.span(gl, g, il)
 			if cached && keep > 0 {
 				// The keep largest, descending.

@@ -74,27 +74,8 @@ func TestMemoSameAnswers(t *testing.T) {
 	s := base
 	placed, found := 0, 0
 	for step := range 6000 {
-		switch op := rng.IntN(20); {
-		case op == 0 && s == base: // a what-if clone, as the engine's probes
-			s = base.Clone()
-		case op == 1 && s != base:
-			s.Recycle()
-			s = base
-		case op < 4:
-			id := topo.NodeID(rng.IntN(c.NumNodes()))
-			st := topo.Ready
-			if s.NodeState(id) == topo.Ready {
-				st = []topo.NodeState{topo.Down, topo.Cordoned}[rng.IntN(2)]
-			}
-			require.NoError(t, s.SetNodeState(id, st))
-		case op < 10:
-			g := uint32(rng.IntN(c.NumGPUs()))
-			if s.IsFree(g) {
-				require.NoError(t, s.Allocate([]uint32{g}))
-			} else {
-				_ = s.Release([]uint32{g})
-			}
-		default:
+		var changed bool
+		if s, changed = randomChange(t, rng, base, s); !changed {
 			r := shapes[rng.IntN(len(shapes))]
 			got, err := memo.Place(s, &r)
 			require.NoError(t, err)
@@ -113,4 +94,37 @@ func TestMemoSameAnswers(t *testing.T) {
 	require.Greater(t, memo.memo.hits, placed/8, "memo answers") // 5 shapes per draw, 2 of them sets
 	require.Greater(t, found, placed/4)
 	t.Logf("placements %d, found %d, memo answers %d", placed, found, memo.memo.hits)
+}
+
+// randomChange draws one of 20 operations and, for 10 of them, changes
+// the cluster as the engine would between placements: a what-if clone of
+// base (its probes) or back to base, a node state change, a GPU booked
+// or released. It returns the snapshot to use next, and false when the
+// draw is a placement's turn.
+func randomChange(t *testing.T, rng *rand.Rand, base, s *topo.Snapshot) (*topo.Snapshot, bool) {
+	c := s.Cluster()
+	switch op := rng.IntN(20); {
+	case op == 0 && s == base:
+		return base.Clone(), true
+	case op == 1 && s != base:
+		s.Recycle()
+		return base, true
+	case op < 4:
+		id := topo.NodeID(rng.IntN(c.NumNodes()))
+		st := topo.Ready
+		if s.NodeState(id) == topo.Ready {
+			st = []topo.NodeState{topo.Down, topo.Cordoned}[rng.IntN(2)]
+		}
+		require.NoError(t, s.SetNodeState(id, st))
+		return s, true
+	case op < 10:
+		g := uint32(rng.IntN(c.NumGPUs()))
+		if s.IsFree(g) {
+			require.NoError(t, s.Allocate([]uint32{g}))
+		} else {
+			_ = s.Release([]uint32{g})
+		}
+		return s, true
+	}
+	return s, false
 }

@@ -18,6 +18,13 @@ var ErrUnsupported = errors.New("gang: unsupported request")
 // Placer places gangs. Its zero value is ready to use; it keeps scratch
 // buffers between calls, so reuse one Placer per goroutine to avoid
 // allocations. A Placer is not safe for concurrent use.
+//
+// A Placer also keeps, from one call to the next, the capacities of the
+// preferred domains (racks) of each domain just above them (blocks), for
+// up to four member shapes, and reads a block's again only when its
+// counters changed (topo.Snapshot.DomainStamp): a few arrays the size of
+// the cluster's racks and blocks, and a reference to the cluster last
+// placed on. Results are the same with it and without it.
 type Placer struct {
 	// Scorer, when set, chooses the nodes of every group inside the
 	// chosen domains (see Scorer). Nil: members pack onto the nodes with
@@ -80,9 +87,16 @@ type Placer struct {
 	memo    domainMemo
 	ix      nodeIndex // nodes by free capacity (collectScored)
 	noIndex bool      // tests: collectScored scans every node
-	cands   []candDom // pruned's domains
-	ckeys   []uint64  // and their sort keys
-	mods    []int32   // model indices of the groups' sets (groupInfo.models)
+	// the capacity cache (capcache.go): cc is its entry for the group
+	// ccGi of the current single-group search, nil when none.
+	ccache     capCaches
+	cc         *capCache
+	ccGi       *groupInfo
+	ccFresh    bool      // the blocks of compact's required domain were checked (cachedCaps)
+	noCapCache bool      // tests: no capacity cache
+	cands      []candDom // pruned's domains
+	ckeys      []uint64  // and their sort keys
+	mods       []int32   // model indices of the groups' sets (groupInfo.models)
 	// sets interns the sets of models named by reasons (Reason.Models),
 	// so that a failure allocates nothing for a set seen before.
 	sets map[string]string
@@ -583,6 +597,8 @@ func (p *Placer) placeOne() Result {
 		p.chooseScored(gi, need)
 		return Result{Found: true}
 	}
+	p.cc, p.ccGi = p.capCacheFor(gi), gi
+	defer func() { p.cc, p.ccGi = nil, nil }()
 	pruned := false
 	if nd := p.numDomains(p.lr); nd > 1 && p.lp >= 0 && p.lp < p.nl && !gi.slow && !p.Memo {
 		// Bounds first: compact only the domains that can still win.
@@ -643,9 +659,18 @@ func (p *Placer) pruned(gi *groupInfo, need int) (bestFit int, found bool, best 
 			continue
 		}
 		lo, hi := p.span(p.lr, d, p.lp)
-		c.lbCap = slices.Grow(c.lbCap[:0], hi-lo)[:hi-lo]
-		p.fastCaps(lo, hi, gi, c.lbCap)
-		p.cands = append(p.cands, candDom{spread: int32(fewest(c.lbCap, need)), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
+		spread := 0
+		if p.cachedFor(gi) && p.lp-1 == p.lr {
+			// d is a block of the cache: its capacities, descending.
+			if spread = minPrefix(p.blockDesc(d, gi), need); spread == 0 {
+				spread = hi - lo + 1
+			}
+		} else {
+			c.lbCap = slices.Grow(c.lbCap[:0], hi-lo)[:hi-lo]
+			p.fastCaps(lo, hi, gi, c.lbCap)
+			spread = fewest(c.lbCap, need)
+		}
+		p.cands = append(p.cands, candDom{spread: int32(spread), freeD: int32(min(p.free(p.lr, d), 1<<30)), d: int32(d)})
 	}
 	p.sortCands()
 	var lb key
@@ -736,6 +761,11 @@ func (p *Placer) finishOne(gi *groupInfo, need int, best key) Result {
 // and free GPUs. Capacities are counted into buckets, so the cost is linear
 // in the domains read, with no sort of them. cont must not alias p.chosen.
 func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (spread, freeChosen int) {
+	if p.cmp.lpOK && il == p.lp {
+		if spread, freeChosen, ok := p.chooseCached(cl, cont, gi, need); ok {
+			return spread, freeChosen
+		}
+	}
 	caps := p.caps[:0] // a local: appends in registers
 	// The largest capacity: a bit per capacity seen, 63 for 63 and more
 	// (a running max mispredicts on rack capacities), exact past it.
@@ -789,18 +819,7 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	}
 	// The picks: every domain above the threshold capacity thr, and the
 	// first atThr domains (by index) at it.
-	sum, m, thr, atThr := 0, 0, 0, 0
-	for v := maxCap; v > 0; v-- {
-		n := int(cnt[v])
-		if n == 0 {
-			continue
-		}
-		if k := (need - sum + v - 1) / v; k <= n {
-			m, sum, thr, atThr = m+k, sum+k*v, v, k
-			break
-		}
-		m, sum = m+n, sum+n*v
-	}
+	m, sum, thr, atThr := threshold(cnt, maxCap, need)
 	p.pick = p.pick[:0]
 	for i := range p.caps {
 		c := &p.caps[i]
@@ -849,6 +868,24 @@ func (p *Placer) choose(cl int, cont []int32, il int, gi *groupInfo, need int) (
 	return m, freeChosen
 }
 
+// threshold counts choose's picks from cnt, the number of domains of each
+// capacity 1..maxCap: the fewest, largest first, whose capacities reach
+// need (all of them when they do not): m of them, holding sum, every one
+// above capacity thr and atThr at it.
+func threshold(cnt []int32, maxCap, need int) (m, sum, thr, atThr int) {
+	for v := maxCap; v > 0; v-- {
+		n := int(cnt[v])
+		if n == 0 {
+			continue
+		}
+		if k := (need - sum + v - 1) / v; k <= n {
+			return m + k, sum + k*v, v, k
+		}
+		m, sum = m+n, sum+n*v
+	}
+	return m, sum, 0, 0
+}
+
 // bucket returns a zeroed scratch slice of n counters.
 func (p *Placer) bucket(n int) []int32 {
 	if cap(p.cnt) < n {
@@ -886,9 +923,14 @@ func (p *Placer) packOne(d int, gi *groupInfo, need int) {
 	p.snodes, p.scaps, p.sfree = p.snodes[:0], p.scaps[:0], p.sfree[:0]
 	if !gi.slow && gi.model < 0 && gi.models.n == 0 {
 		// nodeCap is free GPUs / GPUs per member: a table, no closure.
+		// Up to the cluster's largest node, counted (no division).
 		var div [topo.MaxGPUsPerNode + 1]int32
-		for k := range div {
-			div[k] = int32(k / gi.per)
+		q, r := int32(0), 0
+		for k := range min(p.c.MaxGPUsPerNode(), topo.MaxGPUsPerNode) + 1 {
+			div[k] = q
+			if r++; r == gi.per {
+				q, r = q+1, 0
+			}
 		}
 		nodes, caps, free := p.snodes, p.scaps, p.sfree
 		scan := func(lo, hi int) {
