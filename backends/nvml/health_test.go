@@ -3,6 +3,7 @@ package nvml_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func TestCriticalXIDRequeuesAndHolds(t *testing.T) {
 	assert.ErrorIs(t, f.b.BindMember(ctx, "victim", member(3)), backends.ErrRefused)
 	// The job runs again elsewhere; the bystander was untouched.
 	require.NoError(t, f.b.BindMember(ctx, "victim", member(4, 5)))
+	waitFor(t, "the health callbacks", func() bool { return slices.Contains(h.kinds(), "quarantine") })
 	assert.Contains(t, h.kinds(), "xid")
 	assert.Contains(t, h.kinds(), "quarantine")
 
@@ -102,6 +104,9 @@ func TestHealthClassification(t *testing.T) {
 	f.box.InjectECC(4, true)
 	oos := waitOutOfService(t, f.b, 1)
 	assert.Contains(t, oos[f.b.Devices()[4].UUID], "double-bit")
+	// OnHealth runs on the callbacks' goroutine, after the GPU is out of
+	// service (it failed once in CI, read at once under -race and load).
+	waitFor(t, "the health callbacks", func() bool { return len(h.kinds()) >= 5 })
 	assert.Equal(t, []string{"xid", "xid", "ecc-single-bit", "ecc-double-bit", "quarantine"}, h.kinds())
 	// GPU 4 is held (no job was on it).
 	assert.Equal(t, []string{"job-adopted:" + nvml.HoldJobID(f.b.Devices()[4].UUID)}, kinds(f.events(t, 100*time.Millisecond)))
