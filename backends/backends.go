@@ -158,6 +158,16 @@ type Events interface {
 	Next(ctx context.Context, wake time.Time) ([]engine.Event, error)
 }
 
+// EventsInto is optional for an Events: NextInto is Next that appends the
+// changes to buf[:0] instead of a new slice (a nil buf: a new one). With
+// RunnerConfig.RecycleEvents, the Runner on a virtual clock passes back
+// the slice of its previous answer once it has stepped those events, so
+// a simulator that returns a batch of events per call allocates none
+// (sim.Sim implements it).
+type EventsInto interface {
+	NextInto(ctx context.Context, wake time.Time, buf []engine.Event) ([]engine.Event, error)
+}
+
 // Backend is everything the Runner needs of a cluster.
 type Backend interface {
 	Inventory

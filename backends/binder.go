@@ -314,7 +314,7 @@ func (r *Runner) issueBinds(ctx context.Context, rd *engine.Ready) {
 			// the GPU keys a bind were a tenth of a month's replay's
 			// Runner).
 			r.as.inflight[b.Job] = inflightBind{run: run, cancel: noCancel}
-			r.goOp(ctx, nil, func(ctx context.Context) result { return r.bindOp(ctx, g, run) })
+			r.as.post(r.bindOp(ctx, g, run)) // goOp's inline path, without its closure
 			continue
 		}
 		bctx, cancel := context.WithCancel(ctx)
@@ -341,22 +341,41 @@ func (r *Runner) bindOp(ctx context.Context, g gangBind, run uint64) result {
 		res.err, res.deferred = fmt.Errorf("%w: %s", ErrRefused, why), why
 		return res
 	}
-	late := func(err error) {
-		r.as.mu.Lock()
-		r.as.abandoned--
-		r.as.mu.Unlock()
-		r.as.post(result{kind: resLate, job: g.job, run: run, err: err})
+	// late reports an abandoned call's return; an inline call is never
+	// abandoned (callLate), so inline binds make no closure for it.
+	var late func(error)
+	if !r.cfg.Inline {
+		late = func(err error) {
+			r.as.mu.Lock()
+			r.as.abandoned--
+			r.as.mu.Unlock()
+			r.as.post(result{kind: resLate, job: g.job, run: run, err: err})
+		}
 	}
 	act := r.cfg.Backend
 	var errs []error
 	gb, whole := act.(GangBinder)
-	if whole {
+	switch {
+	case whole:
 		errs = []error{r.retryLate(ctx, func(ctx context.Context) error { return gb.BindGang(ctx, g.job, g.members) }, late)}
-	} else {
-		errs = make([]error, len(g.members))
+	case r.cfg.Inline:
+		// One member after another on this goroutine, as each would call
+		// them inline, without its closure (and, for a small gang, the
+		// errors on the stack).
+		var small [8]error
+		errs = small[:0]
+		if len(g.members) > len(small) {
+			errs = make([]error, 0, len(g.members))
+		}
+		for i := range g.members {
+			errs = append(errs, r.retryLate(ctx, func(ctx context.Context) error { return act.BindMember(ctx, g.job, g.members[i]) }, late))
+		}
+	default:
+		each := make([]error, len(g.members)) // its own: errs stays off the closure
 		r.each(ctx, len(g.members), func(ctx context.Context, i int) {
-			errs[i] = r.retryLate(ctx, func(ctx context.Context) error { return act.BindMember(ctx, g.job, g.members[i]) }, late)
+			each[i] = r.retryLate(ctx, func(ctx context.Context) error { return act.BindMember(ctx, g.job, g.members[i]) }, late)
 		})
+		errs = each
 	}
 	var failed, unknown error
 	nUnknown := 0

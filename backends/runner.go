@@ -51,7 +51,15 @@ type RunnerConfig struct {
 	// virtual clock: replay.Run sets it); with any other, a hung call
 	// stops the Runner. Parallelism and CallTimeout are then unused.
 	Inline bool
-	Retry  Retry
+	// RecycleEvents hands the slice of each answer of the Backend's
+	// events back to its next call, once those events were stepped, when
+	// the Backend implements EventsInto (on a virtual clock; the simulator
+	// does): a replay then allocates no slice of events per batch. Set it
+	// only when the Backend's NextInto is its Next: a wrapper that embeds
+	// the simulator and overrides Next would be bypassed (replay.Run sets
+	// it, the simulator being its Backend itself).
+	RecycleEvents bool
+	Retry         Retry
 	// TickInterval, when positive, wakes the engine at least this often.
 	// Zero: the Runner wakes only for events and when the engine asks
 	// (Engine.NextWake: grace periods, bind retries, overruns,
@@ -221,7 +229,10 @@ type Runner struct {
 	// stepped before the save.
 	leftMu   sync.Mutex
 	leftover []engine.Event
-	auto     *autoState // node autoscaling (autoscale.go); nil: off
+	// evBuf: the slice of the last EventsInto answer, handed back to the
+	// next call once its events were stepped (virtual clock only).
+	evBuf []engine.Event
+	auto  *autoState // node autoscaling (autoscale.go); nil: off
 }
 
 // NewRunner checks cfg and returns a Runner. Errors wrap ErrInvalidConfig.
@@ -461,7 +472,15 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			} else if r.auto != nil && r.auto.busy && r.as.has() {
 				continue // an autoscaling round came back already
 			}
-			evs, err = be.Next(ctx, wake)
+			if bi, ok := be.(EventsInto); ok && r.cfg.RecycleEvents {
+				// The previous answer's events were stepped: its slice is
+				// reused (cleared, so that it keeps no job alive).
+				clear(r.evBuf)
+				evs, err = bi.NextInto(ctx, wake, r.evBuf[:0])
+				r.evBuf = evs
+			} else {
+				evs, err = be.Next(ctx, wake)
+			}
 		} else {
 			var more bool
 			if evs, err, more = r.wait(ctx, evCh, wake); more {

@@ -594,9 +594,9 @@ func (e *Engine) endGracePeriods(now time.Time) {
 		return
 	}
 	var due []string
-	for id, js := range e.active {
+	for _, js := range e.active {
 		if js.st == stateStopping && !js.deadline.After(now) && js.preemptSt == bindNone {
-			due = append(due, id)
+			due = append(due, js.j.ID)
 		}
 	}
 	slices.Sort(due)
@@ -628,7 +628,7 @@ func (e *Engine) bindClaims(rd *Ready) {
 			// Shares and instances are not held for the claim: it waits
 			// until its victims are gone.
 			for _, v := range c.victims {
-				if e.active[v] != nil {
+				if e.isActive(v) {
 					free = false
 					break
 				}

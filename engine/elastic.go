@@ -22,9 +22,9 @@ func (e *Engine) grow(rd *Ready) {
 		return
 	}
 	var ids []string
-	for id, js := range e.active {
+	for _, js := range e.active {
 		if js.st == stateRunning && !js.j.Elastic.IsZero() && js.members < js.j.Request.Groups[0].Members {
-			ids = append(ids, id)
+			ids = append(ids, js.j.ID)
 		}
 	}
 	if len(ids) == 0 {
@@ -186,8 +186,8 @@ func (e *Engine) shrinkFor(p *job, rd *Ready) bool {
 	if e.elastic == 0 {
 		return false
 	}
-	for id, js := range e.active {
-		if _, grew := e.out.grows[id]; js == p || js.start.Equal(cs.now) || grew {
+	for _, js := range e.active {
+		if _, grew := e.out.grows[js.j.ID]; js == p || js.start.Equal(cs.now) || grew {
 			continue
 		}
 		if ms := extra(js); len(ms) > 0 {

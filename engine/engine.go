@@ -53,7 +53,7 @@ type Engine struct {
 
 	jobs      map[string]*job
 	byPtr     map[*queue.Job]*job    // the same jobs, for the walk (no string hashing)
-	active    map[string]*job        // running and stopping
+	active    []*job                 // running and stopping, in no order (job.activeAt: its index + 1)
 	tl        *btree.BTreeG[tlEntry] // active jobs by expected end (see timeline.go)
 	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
 	tlView    []tlEntry              // tl as a slice, as of tlViewGen (Engine.timeline)
@@ -167,7 +167,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, tree: tree, pending: pending, intake: in, policy: cfg.Policy,
-		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, active: map[string]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{}, resMemos: map[string]*resMemo{}, binding: map[string]*job{},
+		jobs: map[string]*job{}, byPtr: map[*queue.Job]*job{}, shapes: map[string]uint64{}, claims: map[string]*claim{}, lastRes: map[string]*resv{}, resMemos: map[string]*resMemo{}, binding: map[string]*job{},
 		now: cfg.Start, dirty: true,
 		tl: btree.NewG(32, tlLess),
 	}

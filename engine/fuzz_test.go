@@ -324,7 +324,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 				ev := Submitted(now, j)
 				st.ev = &ev
 			case 2: // finish a running job
-				if id := pick(rng, e.active); id != "" {
+				if id := pick(rng, e.activeMap()); id != "" {
 					ev := Finished(now, id)
 					st.ev = &ev
 				}
@@ -338,7 +338,7 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 				ev := Tick(now)
 				st.ev = &ev
 			case 5: // checkpoint
-				if id := pick(rng, e.active); id != "" {
+				if id := pick(rng, e.activeMap()); id != "" {
 					ev := Checkpointed(now, id)
 					st.ev = &ev
 				}
@@ -371,8 +371,9 @@ func runFuzz(t *testing.T, seed uint64, ops []byte, shared bool) {
 			}
 			// Jobs whose estimate has passed finish before the tick lands.
 			if st.ev != nil && st.ev.Kind == EventTick {
-				for _, id := range sortedKeys(e.active) {
-					js := e.active[id]
+				active := e.activeMap()
+				for _, id := range sortedKeys(active) {
+					js := active[id]
 					if js.j.RuntimeEstimate > 0 && !js.start.Add(js.j.RuntimeEstimate).After(now) && rng.IntN(4) > 0 {
 						ev := Finished(js.start.Add(js.j.RuntimeEstimate).Add(0), id)
 						if ev.Time.Before(e.now) {
@@ -860,8 +861,9 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 	// No GPU booked twice; the snapshot books exactly the jobs' GPUs.
 	owner := map[uint32]string{}
 	booked := 0
-	for _, id := range sortedKeys(e.active) {
-		js := e.active[id]
+	active := e.activeMap()
+	for _, id := range sortedKeys(active) {
+		js := active[id]
 		if js.place == nil {
 			t.Fatalf("active job %q without placement", id)
 		}
@@ -900,12 +902,13 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 	}
 	checkGrants(t, e)
 	// Every job in exactly one state.
+	activeNow := e.activeMap()
 	for id, js := range e.jobs {
 		if !m.known[id] {
 			t.Fatalf("engine tracks %q, which ended", id)
 		}
 		_, pend := e.pending.Get(id)
-		_, act := e.active[id]
+		_, act := activeNow[id]
 		charged := e.tree.Charged(id)
 		switch js.st {
 		case statePending:
@@ -965,8 +968,9 @@ func checkGrants(t *testing.T, e *Engine) {
 		share mig.ShareID
 	}
 	held := map[key]string{}
-	for _, id := range sortedKeys(e.active) {
-		js := e.active[id]
+	active := e.activeMap()
+	for _, id := range sortedKeys(active) {
+		js := active[id]
 		for _, m := range js.place.members {
 			if !m.shared {
 				continue
@@ -1038,7 +1042,7 @@ func TestFuzzEngineSeeds(t *testing.T) {
 // (free, or another job's); sometimes the report is malformed (a GPU
 // dropped). The engine must take it or refuse it with nothing changed.
 func fuzzDevices(rng *rand.Rand, e *Engine, now time.Time) (Event, bool) {
-	id := pick(rng, e.active)
+	id := pick(rng, e.activeMap())
 	if id == "" {
 		return Event{}, false
 	}
@@ -1365,4 +1369,17 @@ func checkView(t *testing.T, e *Engine) {
 			t.Fatalf("job %q (%v, bind state %d, held %v) is invisible: in neither View.Pending nor Running", id, e.jobs[id].st, e.jobs[id].bindSt, e.jobs[id].held)
 		}
 	}
+}
+
+// activeMap is the active jobs by ID (Engine.active is a slice in no
+// order), checking that each knows its index.
+func (e *Engine) activeMap() map[string]*job {
+	m := make(map[string]*job, len(e.active))
+	for i, js := range e.active {
+		if js.activeAt != i+1 {
+			panic(fmt.Sprintf("active job %q at %d says %d", js.j.ID, i, js.activeAt))
+		}
+		m[js.j.ID] = js
+	}
+	return m
 }

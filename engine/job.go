@@ -64,6 +64,7 @@ type job struct {
 	lastPreempted time.Time
 	deadline      time.Time // stopping: end of the grace period
 	inTL          bool      // on the timeline, at tlAt
+	activeAt      int       // its index in Engine.active + 1; 0: not active
 	tlAt          int64
 	victimFor     string // stopping: the preemptor
 	// preemptSt: stopping, its preemption assumed or unknown

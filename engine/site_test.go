@@ -106,7 +106,7 @@ func siteHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []string
 			ev = ArraySubmitted(now, siteRandJob(rng, e, fmt.Sprintf("arr%d", arrays), now), 1+rng.IntN(6), rng.IntN(3))
 			arrays++
 		case k == 4:
-			id := pick(rng, e.active)
+			id := pick(rng, e.activeMap())
 			if id == "" {
 				continue
 			}
@@ -124,8 +124,9 @@ func siteHistory(t *testing.T, seed uint64, n int) (Config, []fuzzStep, []string
 			}
 		case k == 6:
 			now = now.Add(time.Duration(1+rng.IntN(6)) * 10 * time.Minute)
-			for _, id := range sortedKeys(e.active) {
-				js := e.active[id]
+			active := e.activeMap()
+			for _, id := range sortedKeys(active) {
+				js := active[id]
 				if js.j.RuntimeEstimate > 0 && !js.start.Add(js.j.RuntimeEstimate).After(now) && rng.IntN(4) > 0 {
 					end := js.start.Add(js.j.RuntimeEstimate)
 					if end.Before(e.now) {

@@ -54,7 +54,7 @@ func restoreHistoryOf(t *testing.T, seed uint64, n int, shared bool) (Config, []
 			ev := Submitted(now, fuzzJob(rng, fmt.Sprintf("j%d", i), now, shared))
 			st.ev = &ev
 		case k == 3:
-			if id := pick(rng, e.active); id != "" {
+			if id := pick(rng, e.activeMap()); id != "" {
 				ev := Finished(now, id)
 				if rng.IntN(3) == 0 {
 					ev = FinishedFailed(now, id)
@@ -67,14 +67,15 @@ func restoreHistoryOf(t *testing.T, seed uint64, n int, shared bool) (Config, []
 					ev := Cancelled(now, id)
 					st.ev = &ev
 				}
-			} else if id := pick(rng, e.active); id != "" {
+			} else if id := pick(rng, e.activeMap()); id != "" {
 				ev := Checkpointed(now, id)
 				st.ev = &ev
 			}
 		case k == 5:
 			now = now.Add(time.Duration(1+rng.IntN(6)) * 10 * time.Minute)
-			for _, id := range sortedKeys(e.active) {
-				js := e.active[id]
+			active := e.activeMap()
+			for _, id := range sortedKeys(active) {
+				js := active[id]
 				if js.j.RuntimeEstimate > 0 && !js.start.Add(js.j.RuntimeEstimate).After(now) && rng.IntN(4) > 0 {
 					end := js.start.Add(js.j.RuntimeEstimate)
 					if end.Before(e.now) {

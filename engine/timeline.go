@@ -81,7 +81,10 @@ func (e *Engine) tlFirstAfter(n int64) (at int64, ok bool) {
 
 // activate records a job that now holds GPUs.
 func (e *Engine) activate(js *job) {
-	e.active[js.j.ID] = js
+	if js.activeAt == 0 {
+		e.active = append(e.active, js)
+		js.activeAt = len(e.active)
+	}
 	e.tlAdd(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic++
@@ -94,7 +97,15 @@ func (e *Engine) activate(js *job) {
 
 // deactivate forgets a job that released its GPUs.
 func (e *Engine) deactivate(js *job) {
-	delete(e.active, js.j.ID)
+	if i := js.activeAt - 1; i >= 0 {
+		// The last job takes its place: no map by ID to update (the order
+		// of e.active means nothing, like a map's).
+		last := e.active[len(e.active)-1]
+		e.active[i], last.activeAt = last, i+1
+		e.active[len(e.active)-1] = nil
+		e.active = e.active[:len(e.active)-1]
+		js.activeAt = 0
+	}
 	e.tlRemove(js)
 	if !js.j.Elastic.IsZero() {
 		e.elastic--

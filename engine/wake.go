@@ -35,7 +35,7 @@ func (e *Engine) NextWake() (time.Time, bool) {
 	}
 	// e.stopping counts the stopping jobs: with none, the O(running) scan
 	// would find nothing.
-	for _, js := range e.scanIf(e.stopping != 0, e.active) {
+	for _, js := range e.scanActiveIf(e.stopping != 0) {
 		if js.st == stateStopping && js.preemptSt == bindNone {
 			take(js.deadline)
 		}

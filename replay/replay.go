@@ -642,7 +642,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r, err := backends.NewRunner(backends.RunnerConfig{
 		// The simulator answers every call at once: no goroutine, context
 		// or timer per call (backends.RunnerConfig.Inline).
-		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Inline: true, Observe: ob.observe, TickInterval: cfg.TickInterval,
+		Engine: ecfg, Backend: s, Clock: s, Parallelism: 1, Inline: true, RecycleEvents: true, Observe: ob.observe, TickInterval: cfg.TickInterval,
 		Recorder: cfg.Recorder, ReconcileInterval: 24 * time.Hour,
 		ObserveWalkedOnly: true, // the observer reads reservations and the pending sets
 	})

@@ -690,6 +690,14 @@ func (s *Sim) RunningNow(ctx context.Context) ([]backends.RunningJob, error) { r
 // returns backends.ErrClosed when no event is left and wake is zero, or
 // every submitted job has finished (so periodic ticks do not run forever).
 func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) {
+	return s.NextInto(ctx, wake, nil)
+}
+
+// NextInto is Next appending the events to buf[:0] (backends.EventsInto):
+// the Runner hands back the slice of its previous answer once it has
+// stepped the events, so a replay allocates no slice of events per batch.
+// A nil buf is Next.
+func (s *Sim) NextInto(ctx context.Context, wake time.Time, buf []engine.Event) ([]engine.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -709,7 +717,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 				return nil, backends.ErrClosed
 			}
 			s.advanceTo(wake)
-			return []engine.Event{}, nil
+			return emptyEvents(buf), nil
 		}
 		// The earlier of the next event and the next streamed arrival.
 		var t time.Time
@@ -721,7 +729,7 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		}
 		if !wake.IsZero() && wake.Before(t) {
 			s.advanceTo(wake)
-			return []engine.Event{}, nil
+			return emptyEvents(buf), nil
 		}
 		s.advanceTo(t)
 		batch := s.batch[:0] // scratch: the events are copied out below
@@ -751,7 +759,10 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 			}
 			return cmp.Compare(a.seq, b.seq)
 		})
-		evs := make([]engine.Event, 0, len(batch))
+		evs := buf[:0]
+		if evs == nil {
+			evs = make([]engine.Event, 0, len(batch))
+		}
 		for _, e := range batch {
 			if ev, ok := s.fire(e); ok {
 				evs = append(evs, ev)
@@ -764,6 +775,15 @@ func (s *Sim) Next(ctx context.Context, wake time.Time) ([]engine.Event, error) 
 		}
 		// Only stale completions: look further.
 	}
+}
+
+// emptyEvents is the empty, non-nil answer of a wake-up: buf[:0], or a
+// new empty slice when buf is nil.
+func emptyEvents(buf []engine.Event) []engine.Event {
+	if buf == nil {
+		return []engine.Event{}
+	}
+	return buf[:0]
 }
 
 func (s *Sim) advanceTo(t time.Time) {
