@@ -2,9 +2,7 @@ package slurm_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -25,34 +23,23 @@ import (
 // which binds came through (squeue -j ... -o %i|%P|%n|%x) fails too. The
 // bind is then in doubt: applied, and the backend cannot tell.
 func lostAnswers(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"scontrol", "squeue", "sinfo", "scancel", "sbatch"} {
-		real, err := exec.LookPath(name)
-		require.NoError(t, err)
-		script := "#!/bin/bash\nexec " + real + " \"$@\"\n"
-		switch name {
-		case "scontrol":
-			script = fmt.Sprintf(`#!/bin/bash
+	return wrappedCommands(t, map[string]string{
+		"scontrol": `#!/bin/bash
 if [ $# -eq 0 ] && [ -e %[1]q/fail ]; then
 	%[2]s
 	echo "slurm_update error: Socket timed out on send/recv operation" >&2
 	exit 1
 fi
 exec %[2]s "$@"
-`, dir, real)
-		case "squeue":
-			script = fmt.Sprintf(`#!/bin/bash
+`,
+		"squeue": `#!/bin/bash
 if [ -e %[1]q/fail ] && [[ " $* " == *" %%i|%%P|%%n|%%x "* ]]; then
 	echo "squeue: error: Socket timed out on send/recv operation" >&2
 	exit 1
 fi
 exec %[2]s "$@"
-`, dir, real)
-		}
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755))
-	}
-	return dir
+`,
+	})
 }
 
 // bindInDoubt binds job to m through a controller whose answer is lost:
@@ -75,11 +62,8 @@ func bindInDoubt(ctx context.Context, t *testing.T, b *slurm.Backend, bin, job s
 func TestIntegrationBindInDoubt(t *testing.T) {
 	conf := slurmConf(t)
 	setup := func(t *testing.T, script string, args ...string) (*slurm.Backend, context.Context, string, string, *events) {
-		reset(t, conf)
 		bin := lostAnswers(t)
-		bc := backendConfig(conf, t)
-		bc.Bin = bin
-		b, ctx := openBackend(t, bc)
+		_, b, ctx := wrappedBackend(t, bin)
 		ev := &events{}
 		id := sbatch(t, conf, append([]string{"-p", "berth", "-N", "1", "--gres=gpu:h100:1", "-t", "1", "--wrap", script}, args...)...)
 		waitFor(t, 30*time.Second, "the job submitted", func() bool {

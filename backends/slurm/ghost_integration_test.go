@@ -21,6 +21,36 @@ import (
 	"github.com/berthsched/berth/engine"
 )
 
+// wrappedCommands makes a directory of SLURM's commands for Config.Bin:
+// the real ones, except those scripts names, whose bash script is
+// scripts[name] with %[1]q the directory and %[2]s the real command.
+func wrappedCommands(t *testing.T, scripts map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"scontrol", "squeue", "sinfo", "scancel", "sbatch"} {
+		real, err := exec.LookPath(name)
+		require.NoError(t, err)
+		script := "#!/bin/bash\nexec " + real + " \"$@\"\n"
+		if f, ok := scripts[name]; ok {
+			script = fmt.Sprintf(f, dir, real)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755))
+	}
+	return dir
+}
+
+// wrappedBackend resets the test cluster and opens a backend whose
+// commands are those of bin (wrappedCommands).
+func wrappedBackend(t *testing.T, bin string) (string, *slurm.Backend, context.Context) {
+	t.Helper()
+	conf := slurmConf(t)
+	reset(t, conf)
+	bc := backendConfig(conf, t)
+	bc.Bin = bin
+	b, ctx := openBackend(t, bc)
+	return conf, b, ctx
+}
+
 // slowMoves makes a directory of SLURM's commands for Config.Bin: the
 // real ones, except that the n-th `scontrol update ... Partition=berth`
 // (a move back to the managed partition) first sleeps the n-th line of
@@ -29,23 +59,16 @@ import (
 // returned (requeued.log), and each move back's number and wait
 // (moves.log).
 func slowMoves(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"scontrol", "squeue", "sinfo", "scancel", "sbatch"} {
-		real, err := exec.LookPath(name)
-		require.NoError(t, err)
-		script := "#!/bin/bash\nexec " + real + " \"$@\"\n"
-		switch name {
-		case "squeue": // logs when each read began and ended
-			script = fmt.Sprintf(`#!/bin/bash
+	return wrappedCommands(t, map[string]string{
+		// logs when each read began and ended
+		"squeue": `#!/bin/bash
 s=$(date +%%s.%%N)
 %[2]s "$@"
 rc=$?
 echo "$s $(date +%%s.%%N)" >> %[1]q/squeue.log
 exit $rc
-`, dir, real)
-		case "scontrol":
-			script = fmt.Sprintf(`#!/bin/bash
+`,
+		"scontrol": `#!/bin/bash
 d=%[1]q
 if [[ " $* " == *" Partition=berth "* ]]; then
 	n=$(flock "$d/lock" bash -c 'n=$(( $(cat "$0/count" 2>/dev/null || echo 0) + 1 )); echo $n > "$0/count"; echo $n' "$d")
@@ -61,11 +84,8 @@ if [[ "$1" == requeuehold ]]; then
 	exit $rc
 fi
 exec %[2]s "$@"
-`, dir, real)
-		}
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755))
-	}
-	return dir
+`,
+	})
 }
 
 // nextOnce appends the events of one call of b.Next (waking within
@@ -107,12 +127,8 @@ func openBackend(t *testing.T, bc slurm.Config) (*slurm.Backend, context.Context
 // window and the engine's bind comes while the poll's move waits: the
 // bind must hold, the job run on its node, and its end be reported.
 func TestIntegrationLatePreemptionRebind(t *testing.T) {
-	conf := slurmConf(t)
-	reset(t, conf)
 	bin := slowMoves(t)
-	bc := backendConfig(conf, t)
-	bc.Bin = bin
-	b, ctx := openBackend(t, bc)
+	conf, b, ctx := wrappedBackend(t, bin)
 	var ev events
 	ev.collect(ctx, b)
 	has := func(id string, k engine.EventKind) bool { return slices.Contains(ev.of(id), k) }
@@ -271,12 +287,8 @@ func TestIntegrationBindRightAfterLatePreemption(t *testing.T) {
 // Cancelled made the engine forget a job that then ran and ended: the
 // fault suite's node-loss-mid-gang scenario hung on it).
 func TestIntegrationHandBackRefusedKeepsJobRunning(t *testing.T) {
-	conf := slurmConf(t)
-	reset(t, conf)
 	bin := slowMoves(t)
-	bc := backendConfig(conf, t)
-	bc.Bin = bin
-	b, ctx := openBackend(t, bc)
+	conf, b, ctx := wrappedBackend(t, bin)
 	var ev events
 	next := func() { ev.nextOnce(ctx, t, b) }
 	has := func(id string, k engine.EventKind) bool { return slices.Contains(ev.of(id), k) }
