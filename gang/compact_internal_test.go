@@ -204,3 +204,50 @@ func (p *Placer) knapsackRef(jm, rm, need int, stop bool) (int, bool) {
 	}
 	return jm, true
 }
+
+// TestMinGroupsWitness: minGroups given a witness (a size wj of a set of
+// groups known to hold need, so that the knapsack runs with wj groups at
+// most and dualBelow is skipped) returns the same count and the same
+// groups as without one, for every wj from the answer's count to jm, on
+// random groups with many ties; and witness's answers are sound (some set
+// of that many groups holds need).
+func TestMinGroupsWitness(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	var p Placer
+	c := &p.cmp
+	found, witnessed := 0, 0
+	for iter := range 20000 {
+		ng := 1 + rng.IntN(24)
+		need := 1 + rng.IntN(60)
+		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
+		for g := range ng {
+			start := len(c.gcap)
+			for range 1 + rng.IntN(9) {
+				c.gcap = append(c.gcap, int32(min(1+rng.IntN(1+rng.IntN(12)), need)))
+			}
+			sortDesc(c.gcap[start:])
+			c.goff = append(c.goff, int32(len(c.gcap)))
+			c.gid = append(c.gid, int32(2*g+1))
+		}
+		jm, m := 1+rng.IntN(ng), 1+rng.IntN(9)
+		j0 := p.minGroups(jm, m, need, 0)
+		sel0 := slices.Clone(c.sel)
+		if j0 == 0 {
+			continue
+		}
+		found++
+		for wj := j0; wj <= jm; wj++ {
+			j1 := p.minGroups(jm, m, need, wj)
+			require.Equal(t, j0, j1, "iter %d: wj %d", iter, wj)
+			require.Equal(t, sel0, c.sel, "iter %d: wj %d: groups", iter, wj)
+		}
+		lb := 1 + rng.IntN(j0)
+		if w := p.witness(m, need, lb, jm); w > 0 {
+			witnessed++
+			require.LessOrEqual(t, j0, w, "iter %d: witness %d, yet the fewest groups are %d", iter, w, j0)
+			require.LessOrEqual(t, w, jm, "iter %d", iter)
+		}
+	}
+	t.Logf("answers: %d, witnessed: %d", found, witnessed)
+	require.Greater(t, witnessed*4, found, "witness must find most answers it can")
+}
