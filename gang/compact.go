@@ -301,13 +301,22 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 	cached := c.lpOK && il == p.lp
 	need32 := int32(min(need, 1<<30)) // capOf is at most 1<<30
 	blocks := cached && keep > 0 && gl == p.lp-1 && p.cachedFor(gi)
+	var e *capCache
+	if blocks && p.ccFresh {
+		e = p.cc // the blocks are current: their sorted lists read in place
+	}
 	for _, cd := range c.cont {
 		glo, ghi := p.span(cl, int(cd), gl)
 		for g := glo; g < ghi; g++ {
 			start := len(c.gcap)
 			if blocks {
 				// The keep largest from the cache's descending list.
-				d := p.blockDesc(g, gi)
+				var d []int32
+				if bk := e.blkAt(g); bk != nil && bk.sorted == bk.stamp {
+					d = e.desc[bk.rlo : bk.rlo+bk.npos]
+				} else {
+					d = p.blockDesc(g, gi)
+				}
 				if len(d) == 0 {
 					continue
 				}
