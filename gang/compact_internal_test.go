@@ -8,6 +8,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// randomGroups fills c with ng groups of 1 to maxItems items each, item
+// values from val (clamped to need), sorted descending, group g's domain
+// index gid(g).
+func randomGroups(c *compactScratch, rng *rand.Rand, ng, need, maxItems int, val func() int, gid func(g int) int32) {
+	c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
+	for g := range ng {
+		start := len(c.gcap)
+		for range 1 + rng.IntN(maxItems) {
+			c.gcap = append(c.gcap, int32(min(val(), need)))
+		}
+		sortDesc(c.gcap[start:])
+		c.goff = append(c.goff, int32(len(c.gcap)))
+		c.gid = append(c.gid, gid(g))
+	}
+}
+
 // TestDualBelowSound: dualBelow never rules out what the knapsack finds
 // (some jm groups hold need in m items), and it rules out most of what
 // the knapsack rules out on these inputs.
@@ -19,16 +35,7 @@ func TestDualBelowSound(t *testing.T) {
 	for iter := range 20000 {
 		ng := 2 + rng.IntN(12)
 		need := 1 + rng.IntN(60)
-		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
-		for g := range ng {
-			start := len(c.gcap)
-			for range 1 + rng.IntN(8) {
-				c.gcap = append(c.gcap, int32(min(1+rng.IntN(16), need)))
-			}
-			sortDesc(c.gcap[start:])
-			c.goff = append(c.goff, int32(len(c.gcap)))
-			c.gid = append(c.gid, int32(g))
-		}
+		randomGroups(c, rng, ng, need, 8, func() int { return 1 + rng.IntN(16) }, func(g int) int32 { return int32(g) })
 		jm, m := 1+rng.IntN(ng), 1+rng.IntN(8)
 		below := p.dualBelow(jm, m, need)
 		_, ok := p.knapsack(jm, m, need, false)
@@ -57,16 +64,7 @@ func TestKnapsackSame(t *testing.T) {
 		ng := 1 + rng.IntN(20)
 		need := 1 + rng.IntN(80)
 		c := &p.cmp
-		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
-		for g := range ng {
-			start := len(c.gcap)
-			for range 1 + rng.IntN(9) {
-				c.gcap = append(c.gcap, int32(min(1+rng.IntN(1+rng.IntN(20)), need)))
-			}
-			sortDesc(c.gcap[start:])
-			c.goff = append(c.goff, int32(len(c.gcap)))
-			c.gid = append(c.gid, int32(3*g+1))
-		}
+		randomGroups(c, rng, ng, need, 9, func() int { return 1 + rng.IntN(1+rng.IntN(20)) }, func(g int) int32 { return int32(3*g + 1) })
 		d := &q.cmp
 		d.gcap, d.goff, d.gid = append(d.gcap[:0], c.gcap...), append(d.goff[:0], c.goff...), append(d.gid[:0], c.gid...)
 		jm, rm, stop := 1+rng.IntN(ng), 1+rng.IntN(9), rng.IntN(2) == 0
@@ -219,16 +217,7 @@ func TestMinGroupsWitness(t *testing.T) {
 	for iter := range 20000 {
 		ng := 1 + rng.IntN(24)
 		need := 1 + rng.IntN(60)
-		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
-		for g := range ng {
-			start := len(c.gcap)
-			for range 1 + rng.IntN(9) {
-				c.gcap = append(c.gcap, int32(min(1+rng.IntN(1+rng.IntN(12)), need)))
-			}
-			sortDesc(c.gcap[start:])
-			c.goff = append(c.goff, int32(len(c.gcap)))
-			c.gid = append(c.gid, int32(2*g+1))
-		}
+		randomGroups(c, rng, ng, need, 9, func() int { return 1 + rng.IntN(1+rng.IntN(12)) }, func(g int) int32 { return int32(2*g + 1) })
 		jm, m := 1+rng.IntN(ng), 1+rng.IntN(9)
 		j0 := p.minGroups(jm, m, need, 0)
 		sel0 := slices.Clone(c.sel)
