@@ -223,7 +223,11 @@ func (p *Placer) narrow(cl, l int, gi *groupInfo, need, m int) int {
 			upper = j // c.sel holds the greedy groups now
 		}
 		if lb > 0 && upper-1 >= lb {
-			if j := p.minGroups(upper-1, m, need, p.witness(m, need, lb, upper-1)); j > 0 {
+			wj := 0
+			if !p.noWitness {
+				wj = p.witness(m, need, lb, upper-1)
+			}
+			if j := p.minGroups(upper-1, m, need, wj); j > 0 {
 				upper = j
 			}
 		}
@@ -630,6 +634,7 @@ func (p *Placer) minGroups(jm, m, need, wj int) int {
 	if wj > 0 && wj <= jm {
 		if wj < jm && (jm+1)*(m+1)*len(p.cmp.gid) <= dpBudget {
 			jm = wj
+			p.witnessed++
 		}
 	} else if p.dualBelow(jm, m, need) {
 		return 0 // the knapsack would find none

@@ -1,10 +1,12 @@
 package gang
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/berthsched/berth/topo"
 	"github.com/stretchr/testify/require"
 )
 
@@ -239,4 +241,64 @@ func TestMinGroupsWitness(t *testing.T) {
 	}
 	t.Logf("answers: %d, witnessed: %d", found, witnessed)
 	require.Greater(t, witnessed*4, found, "witness must find most answers it can")
+}
+
+// TestWitnessSameAnswers places gangs of many members of whole nodes that
+// prefer racks, with no required level, on a cluster of blocks of racks
+// filled at random (B12K's shape, smaller), with a Placer that uses
+// witness and one that does not: every result must be equal. It requires
+// the knapsack to run with witness's count often, so that the check has
+// teeth.
+func TestWitnessSameAnswers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 43))
+	spec := topo.Spec{Levels: []string{"block", "rack"}}
+	for i := range 48 * 12 * 16 {
+		spec.Nodes = append(spec.Nodes, topo.NodeSpec{
+			Name:    fmt.Sprintf("n%d", i),
+			Domains: []string{fmt.Sprintf("b%d", i/(12*16)), fmt.Sprintf("r%d", i/16)},
+			GPUs:    8,
+		})
+	}
+	c, err := topo.New(spec)
+	require.NoError(t, err)
+	with, without := &Placer{}, &Placer{noWitness: true}
+	placed, found := 0, 0
+	gpus := make([]uint32, 0, 8)
+	for iter := range 150 {
+		s := c.NewSnapshot()
+		// Jobs of 1, 2, 4 or 8 GPUs on random nodes that have room, to a
+		// share of the GPUs (as benchmarks' random60 fill does).
+		target := c.NumGPUs() * (55 + rng.IntN(10)) / 100
+		for used := 0; used < target; {
+			n := topo.NodeID(rng.IntN(c.NumNodes()))
+			size := []int{1, 2, 4, 8}[rng.IntN(4)]
+			if s.NodeAvailable(n) < size {
+				continue
+			}
+			first, k := c.NodeGPUs(n)
+			gpus = gpus[:0]
+			for g := first; g < first+uint32(k) && len(gpus) < size; g++ {
+				if s.IsFree(g) {
+					gpus = append(gpus, g)
+				}
+			}
+			require.NoError(t, s.Allocate(gpus))
+			used += size
+		}
+		for range 12 {
+			r := Request{Groups: []Group{{Members: 24 + rng.IntN(16), GPUsPerMember: 8}}, Preferred: "rack"}
+			want, err := without.Place(s, &r)
+			require.NoError(t, err)
+			got, err := with.Place(s, &r)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "iter %d: %+v", iter, r)
+			placed++
+			if want.Found {
+				found++
+			}
+		}
+	}
+	t.Logf("placements %d, found %d, knapsacks run with the witness's count %d", placed, found, with.witnessed)
+	require.Zero(t, without.witnessed)
+	require.Greater(t, with.witnessed, placed/100, "knapsacks run with the witness's count")
 }
