@@ -141,6 +141,14 @@ func (e *capCache) count(bk *capBlock) {
 	bk.max = m
 }
 
+// blkAt is block b's record, nil when e is nil.
+func (e *capCache) blkAt(b int) *capBlock {
+	if e == nil {
+		return nil
+	}
+	return &e.blk[b]
+}
+
 // blockDesc returns the positive capacities of the racks of block b,
 // descending.
 func (p *Placer) blockDesc(b int, gi *groupInfo) []int32 {

@@ -223,7 +223,11 @@ func (p *Placer) narrow(cl, l int, gi *groupInfo, need, m int) int {
 			upper = j // c.sel holds the greedy groups now
 		}
 		if lb > 0 && upper-1 >= lb {
-			if j := p.minGroups(upper-1, m, need); j > 0 {
+			wj := 0
+			if !p.noWitness {
+				wj = p.witness(m, need, lb, upper-1)
+			}
+			if j := p.minGroups(upper-1, m, need, wj); j > 0 {
 				upper = j
 			}
 		}
@@ -301,13 +305,22 @@ func (p *Placer) groupItems(cl, gl, il int, gi *groupInfo, need, keep int) {
 	cached := c.lpOK && il == p.lp
 	need32 := int32(min(need, 1<<30)) // capOf is at most 1<<30
 	blocks := cached && keep > 0 && gl == p.lp-1 && p.cachedFor(gi)
+	var e *capCache
+	if blocks && p.ccFresh {
+		e = p.cc // the blocks are current: their sorted lists read in place
+	}
 	for _, cd := range c.cont {
 		glo, ghi := p.span(cl, int(cd), gl)
 		for g := glo; g < ghi; g++ {
 			start := len(c.gcap)
 			if blocks {
 				// The keep largest from the cache's descending list.
-				d := p.blockDesc(g, gi)
+				var d []int32
+				if bk := e.blkAt(g); bk != nil && bk.sorted == bk.stamp {
+					d = e.desc[bk.rlo : bk.rlo+bk.npos]
+				} else {
+					d = p.blockDesc(g, gi)
+				}
 				if len(d) == 0 {
 					continue
 				}
@@ -600,9 +613,30 @@ func (p *Placer) pickGroups(j, r, rm int) {
 }
 
 // minGroups returns the fewest groups (at most jm) whose largest m items
-// hold need, leaving them in p.cmp.sel; 0 when none or over budget.
-func (p *Placer) minGroups(jm, m, need int) int {
-	if p.dualBelow(jm, m, need) {
+// hold need, leaving them in p.cmp.sel; 0 when none or over budget. wj,
+// when in 1..jm, is the size of a set of groups whose m largest items
+// hold need (witness's): some answer exists, so dualBelow is skipped, and
+// when wj < jm and the table for jm fits dpBudget whatever its
+// candidates, the knapsack runs with wj groups at most. It picks the
+// same groups: its table for wj holds the same best answers for every j
+// <= wj (the candidate argument of knapsack), so it stops at the same j
+// <= wj; and the answer pickGroups reads is, among the best answers, the
+// one that gives the fewest items to the last candidate, then to the one
+// before, and so on (a group left out counting 0). That answer of the
+// table for jm uses candidates for wj only: were group g, giving t
+// items, not among the wj best for t, one of those wj groups h (not in
+// the answer, which has at most j <= wj groups) would give at least as
+// much for t items, so exactly as much (the answer is best), and h has
+// the lower index (ties go to the lower group): the answer with h in
+// place of g would give 0 items to g and the same to the candidates
+// above g, and pickGroups would have taken it.
+func (p *Placer) minGroups(jm, m, need, wj int) int {
+	if wj > 0 && wj <= jm {
+		if wj < jm && (jm+1)*(m+1)*len(p.cmp.gid) <= dpBudget {
+			jm = wj
+			p.witnessed++
+		}
+	} else if p.dualBelow(jm, m, need) {
 		return 0 // the knapsack would find none
 	}
 	j, ok := p.knapsack(jm, m, need, true)
@@ -611,6 +645,43 @@ func (p *Placer) minGroups(jm, m, need int) int {
 	}
 	p.pickGroups(j, m, m)
 	return j
+}
+
+// witness returns j = min(lb+1, jm) when the j groups whose m/j largest
+// items hold the most hold need with them (m/j items from each of j
+// groups: m items at most); 0 when they do not (or j is over 8). lb is a
+// lower bound on the groups that hold need (greedyGroups'). One pass: j =
+// lb is not tried (the knapsack finds it; two passes cost more where
+// neither finds an answer).
+func (p *Placer) witness(m, need, lb, jm int) int {
+	c := &p.cmp
+	if j := min(lb+1, jm); j >= 1 && j <= min(m, 8) {
+		t := m / j
+		var top [8]int // the j largest sums of t items, descending
+		for g := range len(c.gid) {
+			items := c.gcap[c.goff[g]:c.goff[g+1]]
+			v := 0
+			for _, x := range items[:min(t, len(items))] {
+				v += int(x)
+			}
+			if v <= top[j-1] {
+				continue
+			}
+			i := j - 1
+			for ; i > 0 && top[i-1] < v; i-- {
+				top[i] = top[i-1]
+			}
+			top[i] = v
+		}
+		sum := 0
+		for _, v := range top[:j] {
+			sum += v
+		}
+		if sum >= need {
+			return j
+		}
+	}
+	return 0
 }
 
 // dualBelow reports that no jm groups hold need in m items, by a bound

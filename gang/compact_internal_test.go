@@ -1,12 +1,30 @@
 package gang
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/berthsched/berth/topo"
 	"github.com/stretchr/testify/require"
 )
+
+// randomGroups fills c with ng groups of 1 to maxItems items each, item
+// values from val (clamped to need), sorted descending, group g's domain
+// index gid(g).
+func randomGroups(c *compactScratch, rng *rand.Rand, ng, need, maxItems int, val func() int, gid func(g int) int32) {
+	c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
+	for g := range ng {
+		start := len(c.gcap)
+		for range 1 + rng.IntN(maxItems) {
+			c.gcap = append(c.gcap, int32(min(val(), need)))
+		}
+		sortDesc(c.gcap[start:])
+		c.goff = append(c.goff, int32(len(c.gcap)))
+		c.gid = append(c.gid, gid(g))
+	}
+}
 
 // TestDualBelowSound: dualBelow never rules out what the knapsack finds
 // (some jm groups hold need in m items), and it rules out most of what
@@ -19,16 +37,7 @@ func TestDualBelowSound(t *testing.T) {
 	for iter := range 20000 {
 		ng := 2 + rng.IntN(12)
 		need := 1 + rng.IntN(60)
-		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
-		for g := range ng {
-			start := len(c.gcap)
-			for range 1 + rng.IntN(8) {
-				c.gcap = append(c.gcap, int32(min(1+rng.IntN(16), need)))
-			}
-			sortDesc(c.gcap[start:])
-			c.goff = append(c.goff, int32(len(c.gcap)))
-			c.gid = append(c.gid, int32(g))
-		}
+		randomGroups(c, rng, ng, need, 8, func() int { return 1 + rng.IntN(16) }, func(g int) int32 { return int32(g) })
 		jm, m := 1+rng.IntN(ng), 1+rng.IntN(8)
 		below := p.dualBelow(jm, m, need)
 		_, ok := p.knapsack(jm, m, need, false)
@@ -57,16 +66,7 @@ func TestKnapsackSame(t *testing.T) {
 		ng := 1 + rng.IntN(20)
 		need := 1 + rng.IntN(80)
 		c := &p.cmp
-		c.gcap, c.goff, c.gid = c.gcap[:0], append(c.goff[:0], 0), c.gid[:0]
-		for g := range ng {
-			start := len(c.gcap)
-			for range 1 + rng.IntN(9) {
-				c.gcap = append(c.gcap, int32(min(1+rng.IntN(1+rng.IntN(20)), need)))
-			}
-			sortDesc(c.gcap[start:])
-			c.goff = append(c.goff, int32(len(c.gcap)))
-			c.gid = append(c.gid, int32(3*g+1))
-		}
+		randomGroups(c, rng, ng, need, 9, func() int { return 1 + rng.IntN(1+rng.IntN(20)) }, func(g int) int32 { return int32(3*g + 1) })
 		d := &q.cmp
 		d.gcap, d.goff, d.gid = append(d.gcap[:0], c.gcap...), append(d.goff[:0], c.goff...), append(d.gid[:0], c.gid...)
 		jm, rm, stop := 1+rng.IntN(ng), 1+rng.IntN(9), rng.IntN(2) == 0
@@ -203,4 +203,102 @@ func (p *Placer) knapsackRef(jm, rm, need int, stop bool) (int, bool) {
 		prev, cur = cur, prev
 	}
 	return jm, true
+}
+
+// TestMinGroupsWitness: minGroups given a witness (a size wj of a set of
+// groups known to hold need, so that the knapsack runs with wj groups at
+// most and dualBelow is skipped) returns the same count and the same
+// groups as without one, for every wj from the answer's count to jm, on
+// random groups with many ties; and witness's answers are sound (some set
+// of that many groups holds need).
+func TestMinGroupsWitness(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	var p Placer
+	c := &p.cmp
+	found, witnessed := 0, 0
+	for iter := range 20000 {
+		ng := 1 + rng.IntN(24)
+		need := 1 + rng.IntN(60)
+		randomGroups(c, rng, ng, need, 9, func() int { return 1 + rng.IntN(1+rng.IntN(12)) }, func(g int) int32 { return int32(2*g + 1) })
+		jm, m := 1+rng.IntN(ng), 1+rng.IntN(9)
+		j0 := p.minGroups(jm, m, need, 0)
+		sel0 := slices.Clone(c.sel)
+		if j0 == 0 {
+			continue
+		}
+		found++
+		for wj := j0; wj <= jm; wj++ {
+			j1 := p.minGroups(jm, m, need, wj)
+			require.Equal(t, j0, j1, "iter %d: wj %d", iter, wj)
+			require.Equal(t, sel0, c.sel, "iter %d: wj %d: groups", iter, wj)
+		}
+		lb := 1 + rng.IntN(j0)
+		if w := p.witness(m, need, lb, jm); w > 0 {
+			witnessed++
+			require.LessOrEqual(t, j0, w, "iter %d: witness %d, yet the fewest groups are %d", iter, w, j0)
+			require.LessOrEqual(t, w, jm, "iter %d", iter)
+		}
+	}
+	t.Logf("answers: %d, witnessed: %d", found, witnessed)
+	require.Greater(t, witnessed*4, found, "witness must find most answers it can")
+}
+
+// TestWitnessSameAnswers places gangs of many members of whole nodes that
+// prefer racks, with no required level, on a cluster of blocks of racks
+// filled at random (B12K's shape, smaller), with a Placer that uses
+// witness and one that does not: every result must be equal. It requires
+// the knapsack to run with witness's count often, so that the check has
+// teeth.
+func TestWitnessSameAnswers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 43))
+	spec := topo.Spec{Levels: []string{"block", "rack"}}
+	for i := range 48 * 12 * 16 {
+		spec.Nodes = append(spec.Nodes, topo.NodeSpec{
+			Name:    fmt.Sprintf("n%d", i),
+			Domains: []string{fmt.Sprintf("b%d", i/(12*16)), fmt.Sprintf("r%d", i/16)},
+			GPUs:    8,
+		})
+	}
+	c, err := topo.New(spec)
+	require.NoError(t, err)
+	with, without := &Placer{}, &Placer{noWitness: true}
+	placed, found := 0, 0
+	gpus := make([]uint32, 0, 8)
+	for iter := range 150 {
+		s := c.NewSnapshot()
+		// Jobs of 1, 2, 4 or 8 GPUs on random nodes that have room, to a
+		// share of the GPUs (as benchmarks' random60 fill does).
+		target := c.NumGPUs() * (55 + rng.IntN(10)) / 100
+		for used := 0; used < target; {
+			n := topo.NodeID(rng.IntN(c.NumNodes()))
+			size := []int{1, 2, 4, 8}[rng.IntN(4)]
+			if s.NodeAvailable(n) < size {
+				continue
+			}
+			first, k := c.NodeGPUs(n)
+			gpus = gpus[:0]
+			for g := first; g < first+uint32(k) && len(gpus) < size; g++ {
+				if s.IsFree(g) {
+					gpus = append(gpus, g)
+				}
+			}
+			require.NoError(t, s.Allocate(gpus))
+			used += size
+		}
+		for range 12 {
+			r := Request{Groups: []Group{{Members: 24 + rng.IntN(16), GPUsPerMember: 8}}, Preferred: "rack"}
+			want, err := without.Place(s, &r)
+			require.NoError(t, err)
+			got, err := with.Place(s, &r)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "iter %d: %+v", iter, r)
+			placed++
+			if want.Found {
+				found++
+			}
+		}
+	}
+	t.Logf("placements %d, found %d, knapsacks run with the witness's count %d", placed, found, with.witnessed)
+	require.Zero(t, without.witnessed)
+	require.Greater(t, with.witnessed, placed/100, "knapsacks run with the witness's count")
 }

@@ -18,7 +18,9 @@
 // domains while the sum still suffices (tightest fit). The levels around the
 // preferred one are minimised by a small knapsack over the domains of the
 // level that splits (blocks, say), run only when cheap bounds leave it
-// open (a Lagrangian bound, dualBelow, rules out most of what it would).
+// open (a Lagrangian bound, dualBelow, rules out most of what it would;
+// a cheap witness of an answer skips that bound and limits the knapsack's
+// candidates).
 // With several domains of the required level, each one's fewest preferred
 // domains is counted first, and only the domains whose least possible key
 // can still win are searched further. Only then are nodes visited, and

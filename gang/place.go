@@ -94,6 +94,8 @@ type Placer struct {
 	ccGi       *groupInfo
 	ccFresh    bool      // the blocks of compact's required domain were checked (cachedCaps)
 	noCapCache bool      // tests: no capacity cache
+	noWitness  bool      // tests: minGroups without witness
+	witnessed  int       // tests: knapsacks run with witness's count
 	cands      []candDom // pruned's domains
 	ckeys      []uint64  // and their sort keys
 	mods       []int32   // model indices of the groups' sets (groupInfo.models)
