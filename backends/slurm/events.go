@@ -209,7 +209,7 @@ func (b *Backend) poll(ctx context.Context) error {
 	}
 	now := time.Now()
 	var evs []engine.Event
-	var moves [][2]string  // jobs to hand back to their managed partition
+	var moves []move       // jobs to hand back to their managed partition
 	var misplaced []string // jobs SLURM started off their bind's nodes
 	var ghosts []string    // jobs SLURM started that berth did not bind
 
@@ -344,7 +344,7 @@ func (b *Backend) poll(ctx context.Context) error {
 
 // jobChanged compares one job record with what the engine was told.
 // b.mu is held.
-func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx int, r *jobRec, managed bool, moves *[][2]string) []engine.Event {
+func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx int, r *jobRec, managed bool, moves *[]move) []engine.Event {
 	t := b.jobs[id]
 	if t == nil {
 		if b.skipped[id] || r.State != "PENDING" {
@@ -352,7 +352,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		}
 		if !managed {
 			// In RunPartition but not berth's (a restart lost it): back.
-			*moves = append(*moves, [2]string{id, fromPartition(r.AdminComment, b.cfg)})
+			*moves = append(*moves, move{id: id, part: fromPartition(r.AdminComment, b.cfg)})
 			return evs
 		}
 		if r.StateReason == "JobHeldUser" || r.StateReason == "JobHeldAdmin" {
@@ -409,7 +409,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			// moved by a bind in doubt waits: it starts, or the Runner
 			// stops the bind, UnbindMember.)
 			t.preempted = false
-			*moves = append(*moves, [2]string{id, t.partition})
+			*moves = append(*moves, move{id: id, part: t.partition})
 		case r.State == "PENDING" && managed:
 			t.preempted, t.doubt = false, false
 		}
@@ -451,7 +451,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 		if r.State == "PENDING" {
 			t.state, t.restarts = inPending, r.RestartCnt
 			if !managed {
-				*moves = append(*moves, [2]string{id, t.partition})
+				*moves = append(*moves, move{id: id, part: t.partition})
 			}
 		}
 	case r.State == "PENDING" && b.handBack(t, r) && !r.detail:
@@ -479,8 +479,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 			b.skip(id, err)
 			return evs
 		}
-		t.handingBack = true
-		*moves = append(*moves, [2]string{id, t.partition})
+		*moves = append(*moves, move{id: id, part: t.partition, ran: true})
 		return append(evs, engine.Submitted(now, j))
 	case terminal(r.State):
 		t.state = inEnded
@@ -510,16 +509,7 @@ func (b *Backend) jobChanged(evs []engine.Event, now time.Time, id string, idx i
 // the poll's Cancelled and Submitted for it are not sent (the engine runs
 // it there; a Cancelled sent for it made the engine forget a job that ran
 // and ended, found by the fault suite's node-loss-mid-gang scenario).
-func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]string, ghosts []string) (kept map[string]bool) {
-	defer func() {
-		b.mu.Lock()
-		for _, mv := range moves {
-			if t := b.jobs[mv[0]]; t != nil {
-				t.handingBack = false
-			}
-		}
-		b.mu.Unlock()
-	}()
+func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves []move, ghosts []string) (kept map[string]bool) {
 	if len(moves)+len(ghosts) == 0 {
 		return nil
 	}
@@ -544,24 +534,31 @@ func (b *Backend) handBackAll(ctx context.Context, start time.Time, moves [][2]s
 			b.skip(id, fmt.Errorf("stopping a job SLURM started without a bind of berth's: %w", err))
 			continue
 		}
-		moves = append(moves, [2]string{id, part})
+		moves = append(moves, move{id: id, part: part})
 	}
 	for _, mv := range moves {
-		if _, ok := still(mv[0]); !ok {
+		if _, ok := still(mv.id); !ok {
 			continue
 		}
-		if err := b.moveBack(ctx, mv[0], mv[1]); err != nil {
-			if started(err) && b.keepRunning(mv[0]) {
+		if err := b.moveBack(ctx, mv.id, mv.part); err != nil {
+			if mv.ran && started(err) && b.keepRunning(mv.id) {
 				if kept == nil {
 					kept = map[string]bool{}
 				}
-				kept[mv[0]] = true
+				kept[mv.id] = true
 				continue
 			}
-			b.skip(mv[0], fmt.Errorf("handing a requeued job back to partition %s: %w", mv[1], err))
+			b.skip(mv.id, fmt.Errorf("handing a requeued job back to partition %s: %w", mv.part, err))
 		}
 	}
 	return kept
+}
+
+// move is a job a poll hands back to its managed partition part; ran:
+// the engine ran it (a poll found it pending again, jobChanged).
+type move struct {
+	id, part string
+	ran      bool
 }
 
 // started reports whether SLURM refused a move back since the job is no
@@ -570,16 +567,17 @@ func started(err error) bool {
 	return strings.Contains(err.Error(), "no longer pending") || strings.Contains(err.Error(), "already finished")
 }
 
-// keepRunning makes a job this poll was handing back (see handBackAll)
-// running again, bound where it was; it reports whether it was one.
+// keepRunning makes a job the engine ran that this poll was handing back
+// (see handBackAll) running again, bound where it was; it reports whether
+// the record was still pending.
 func (b *Backend) keepRunning(id string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t := b.jobs[id]
-	if t == nil || !t.handingBack || t.state != inPending {
+	if t == nil || t.state != inPending {
 		return false
 	}
-	t.state, t.bound, t.handingBack = inRunning, true, false
+	t.state, t.bound = inRunning, true
 	return true
 }
 

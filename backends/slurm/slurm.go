@@ -333,10 +333,6 @@ type tracked struct {
 	// Cleared by a bind that succeeds or a hand-back.
 	doubt   bool
 	doubtOn []string
-	// handingBack: a poll found it, running in the engine, pending again
-	// and is handing it back (Cancelled, Submitted, moved back): if the
-	// move is refused since SLURM started it meanwhile, it stays running.
-	handingBack bool
 }
 
 // New checks cfg and that SLURM's commands are installed, and returns a
@@ -589,7 +585,7 @@ func (b *Backend) running(ctx context.Context) ([]backends.RunningJob, error) {
 			}
 		case r.State == "PENDING":
 			if err := b.moveBack(ctx, id, part); err != nil {
-				if strings.Contains(err.Error(), "no longer pending") || strings.Contains(err.Error(), "already finished") {
+				if started(err) {
 					return nil, fmt.Errorf("%w: job %s: %w", errStartedMeanwhile, id, err)
 				}
 				return nil, err
@@ -966,23 +962,19 @@ func (b *Backend) UnbindMember(ctx context.Context, job string, _ engine.Member)
 	defer b.smu.Unlock()
 	b.mu.Lock()
 	t := b.jobs[job]
-	var doubt, bound bool
-	var part string
-	if t != nil {
-		doubt, bound, part = t.doubt, t.bound, t.partition
-		if t.state == inRunning && !doubt && !bound {
-			b.mu.Unlock()
-			return fmt.Errorf("%w: job %s: SLURM jobs cannot shrink", backends.ErrRefused, job)
-		}
-		if t.state == inRunning {
-			b.mu.Unlock()
-			return fmt.Errorf("slurm: job %s was started by a bind that came through: it runs (RunningNow adopts it)", job)
-		}
-	}
-	b.mu.Unlock()
-	if t == nil || !doubt {
+	switch {
+	case t != nil && t.state == inRunning && (t.doubt || t.bound):
+		b.mu.Unlock()
+		return fmt.Errorf("slurm: job %s was started by a bind that came through: it runs (RunningNow adopts it)", job)
+	case t != nil && t.state == inRunning:
+		b.mu.Unlock()
+		return fmt.Errorf("%w: job %s: SLURM jobs cannot shrink", backends.ErrRefused, job)
+	case t == nil || !t.doubt:
+		b.mu.Unlock()
 		return nil
 	}
+	part := t.partition
+	b.mu.Unlock()
 	sid := b.slurmID(job)
 	if err := checkJobID(sid); err != nil {
 		return fmt.Errorf("%w: %w", backends.ErrRefused, err)
