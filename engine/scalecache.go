@@ -70,25 +70,18 @@ func (e *Engine) neverFitsCached(j *queue.Job, r *gang.Request) error {
 	return err
 }
 
-// scanActiveIf is scanIf for the active jobs.
-func (e *Engine) scanActiveIf(scan bool) []*job {
-	if !scan && !e.cfg.DisableCaches {
-		return nil
-	}
-	return e.active
-}
-
 // isActive reports whether the job id holds GPUs (running or stopping).
 func (e *Engine) isActive(id string) bool {
 	js := e.jobs[id]
 	return js != nil && js.activeAt > 0
 }
 
-// scanIf is m, or nothing when scan is false and the caches are on
-// (NextWake's scans that a counter shows would find nothing).
-func (e *Engine) scanIf(scan bool, m map[string]*job) map[string]*job {
+// scanIf is jobs (a map or a slice of them), or nothing when scan is
+// false and e's caches are on (NextWake's scans that a counter shows
+// would find nothing).
+func scanIf[C map[string]*job | []*job](e *Engine, scan bool, jobs C) C {
 	if !scan && !e.cfg.DisableCaches {
 		return nil
 	}
-	return m
+	return jobs
 }

@@ -35,7 +35,7 @@ func (e *Engine) NextWake() (time.Time, bool) {
 	}
 	// e.stopping counts the stopping jobs: with none, the O(running) scan
 	// would find nothing.
-	for _, js := range e.scanActiveIf(e.stopping != 0) {
+	for _, js := range scanIf(e, e.stopping != 0, e.active) {
 		if js.st == stateStopping && js.preemptSt == bindNone {
 			take(js.deadline)
 		}
@@ -43,7 +43,7 @@ func (e *Engine) NextWake() (time.Time, bool) {
 	// retryAt zero: no pending job's backoff ends after now (the last
 	// walk noted every one that did, Advance every new one), so the
 	// O(jobs) scan below would find nothing.
-	for _, js := range e.scanIf(e.retryAt != 0, e.jobs) {
+	for _, js := range scanIf(e, e.retryAt != 0, e.jobs) {
 		if js.st == statePending && js.notBefore != 0 {
 			take(time.Unix(0, js.notBefore).In(now.Location()))
 		}
