@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,6 +204,9 @@ func BenchmarkEndToEnd500(b *testing.B) {
 	var st slurm.Stats
 	var lags []time.Duration // a job's COMPLETED line read -> its Finished out of Next
 	var toBind time.Duration // the Runner's start -> its first BindGang
+	// CPU seconds spent in each phase by slurmctld, and in the berth phase
+	// by this process and the commands it ran (squeue, scontrol).
+	var slurmCtld, berthCtld, berthSelf, berthCmds float64
 	for i := 0; i < b.N; i++ {
 		// (a) SLURM alone.
 		reset(b, conf)
@@ -212,18 +217,26 @@ func BenchmarkEndToEnd500(b *testing.B) {
 			return submitMix(b, conf, "gpu")
 		}()
 		start := time.Now() // (the partition is UP)
+		ctld0 := daemonCPU(b)
 		end := waitCompleted(b, conf, w, ids)
 		slurmRate += float64(len(ids)) / end.Sub(start).Seconds()
+		slurmCtld += daemonCPU(b) - ctld0
 
 		// (b) berth.
 		reset(b, conf)
 		ids = submitMix(b, conf, "berth")
 		w = watchEnds(b, conf)
 		start = time.Now()
+		ctld0 = daemonCPU(b)
+		self0, kids0 := ownCPU()
 		rn := startRunner(b, conf, benchPoll(b))
 		end = waitCompleted(b, conf, w, ids)
 		rn.stop(b)
 		berthRate += float64(len(ids)) / end.Sub(start).Seconds()
+		berthCtld += daemonCPU(b) - ctld0
+		self1, kids1 := ownCPU()
+		berthSelf += self1 - self0
+		berthCmds += kids1 - kids0
 		rn.mu.Lock()
 		durs = append(durs, rn.durs...)
 		toBind += rn.firstBind.Sub(start)
@@ -245,6 +258,10 @@ func BenchmarkEndToEnd500(b *testing.B) {
 		b.ReportMetric(durs[len(durs)/2].Seconds(), "p50-cycle-s")
 	}
 	b.ReportMetric(toBind.Seconds()/n, "to-first-bind-s")
+	b.ReportMetric(slurmCtld/n, "sbatch-ctld-cpu-s")
+	b.ReportMetric(berthCtld/n, "ctld-cpu-s")
+	b.ReportMetric(berthSelf/n, "berth-cpu-s")
+	b.ReportMetric(berthCmds/n, "berth-cmds-cpu-s")
 	if len(lags) > 0 {
 		slices.Sort(lags)
 		var sum time.Duration
@@ -266,6 +283,44 @@ func BenchmarkEndToEnd500(b *testing.B) {
 	b.ReportMetric(float64(st.Confirms), "confirms")
 	b.ReportMetric(float64(st.Confirmed), "confirmed-ends")
 	b.ReportMetric(float64(st.ConfirmTime.Milliseconds())/float64(max(st.Confirms, 1)), "confirm-ms")
+}
+
+// daemonCPU is the CPU seconds (user and system) slurmctld has used so far,
+// from /proc/PID/stat of the test cluster's slurmctld (0 where /proc or
+// pgrep is missing: the metric then reads 0).
+func daemonCPU(tb testing.TB) float64 {
+	tb.Helper()
+	out, err := exec.Command("pgrep", "-f", "slurmctld .*"+slurmDir()+"/").Output()
+	if err != nil {
+		return 0
+	}
+	pid := strings.Fields(string(out))
+	if len(pid) == 0 {
+		return 0
+	}
+	st, err := os.ReadFile("/proc/" + pid[0] + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th (fields 14 and 15 of proc(5)), in clock ticks.
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100 // USER_HZ is 100 on Linux
+}
+
+// ownCPU is the CPU seconds of this process and of its waited-for
+// children.
+func ownCPU() (self, children float64) {
+	var me, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &me)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	sec := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return sec(me.Utime) + sec(me.Stime), sec(kids.Utime) + sec(kids.Stime)
 }
 
 // benchPoll sets the backend's PollInterval from BERTH_SLURM_BENCH_POLL
