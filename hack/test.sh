@@ -18,16 +18,16 @@ FUZZTIME=${FUZZTIME:-2000x}
 # testdata/fuzz either way; minimize it by hand (-fuzzminimizetime 60s).
 FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-0}
 
-echo "== toolchain"
+echo "== toolchain [$(date -u +%H:%M:%S)]"
 go version
 
-echo "== gofmt"
+echo "== gofmt [$(date -u +%H:%M:%S)]"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "not gofmt-formatted:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go vet"
+echo "== go vet [$(date -u +%H:%M:%S)]"
 go vet ./...
 
 # --- skips (issue 35): the go test steps run with -json through
@@ -39,13 +39,13 @@ skips_dir=$(mktemp -d)
 go build -o "$skips_dir/testskips" ./hack/testskips
 # --- end skips
 
-echo "== core builds without cgo"
+echo "== core builds without cgo [$(date -u +%H:%M:%S)]"
 CGO_ENABLED=0 go build ./topo/ ./gang/ $(for d in queue mig engine serving; do [ -d "$d" ] && echo "./$d/"; done)
 
 # Tests that need the public traces (docs/traces.md) skip without them;
 # BERTH_REQUIRE_TRACES=1 (set by .ci/run) makes them fail instead. It is
 # read from the caller's environment, not set here.
-echo "== traces: BERTH_REQUIRE_TRACES=${BERTH_REQUIRE_TRACES:-0} (1: missing traces fail)"
+echo "== traces: BERTH_REQUIRE_TRACES=${BERTH_REQUIRE_TRACES:-0} (1: missing traces fail) [$(date -u +%H:%M:%S)]"
 
 # ---- SLURM backend (backends/slurm) ----------------------------------------
 # A real 16-node SLURM with fake GPUs (hack/slurm-up.sh, needs root) for the
@@ -53,24 +53,24 @@ echo "== traces: BERTH_REQUIRE_TRACES=${BERTH_REQUIRE_TRACES:-0} (1: missing tra
 # run; stopped on exit. Without it those tests skip, or fail under
 # BERTH_REQUIRE_INTEGRATION=1 (CI).
 if [ "$(id -u)" = 0 ]; then
-  echo "== SLURM test cluster"
+  echo "== SLURM test cluster [$(date -u +%H:%M:%S)]"
   bash hack/slurm-up.sh
   trap 'bash hack/slurm-down.sh' EXIT
   export BERTH_SLURM_DIR=/tmp/berth-slurm
   unset SLURM_CONF
 else
-  echo "== SLURM test cluster: not root, not started (its integration tests skip)"
+  echo "== SLURM test cluster: not root, not started (its integration tests skip) [$(date -u +%H:%M:%S)]"
 fi
 # ---- end SLURM backend ----------------------------------------------------
 
 # --- operable (issue 15): the core stays free of YAML and Prometheus; every
 # example config passes `berth config check`.
-echo "== core imports neither YAML nor Prometheus"
+echo "== core imports neither YAML nor Prometheus [$(date -u +%H:%M:%S)]"
 heavy=$(go list -deps ./topo/ ./gang/ ./queue/ ./mig/ ./engine/ ./serving/ ./backends/ | grep -E 'yaml|prometheus' || true)
 if [ -n "$heavy" ]; then
   echo "core packages import:"; echo "$heavy"; exit 1
 fi
-echo "== berth config check examples/config/*.yaml"
+echo "== berth config check examples/config/*.yaml [$(date -u +%H:%M:%S)]"
 for f in examples/config/*.yaml; do
   go run ./cmd/berth config check "$f" >/dev/null
 done
@@ -86,14 +86,14 @@ if bash hack/pg-up.sh; then
   pg_prev_trap=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
   trap "bash hack/pg-down.sh; ${pg_prev_trap:-:}" EXIT
 else
-  echo "== PostgreSQL not started (the accounting PostgreSQL tests skip or fail)"
+  echo "== PostgreSQL not started (the accounting PostgreSQL tests skip or fail) [$(date -u +%H:%M:%S)]"
 fi
 # ---- end accounting -------------------------------------------------------
 
-echo "== go test -race"
+echo "== go test -race [$(date -u +%H:%M:%S)]"
 go test -json -race -count=1 -timeout 30m ./... 2>&1 | "$skips_dir/testskips"
 
-echo "== fuzz (each target for $FUZZTIME)"
+echo "== fuzz (each target for $FUZZTIME) [$(date -u +%H:%M:%S)]"
 for pkg in $(go list ./...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   grep -l '^func Fuzz' "$dir"/*_test.go >/dev/null 2>&1 || continue
@@ -126,25 +126,25 @@ for target in FuzzEngine FuzzEngineShared; do
 done
 # --- end reliability ---
 
-echo "== benchmarks once"
+echo "== benchmarks once [$(date -u +%H:%M:%S)]"
 go test -run '^$' -bench . -benchtime 1x ./...
 
 # The skipping walk (issue 33) against a full walk on BenchmarkCycleLong's
 # cycles: B12K, 100,000 pending; the skips begin after the first few dozen
 # cycles, so the check needs its 150 (about 40 s of CPU; skipped in the
 # race run above, where it would take many minutes).
-echo "== the skipping walk against a full walk (BERTH_CYCLELONG_CHECK=${BERTH_CYCLELONG_CHECK:-150} cycles)"
+echo "== the skipping walk against a full walk (BERTH_CYCLELONG_CHECK=${BERTH_CYCLELONG_CHECK:-150} cycles) [$(date -u +%H:%M:%S)]"
 BERTH_CYCLELONG_CHECK=${BERTH_CYCLELONG_CHECK:-150} go test -count=1 -timeout 20m -run '^TestCycleLongSkipMatchesFullWalk$' ./benchmarks/
 
 # --- get-traces: the trace fetcher against a local mirror (no network) ---
-echo "== hack/get-traces.sh (offline check)"
+echo "== hack/get-traces.sh (offline check) [$(date -u +%H:%M:%S)]"
 bash hack/get-traces-check.sh
 # --- end get-traces ---
 
 # ---- backends/kube: its own module, tested against a real kube-apiserver
 # and etcd (envtest) that hack/kube-assets.sh builds from Go modules (~10 min
 # cold, cached afterwards). Root `go vet ./...` does not enter nested modules.
-echo "== backends/kube (envtest: kube-apiserver + etcd from hack/kube-assets.sh)"
+echo "== backends/kube (envtest: kube-apiserver + etcd from hack/kube-assets.sh) [$(date -u +%H:%M:%S)]"
 KUBEBUILDER_ASSETS="$(bash hack/kube-assets.sh)"
 export KUBEBUILDER_ASSETS
 (cd backends/kube && go vet ./... && go test -json -race -count=1 ./... 2>&1 | "$skips_dir/testskips" \
@@ -164,7 +164,7 @@ export KUBEBUILDER_ASSETS
 # the cluster restarted with a GRES type per rack; the other SLURM tests
 # above need the default one-model layout, so this runs last.
 if [ "$(id -u)" = 0 ]; then
-  echo "== SLURM test cluster with three GPU models (TestIntegrationGPUModelConstraint)"
+  echo "== SLURM test cluster with three GPU models (TestIntegrationGPUModelConstraint) [$(date -u +%H:%M:%S)]"
   BERTH_SLURM_RACK_GPU_TYPES="h100 a100 l40" bash hack/slurm-up.sh
   BERTH_SLURM_REQUIRE_MODELS=1 go test -count=1 -run 'GPUModelConstraint' ./backends/slurm/
 fi
@@ -175,7 +175,7 @@ fi
 # of hack/slurm-up.sh; BERTH_SLURM_REQUIRE_POWER_SAVE=1 makes the
 # power-saving tests fail, not skip, on a cluster without cloud nodes.
 if [ "$(id -u)" = 0 ]; then
-  echo "== SLURM power-saving cluster (TestIntegrationPowerSave*)"
+  echo "== SLURM power-saving cluster (TestIntegrationPowerSave*) [$(date -u +%H:%M:%S)]"
   ps_env="BERTH_SLURM_DIR=/tmp/berth-slurm-power BERTH_SLURM_CTLD_PORT=6847 BERTH_SLURM_SLURMD_PORT=6960"
   ps_prev_trap=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
   trap "env $ps_env bash hack/slurm-down.sh; ${ps_prev_trap:-:}" EXIT
@@ -188,4 +188,4 @@ fi
 # ---- end SLURM power saving
 
 rm -rf "$skips_dir"
-echo "== all passed"
+echo "== all passed [$(date -u +%H:%M:%S)]"
