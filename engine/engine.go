@@ -52,7 +52,7 @@ type Engine struct {
 	policy  queue.Policy
 
 	jobs      map[string]*job
-	byPtr     map[*queue.Job]*job    // the same jobs, for the walk (no string hashing)
+	byPtr     map[*queue.Job]*job    // the pending jobs, for the walk (no string hashing); see pendingIn
 	active    []*job                 // running and stopping, in no order (job.activeAt: its index + 1)
 	tl        *btree.BTreeG[tlEntry] // active jobs by expected end (see timeline.go)
 	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
@@ -86,9 +86,9 @@ type Engine struct {
 	lastPend []PendingStatus
 	noResume bool
 	resumed  int // cycles that resumed (tests)
-	// fitsOK: requests that passed the never-fits check (scalecache.go).
-	fitsOK  fitsMemo
-	fitsBuf []byte // the key being looked up in fitsOK
+	// fitsSeen: the never-fits check's verdicts by request (scalecache.go).
+	fitsSeen fitsMemo
+	fitsBuf  []byte // the key being looked up in fitsSeen
 
 	now   time.Time
 	dirty bool
