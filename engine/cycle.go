@@ -695,6 +695,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	}
 	cs.quotaIdle = false // usage grew
 	e.pending.Remove(js.j.ID)
+	delete(e.byPtr, js.j)
 	js.st, js.place, js.start = stateRunning, p, cs.now
 	js.preemptErr = ""
 	e.runs++
