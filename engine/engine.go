@@ -52,7 +52,7 @@ type Engine struct {
 	policy  queue.Policy
 
 	jobs      map[string]*job
-	byPtr     map[*queue.Job]*job    // the pending jobs, for the walk (no string hashing); see pendingIn
+	byPtr     map[*queue.Job]*job    // the pending jobs only, for the walk (no string hashing)
 	active    []*job                 // running and stopping, in no order (job.activeAt: its index + 1)
 	tl        *btree.BTreeG[tlEntry] // active jobs by expected end (see timeline.go)
 	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
