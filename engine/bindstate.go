@@ -46,11 +46,11 @@ func (e *Engine) failBind(js *job, reason string) {
 	if reason != "" {
 		js.lastErr = reason
 	}
-	if n := e.cfg.MaxBindTries; n > 0 && js.refusals >= n {
+	if n := e.cfg.MaxBindTries; n > 0 && int(js.refusals) >= n {
 		js.held = true
 		e.held++
 	} else {
-		js.notBefore = e.now.Add(e.bindBackoff(js.refusals)).UnixNano()
+		js.notBefore = e.now.Add(e.bindBackoff(int(js.refusals))).UnixNano()
 		e.maxNotBefore = max(e.maxNotBefore, js.notBefore)
 		e.noteRetry(js.notBefore)
 	}

@@ -452,6 +452,8 @@ func (e *Engine) nextOutstanding() *outstanding {
 	clear(o.preempts)
 	clear(o.grows)
 	clear(o.runs)
+	clear(o.bindIDs)
+	o.bindIDs = o.bindIDs[:0]
 	o.mig = nil
 	return o
 }
@@ -695,6 +697,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	}
 	cs.quotaIdle = false // usage grew
 	e.pending.Remove(js.j.ID)
+	delete(e.byPtr, js.j)
 	js.st, js.place, js.start = stateRunning, p, cs.now
 	js.preemptErr = ""
 	e.runs++
@@ -707,7 +710,7 @@ func (e *Engine) started(js *job, p *placement, backfill bool, rd *Ready) bool {
 	e.activate(js)
 	rd.Binds = append(rd.Binds, Bind{Job: js.j.ID, Members: toMembers(e.cluster, p.members), Backfill: backfill,
 		Queue: js.j.Queue, Submit: js.j.Submit, Partition: e.boundPartition(js, p), Run: js.run})
-	e.out.binds[js.j.ID] = true
+	e.out.bind(js.j.ID)
 	e.out.runs[js.j.ID] = js.run
 	cs.dropHeld()
 	clear(cs.fits)

@@ -22,7 +22,10 @@ type claim struct {
 
 // outstanding is what the latest Ready asked and Advance may refuse.
 type outstanding struct {
-	binds    map[string]bool
+	binds map[string]bool
+	// bindIDs are binds' keys, in the order bound: accept and Advance
+	// go through them without starting a map iteration per cycle.
+	bindIDs  []string
 	preempts map[string]bool
 	grows    map[string][]pmember
 	mig      []MIGReconfiguration
@@ -30,6 +33,15 @@ type outstanding struct {
 	// applies to that run only, not to a later run of the same job ID
 	// (cancelled and adopted, or requeued and bound again, meanwhile).
 	runs map[string]uint64
+}
+
+// bind records a bind of job id (once however often it is bound).
+func (o *outstanding) bind(id string) {
+	n := len(o.binds)
+	o.binds[id] = true
+	if len(o.binds) > n {
+		o.bindIDs = append(o.bindIDs, id)
+	}
 }
 
 // current reports whether js still is in the run a decision was about.
@@ -52,7 +64,7 @@ type Engine struct {
 	policy  queue.Policy
 
 	jobs      map[string]*job
-	byPtr     map[*queue.Job]*job    // the same jobs, for the walk (no string hashing)
+	byPtr     map[*queue.Job]*job    // the pending jobs only, for the walk (no string hashing)
 	active    []*job                 // running and stopping, in no order (job.activeAt: its index + 1)
 	tl        *btree.BTreeG[tlEntry] // active jobs by expected end (see timeline.go)
 	tlGen     uint64                 // changes whenever tl does (tlsnaps.go)
@@ -86,9 +98,9 @@ type Engine struct {
 	lastPend []PendingStatus
 	noResume bool
 	resumed  int // cycles that resumed (tests)
-	// fitsOK: requests that passed the never-fits check (scalecache.go).
-	fitsOK  fitsMemo
-	fitsBuf []byte // the key being looked up in fitsOK
+	// fitsSeen: the never-fits check's verdicts by request (scalecache.go).
+	fitsSeen fitsMemo
+	fitsBuf  []byte // the key being looked up in fitsSeen
 
 	now   time.Time
 	dirty bool
@@ -359,7 +371,7 @@ func (e *Engine) accept() {
 	if e.out == nil {
 		return
 	}
-	for id := range e.out.binds {
+	for _, id := range e.out.bindIDs {
 		if js := e.jobs[id]; js != nil && js.st == stateRunning && e.out.current(js, id) {
 			e.confirm(js)
 		}
@@ -435,7 +447,7 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	for _, id := range refResizes {
 		e.undoGrow(e.jobs[id], o.grows[id])
 	}
-	for id := range o.binds { // each job on its own: the order does not matter
+	for _, id := range o.bindIDs { // each job on its own: the order does not matter
 		if js := e.jobs[id]; js != nil && js.st == stateRunning && o.current(js, id) {
 			if out.AssumeBinds {
 				e.assume(js)

@@ -915,6 +915,9 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 			if !pend || act || charged {
 				t.Fatalf("%q pending: in pending set %v, active %v, charged %v", id, pend, act, charged)
 			}
+			if e.byPtr[js.j] != js {
+				t.Fatalf("%q pending, not in byPtr", id)
+			}
 		case stateRunning, stateStopping:
 			if pend || !act || !charged {
 				t.Fatalf("%q %v: in pending set %v, active %v, charged %v", id, js.st, pend, act, charged)
@@ -929,6 +932,10 @@ func check(t *testing.T, e *Engine, m *fuzzModel) {
 		}
 	}
 	checkServices(t, e)
+	// byPtr holds the pending jobs and nothing else (the walk reads it).
+	if len(e.byPtr) != e.pending.Len() {
+		t.Fatalf("byPtr holds %d jobs, %d pending", len(e.byPtr), e.pending.Len())
+	}
 	if len(e.jobs) != e.pending.Len()+len(e.active) {
 		t.Fatalf("%d jobs, %d pending + %d active", len(e.jobs), e.pending.Len(), len(e.active))
 	}
@@ -1376,7 +1383,7 @@ func checkView(t *testing.T, e *Engine) {
 func (e *Engine) activeMap() map[string]*job {
 	m := make(map[string]*job, len(e.active))
 	for i, js := range e.active {
-		if js.activeAt != i+1 {
+		if int(js.activeAt) != i+1 {
 			panic(fmt.Sprintf("active job %q at %d says %d", js.j.ID, i, js.activeAt))
 		}
 		m[js.j.ID] = js

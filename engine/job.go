@@ -33,16 +33,34 @@ func (s state) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// job is the engine's record of one job.
+// job is the engine's record of one job. Its one-byte fields are kept
+// together (after st), so that the record has no padding between them: an
+// engine holds one per job it knows, and a replay allocates one per pod.
 type job struct {
 	// hot in the walk: read for every pending job every cycle
-	j         *queue.Job
-	st        state
+	j    *queue.Job
+	st   state
+	frac bool // fractional or MIG members (single group)
+	// running and stopping
+	confirmed  bool // Advance accepted the bind
+	bindSt     bindState
+	held       bool // pending, held after Config.MaxBindTries failed binds
+	backfilled bool
+	inTL       bool // on the timeline, at tlAt
+	// preemptSt: stopping, its preemption assumed or unknown
+	// (Outcome.AssumePreemptions): not requeued at its deadline until the
+	// backend's answer.
+	preemptSt bindState
+	// quotaWait: the job was blocked by quota since it last started.
+	// While it was, reservations went to jobs behind it; it does not take
+	// them back (see Engine.yieldTo).
+	quotaWait bool
+	hasRes    bool   // it is in lastRes
 	shape     uint64 // shape ID for the failure memo; 0: not memoized
 	notBefore int64  // bind refused: not placed before (Unix ns)
-	refusals  int    // consecutive refused binds (reset when one is applied)
 	members0  int    // members of the first group in req
-	frac      bool   // fractional or MIG members (single group)
+	refusals  int32  // consecutive refused binds (reset when one is applied)
+	activeAt  int32  // its index in Engine.active + 1; 0: not active
 
 	req   gang.Request // what is placed: elastic jobs start at MinMembers
 	badOf error        // placement error of req (unsupported, unknown level), cached per cluster
@@ -52,38 +70,23 @@ type job struct {
 	place      *placement
 	start      time.Time
 	run        uint64 // which run this is (Engine.runs when it started)
-	confirmed  bool   // Advance accepted the bind
-	bindSt     bindState
-	held       bool   // pending, held after Config.MaxBindTries failed binds
 	lastErr    string // the last bind failure's reason (EventBindFailed)
-	backfilled bool
-	members    int // members of group 0 now (elastic)
+	members    int    // members of group 0 now (elastic)
 	checkpoint time.Time
 	// lastPreempted is when the job was last preempted (or a preemption
 	// of it was refused): it is not preempted again within MinRuntime.
 	lastPreempted time.Time
 	deadline      time.Time // stopping: end of the grace period
-	inTL          bool      // on the timeline, at tlAt
-	activeAt      int       // its index in Engine.active + 1; 0: not active
 	tlAt          int64
 	victimFor     string // stopping: the preemptor
-	// preemptSt: stopping, its preemption assumed or unknown
-	// (Outcome.AssumePreemptions): not requeued at its deadline until the
-	// backend's answer.
-	preemptSt bindState
 	// preemptErr: pending, a preemption made for it failed
 	// (EventPreemptFailed): noted in Ready.Holds.
 	preemptErr string
-	// quotaWait: the job was blocked by quota since it last started.
-	// While it was, reservations went to jobs behind it; it does not take
-	// them back (see Engine.yieldTo).
-	quotaWait bool
-	walked    uint64   // the cycle (cycleState.gen) that last considered it
-	hasRes    bool     // it is in lastRes
-	gpuN      int      // whole GPUs req asks for
-	site      *siteJob // site rules' facts (site.go); nil: none apply
-	svc       *service // the service of a replica; nil: not one
-	tmpl      uint64   // the service template generation it was built from
+	walked     uint64   // the cycle (cycleState.gen) that last considered it
+	gpuN       int      // whole GPUs req asks for
+	site       *siteJob // site rules' facts (site.go); nil: none apply
+	svc        *service // the service of a replica; nil: not one
+	tmpl       uint64   // the service template generation it was built from
 }
 
 // gpus is the number of GPUs the job holds.
@@ -167,6 +170,7 @@ func (e *Engine) submit(j *queue.Job) error {
 	}
 	js := e.newJob(j)
 	e.jobs[j.ID] = js
+	e.byPtr[j] = js
 	e.siteAttach(js)
 	if js.frac || !j.Elastic.IsZero() {
 		e.since.shaped = true
@@ -207,7 +211,6 @@ func (e *Engine) newJob(j *queue.Job) *job {
 			}
 		}
 	}
-	e.byPtr[j] = js
 	return js
 }
 
@@ -352,20 +355,16 @@ func (e *Engine) adopt(j *queue.Job, ms []Member, at, started time.Time) error {
 	}
 	js := e.newJob(j)
 	if js.badOf == errFractional {
-		delete(e.byPtr, j)
 		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, errFractional)
 	}
 	if err := checkWhole(js, p); err != nil {
-		delete(e.byPtr, j)
 		return err
 	}
 	if err := e.rebookAnyState(p); err != nil {
-		delete(e.byPtr, j)
 		return fmt.Errorf("%w: adopting %q: %w", ErrInvalidEvent, j.ID, err)
 	}
 	if err := e.tree.Adopt(j, at); err != nil {
 		p.unbook(e.snap)
-		delete(e.byPtr, j)
 		return err
 	}
 	if started.IsZero() || started.After(at) {
@@ -489,6 +488,7 @@ func (e *Engine) toPending(js *job) {
 	if err := e.pending.Add(js.j); err != nil {
 		panic(fmt.Sprintf("engine: broken invariant: requeue of %q: %v", js.j.ID, err))
 	}
+	e.byPtr[js.j] = js
 }
 
 // requeue stops a running job and puts it back to pending, whole.

@@ -91,3 +91,47 @@ func TestNeverFitsRejectedAtSubmission(t *testing.T) {
 		t.Fatalf("intake rejections: %+v", rd.Rejected)
 	}
 }
+
+// A request rejected once is rejected again from the memo (no walk of the
+// nodes) with the same error as the check gives without caches, naming
+// each job; a request that fits is still accepted after one that does
+// not.
+func TestNeverFitsRemembered(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	spec := topo.Uniform([]string{"block"}, []int{2}, 2, 8, "H100")
+	for i := range spec.Nodes {
+		spec.Nodes[i].CPUMilli = 64000
+	}
+	reqs := []gang.Request{
+		{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1, CPUMilli: 128000}}},
+		{Groups: []gang.Group{{Members: 3, GPUsPerMember: 8}}, Required: "block"},
+		{Groups: []gang.Group{{Members: 1, GPUsPerMember: 1, CPUMilli: 1000}}},
+	}
+	var got [2][]string
+	for k, off := range []bool{false, true} {
+		e, err := engine.New(engine.Config{Cluster: spec, Queues: queue.TreeSpec{Queues: []queue.QueueSpec{{Name: "q"}}}, Start: t0, DisableCaches: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 9 {
+			j := &queue.Job{ID: "j" + string(rune('a'+i)), Queue: "q", Submit: t0, Request: reqs[i%3]}
+			err := e.Step(engine.Submitted(t0, j))
+			var nf *engine.NeverFitsError
+			switch {
+			case i%3 == 2 && err != nil:
+				t.Fatalf("caches off %v: %s rejected: %v", off, j.ID, err)
+			case i%3 == 2:
+				got[k] = append(got[k], "ok")
+			case !errors.As(err, &nf) || nf.Job != j.ID:
+				t.Fatalf("caches off %v: %s: %v", off, j.ID, err)
+			default:
+				got[k] = append(got[k], err.Error())
+			}
+		}
+	}
+	for i := range got[0] {
+		if got[0][i] != got[1][i] {
+			t.Fatalf("submission %d: %q with the memo, %q without", i, got[0][i], got[1][i])
+		}
+	}
+}

@@ -11,7 +11,7 @@ import (
 // rebuild makes the cluster from e.spec and re-books every running job by
 // node name and GPU offset.
 func (e *Engine) rebuild() error {
-	e.fitsOK = nil // the nodes may change (scalecache.go)
+	e.fitsSeen = nil // the nodes may change (scalecache.go)
 	// Build with every node ready, book the running jobs, then set the
 	// states: Allocate books only on ready nodes, and cordoned or draining
 	// nodes keep their jobs.

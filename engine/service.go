@@ -693,6 +693,7 @@ func (e *Engine) submitReplica(j *queue.Job) error {
 	}
 	js := e.newJob(j)
 	e.jobs[j.ID] = js
+	e.byPtr[j] = js
 	e.siteAttach(js)
 	if js.frac {
 		e.since.shaped = true

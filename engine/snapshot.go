@@ -187,7 +187,7 @@ func (e *Engine) Compact() error {
 	}
 	for _, id := range sortedKeys(e.jobs) {
 		js := e.jobs[id]
-		sj := SavedJob{Job: js.j, Refusals: js.refusals, LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes, Held: js.held, LastErr: js.lastErr, PreemptErr: js.preemptErr}
+		sj := SavedJob{Job: js.j, Refusals: int(js.refusals), LastPreempted: js.lastPreempted, Checkpoint: js.checkpoint, QuotaWait: js.quotaWait, HasRes: js.hasRes, Held: js.held, LastErr: js.lastErr, PreemptErr: js.preemptErr}
 		switch js.bindSt {
 		case bindAssumed:
 			sj.Binding = "assumed"
@@ -289,7 +289,8 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		return nil, fmt.Errorf("%w: snapshot: %s", ErrInvalidState, fmt.Sprintf(format, args...))
 	}
 	if n := len(sn.Pending) + len(sn.Running); n > 0 {
-		e.jobs, e.byPtr = make(map[string]*job, n), make(map[*queue.Job]*job, n) // no rehash while they fill
+		// No rehash while they fill (byPtr holds the pending jobs only).
+		e.jobs, e.byPtr = make(map[string]*job, n), make(map[*queue.Job]*job, len(sn.Pending))
 	}
 	if sn.Site {
 		e.siteInit()
@@ -485,7 +486,7 @@ func (e *Engine) admitSaved(sj *SavedJob, admit func() error) error {
 
 // patch sets a restored job's facts that submit and adopt do not.
 func (e *Engine) patch(js *job, sj *SavedJob) {
-	js.notBefore, js.refusals, js.lastErr = unixNano(sj.NotBefore), sj.Refusals, sj.LastErr
+	js.notBefore, js.refusals, js.lastErr = unixNano(sj.NotBefore), int32(sj.Refusals), sj.LastErr
 	js.preemptErr = sj.PreemptErr
 	if sj.Held && !js.held {
 		js.held = true

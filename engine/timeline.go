@@ -83,7 +83,7 @@ func (e *Engine) tlFirstAfter(n int64) (at int64, ok bool) {
 func (e *Engine) activate(js *job) {
 	if js.activeAt == 0 {
 		e.active = append(e.active, js)
-		js.activeAt = len(e.active)
+		js.activeAt = int32(len(e.active))
 	}
 	e.tlAdd(js)
 	if !js.j.Elastic.IsZero() {
@@ -97,11 +97,11 @@ func (e *Engine) activate(js *job) {
 
 // deactivate forgets a job that released its GPUs.
 func (e *Engine) deactivate(js *job) {
-	if i := js.activeAt - 1; i >= 0 {
+	if i := int(js.activeAt) - 1; i >= 0 {
 		// The last job takes its place: no map by ID to update (the order
 		// of e.active means nothing, like a map's).
 		last := e.active[len(e.active)-1]
-		e.active[i], last.activeAt = last, i+1
+		e.active[i], last.activeAt = last, int32(i+1)
 		e.active[len(e.active)-1] = nil
 		e.active = e.active[:len(e.active)-1]
 		js.activeAt = 0
