@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -326,6 +327,9 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 		if sj.Job == nil {
 			return bad("a running job without its job")
 		}
+		if sj.Refusals < 0 || sj.Refusals > math.MaxInt32 {
+			return bad("job %q: %d refusals (want 0 to %d)", sj.Job.ID, sj.Refusals, math.MaxInt32)
+		}
 		ms, err := members(sj.Members)
 		if err != nil {
 			return bad("job %q: %v", sj.Job.ID, err)
@@ -365,6 +369,9 @@ func fromSnapshot(cfg Config, st *State) (*Engine, error) {
 	for _, sj := range sn.Pending {
 		if sj.Job == nil {
 			return bad("a pending job without its job")
+		}
+		if sj.Refusals < 0 || sj.Refusals > math.MaxInt32 {
+			return bad("job %q: %d refusals (want 0 to %d)", sj.Job.ID, sj.Refusals, math.MaxInt32)
 		}
 		if err := e.admitSaved(&sj, func() error { return e.submit(sj.Job) }); err != nil {
 			return bad("job %q: %v", sj.Job.ID, err)

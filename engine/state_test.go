@@ -299,6 +299,18 @@ func TestRestoreErrors(t *testing.T) {
 	if err := busy.Compact(); err != nil {
 		t.Fatalf("Compact after Advance: %v", err)
 	}
+	// A count of refused binds out of range (the engine keeps it in 32
+	// bits) is refused, not cut.
+	for _, n := range []int{-1, 1 << 40} {
+		st, err := busy.Save()
+		if err != nil || st.Snapshot == nil || len(st.Snapshot.Running) != 1 {
+			t.Fatalf("Save after Compact: %v", err)
+		}
+		st.Snapshot.Running[0].Refusals = n
+		if _, err := Restore(Config{Start: fuzzT0, Queues: busy.cfg.Queues}, st); !errors.Is(err, ErrInvalidState) {
+			t.Fatalf("%d refusals: %v", n, err)
+		}
+	}
 	mg, _ := New(Config{Start: fuzzT0, Cluster: fuzzConfig(rand.New(rand.NewPCG(1, 1)), true).Cluster})
 	_ = mg.EnableJournal()
 	if err := mg.Compact(); !errors.Is(err, ErrNotCompactable) {
