@@ -493,7 +493,7 @@ func (r *Runner) settle(ctx context.Context, eng *engine.Engine) (bool, error) {
 		}
 	}
 	r.as.recycle(res)
-	if len(res) > 0 && !eng.HasReady() {
+	if len(res) > 0 && !eng.HasReady() && !r.cfg.Engine.CycleViewsOnly {
 		eng.Publish() // binds applied: no cycle shows them
 	}
 	return len(res) > 0, nil

@@ -579,6 +579,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// month's replay allocated (engine.Config.BareViews; the decisions
 	// are the same). An Observe of the caller's sees whole Views.
 	ecfg.BareViews = cfg.Observe == nil
+	// The observer reads of each View what its cycle decided (pending
+	// sets, reservations): no View published again when its binds are
+	// applied (engine.Config.CycleViewsOnly).
+	ecfg.CycleViewsOnly = cfg.Observe == nil
 	// The observer reads each cycle's View (its pending sets) before the
 	// next cycle and keeps none: each cycle's queue snapshot reuses the
 	// storage of the one two cycles before (queue.PendingConfig.
