@@ -175,7 +175,7 @@ func (r *Runner) issueActs(ctx context.Context, rd *engine.Ready, errs *[]error)
 		}
 		if len(rs.Add) > 0 {
 			r.placed[rs.Job] = append(slices.Clone(r.placed[rs.Job]), rs.Add...)
-			r.as.issued[rs.Job] = true
+			r.as.issued = append(r.as.issued, rs.Job)
 			g := gangBind{job: rs.Job, members: rs.Add}
 			run := rs.Run
 			r.goOp(ctx, opKeys(rs.Job, rs.Add), func(ctx context.Context) result {
@@ -300,7 +300,7 @@ func (r *Runner) settleAct(ctx context.Context, eng *engine.Engine, x result) er
 		rl.keys = append(rl.keys, opKeys(x.job, x.members)[1:]...)
 		rl.waiting += x.abandoned
 		rl.failed = rl.failed || x.withdrawn
-		a.issued[x.job] = true // the ghost sweep stops it
+		a.issued = append(a.issued, x.job) // the ghost sweep stops it
 		a.pollSoon = true
 	case resLateRelease:
 		rl := a.released[x.job]

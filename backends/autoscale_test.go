@@ -158,6 +158,13 @@ func TestRunnerAutoscaleConfigErrors(t *testing.T) {
 	cfg.AutoscaleInterval = -time.Second
 	_, err = backends.NewRunner(cfg)
 	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	cfg = provConfig(p)
+	cfg.Engine.CycleViewsOnly = true // autoscaling reads Views between cycles
+	_, err = backends.NewRunner(cfg)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	cfg.Engine.CycleViewsOnly = false
+	_, err = backends.NewRunner(cfg)
+	require.NoError(t, err)
 }
 
 // A two-node gang on one node up: the first provisioning fails and the

@@ -257,6 +257,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, bad("MaxBindTries must not be negative, got %d", cfg.MaxBindTries)
 	case cfg.ReconcileInterval < 0:
 		return nil, bad("ReconcileInterval must not be negative, got %v", cfg.ReconcileInterval)
+	case cfg.Engine.CycleViewsOnly && cfg.Autoscale != nil:
+		// Autoscaling reads the View's pending jobs between cycles.
+		return nil, bad("Engine.CycleViewsOnly and Autoscale exclude each other")
 	}
 	if cfg.MaxBindTries == 0 {
 		cfg.MaxBindTries = 5

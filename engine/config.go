@@ -222,6 +222,20 @@ type Config struct {
 	// replay/fgd's engine runs set it). Decisions, Ready and the pending
 	// statuses are the same either way (FuzzEngine compares them).
 	BareViews bool
+	// CycleViewsOnly publishes Views at cycles only: Advance does not
+	// publish the View again with the binds it assumes
+	// (Outcome.AssumeBinds) running or the jobs refused back to pending,
+	// and a backends.Runner does not publish it again when it steps bind
+	// outcomes between cycles. The View then shows what the latest cycle
+	// decided (its binds as binding) until the next one (or Publish,
+	// PendingAll; Advance still calls PendingAll, which publishes, when it
+	// has refusals after a walk that stopped early). Decisions are the
+	// same. For programs that read of each
+	// View only what its cycle decided (a replay's pending sets and
+	// reservations: replay.Run sets it when its caller observes no
+	// cycle): it spares a View per binding cycle, about a seventh of the
+	// bytes a month's replay allocated.
+	CycleViewsOnly bool
 }
 
 // Validate checks the config: cluster spec, tree spec, limits. Errors wrap

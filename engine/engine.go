@@ -465,7 +465,9 @@ func (e *Engine) Advance(rd Ready, out Outcome) error {
 	}
 	if len(refBinds)+len(refPreempts)+len(refResizes) > 0 || out.AssumeBinds && len(o.binds) > 0 {
 		e.dirty = e.dirty || len(refBinds)+len(refPreempts)+len(refResizes) > 0
-		e.republish()
+		if !e.cfg.CycleViewsOnly {
+			e.republish()
+		}
 	}
 	return nil
 }

@@ -69,19 +69,29 @@ func (p *Pending) Publish(now time.Time) *Snapshot {
 			p.static[i] = snapStatic{name: n.name, cohort: cohort, nominal: n.nominal}
 		}
 	}
-	s := &Snapshot{at: now, version: version, res: t.res, qIndex: p.qIndex, n: len(p.byID), static: p.static}
-	var f []float64
-	if Q == 1 {
-		s.pending, f = s.one.pending[:], s.one.f[:]
+	s := p.spare
+	if s != nil && s != prev && len(s.pending) == Q && len(s.usage) == Q*R {
+		// PendingConfig.RecycleSnapshots: nobody reads s any more. Every
+		// field is written below (the per-queue slices in full).
+		s.at, s.version, s.res, s.qIndex, s.n, s.static = now, version, t.res, p.qIndex, len(p.byID), p.static
 	} else {
-		s.pending, f = make([]*btree.BTreeG[*entry], Q), make([]float64, 2*Q)
+		s = &Snapshot{at: now, version: version, res: t.res, qIndex: p.qIndex, n: len(p.byID), static: p.static}
+		var f []float64
+		if Q == 1 {
+			s.pending, f = s.one.pending[:], s.one.f[:]
+		} else {
+			s.pending, f = make([]*btree.BTreeG[*entry], Q), make([]float64, 2*Q)
+		}
+		if Q == 1 && R <= len(s.one.usage) {
+			s.usage = s.one.usage[:R:R]
+		} else {
+			s.usage = make([]Amount, Q*R)
+		}
+		s.share, s.gpuSeconds = f[:Q:Q], f[Q:]
 	}
-	if Q == 1 && R <= len(s.one.usage) {
-		s.usage = s.one.usage[:R:R]
-	} else {
-		s.usage = make([]Amount, Q*R)
+	if p.recycle {
+		p.spare = prev
 	}
-	s.share, s.gpuSeconds = f[:Q:Q], f[Q:]
 	for i, qi := range t.queues {
 		n := &t.nodes[qi]
 		copy(s.usage[i*R:(i+1)*R], n.usage)

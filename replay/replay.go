@@ -579,6 +579,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// month's replay allocated (engine.Config.BareViews; the decisions
 	// are the same). An Observe of the caller's sees whole Views.
 	ecfg.BareViews = cfg.Observe == nil
+	// The observer reads of each View what its cycle decided (pending
+	// sets, reservations): no View published again when its binds are
+	// applied (engine.Config.CycleViewsOnly).
+	ecfg.CycleViewsOnly = cfg.Observe == nil
+	// The observer reads each cycle's View (its pending sets) before the
+	// next cycle and keeps none: each cycle's queue snapshot reuses the
+	// storage of the one two cycles before (queue.PendingConfig.
+	// RecycleSnapshots; a quarter of the bytes a month's replay allocated).
+	// An Observe of the caller's may keep Views: it gets its own.
+	ecfg.Pending.RecycleSnapshots = cfg.Observe == nil
 	// The clocks start at the first submission (offsets may be negative).
 	ecfg.Start = replayBase
 	if t := replayBase.Add(wl.first); len(wl.keep) > 0 && t.Before(ecfg.Start) {
