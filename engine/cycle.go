@@ -339,9 +339,6 @@ func (e *Engine) cycle() Ready {
 	if cs.cut || skipped {
 		rd.Unwalked = e.pending.Len() - len(cs.pend)
 		e.tailBuf = tailState{gen: cs.gen, plan: cs.cutPlan, capAtCut: cs.blockedCap, skips: cs.skips}
-		for _, sk := range cs.skips {
-			e.tailBuf.passedN += sk.passed.Len()
-		}
 		if cs.cut {
 			e.tailBuf.first, e.tailBuf.cur = cs.cutJob, cs.cutCur
 		}

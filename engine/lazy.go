@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"slices"
 
 	"time"
@@ -53,7 +54,7 @@ type tailState struct {
 	// unwalked too, their statuses computed on the plan of their skip
 	// (segStatus, with memos of its own: segFail and segFits, for segOn).
 	skips   []skipSeg
-	passedN int // the jobs they passed (kept after PendingAll)
+	passedN int // the jobs they passed, counted by PendingAll (which drops skips)
 	segFail map[uint64]failRec
 	segFits map[uint64]int
 	segOn   *skipSeg
@@ -141,11 +142,13 @@ func (e *Engine) quotaIdle(allowed *bool) bool {
 // it asks and its whole ask free, off the GPUs of the reservations it
 // must respect: the first prefixFor ones, all of them for a job with no
 // limit, fewer for one whose limit ends before the later ones start. With
-// mf(p) the most free GPUs of one node and ft(p) the free GPUs once the
-// first p reservations are booked (both only shrink as p grows), a job of
-// a size class whose smallest member asks k GPUs and whose total is at
-// least T (queue.Pending.AskClasses) can start only if prefixFor(job) <=
-// P, the largest p with mf(p) >= k and ft(p) >= T: only if there is such
+// mf(p) the most free GPUs of one node and fk(p) the free GPUs of the
+// nodes with at least k free, once the first p reservations are booked
+// (both only shrink as p grows), a job of a size class whose smallest
+// member asks k GPUs and whose total is at least T
+// (queue.Pending.AskClasses) can start only if prefixFor(job) <= P, the
+// largest p with mf(p) >= k and fk(p) >= T (a node with fewer than k free
+// takes no member of it): only if there is such
 // a p, and P is every reservation or the job's limit ends by the start
 // of reservation P. A class gives its count, its unlimited jobs and its
 // shortest limit. With more than maxCutRes reservations only p = 0 and p
@@ -156,18 +159,27 @@ func (e *Engine) noneStartable() bool {
 	cs := &e.cyc
 	top := maxNodeFree(cs.plan)
 	n := len(cs.res)
-	var mf, ft [maxCutRes + 2]int
-	mf[0], ft[0] = top, cs.plan.Free()
-	all := n // the index of "every reservation" in mf and ft
+	var mf [maxCutRes + 2]int
+	var hs [maxCutRes + 2][]int32 // free-GPU histograms of the nodes
+	mf[0], hs[0] = top, cs.plan.DomainHistogram(0, 0, -1)
+	all := n // the index of "every reservation" in mf and hs
 	if n <= maxCutRes {
 		for p := 1; p <= n; p++ {
 			s := e.snapFor(p)
-			mf[p], ft[p] = maxNodeFree(s), s.Free()
+			mf[p], hs[p] = maxNodeFree(s), s.DomainHistogram(0, 0, -1)
 		}
 	} else {
 		all = 1
 		s := e.snapFor(n)
-		mf[1], ft[1] = maxNodeFree(s), s.Free()
+		mf[1], hs[1] = maxNodeFree(s), s.DomainHistogram(0, 0, -1)
+	}
+	// fk is the free GPUs of the nodes with at least k free in h.
+	fk := func(h []int32, k int) int {
+		t := 0
+		for f := k; f < len(h); f++ {
+			t += f * int(h[f])
+		}
+		return t
 	}
 	none := true
 	// Every class that may start is noted for skipHere (skip.go): with
@@ -178,16 +190,19 @@ func (e *Engine) noneStartable() bool {
 			none, cs.skipAny = false, true
 			return false
 		}
-		if ft[0] < c.MinTotal {
+		if fk(hs[0], c.PerMember) < c.MinTotal {
 			return true // too large for what is free
 		}
 		P := 0
-		for P < all && mf[P+1] >= c.PerMember && ft[P+1] >= c.MinTotal {
+		for P < all && mf[P+1] >= c.PerMember && fk(hs[P+1], c.PerMember) >= c.MinTotal {
 			P++
 		}
 		if P == all {
-			none, cs.skipAny = false, true // it may start whatever it respects
-			return false
+			// It may start whatever it respects: every job of it is a
+			// candidate (EachLimited lists them all).
+			none = false
+			cs.skipCls = append(cs.skipCls, skipClass{c, math.MaxInt64})
+			return true
 		}
 		res := P // the first reservation it must not overlap
 		if n > maxCutRes {
@@ -270,7 +285,7 @@ func (e *Engine) PendingAll() (all []PendingStatus, ok bool) {
 	}
 	e.tailEnd(t)
 	t.all, t.plan, t.cur, t.first, t.order, t.at, t.done, t.more, t.holders = all, nil, nil, nil, nil, nil, nil, nil, nil
-	t.skips, t.segOn = nil, nil
+	t.skips, t.segOn, t.passedN = nil, nil, passed
 	e.republishWith(all, 0, nil)
 	return all, true
 }

@@ -68,27 +68,27 @@ func TestLazyPendingMatchesFullWalk(t *testing.T) {
 	}
 }
 
-func TestSkipDbg(t *testing.T) {
-	TestLazyPendingMatchesFullWalk(t)
-}
-
 // TestSkipMatchesFullWalk runs FuzzEngine's body on inputs that make the
-// walk skip (skip.go): DRS over one cohort, no preemption, ample quota,
-// backfill, jobs reshaped by skipWorldJob, a backlog first and then
-// submissions, ends, ticks and cycles. Each step's decisions and full
-// pending statuses must equal those of an engine that walks every job
-// with every cache off (as in TestLazyPendingMatchesFullWalk), and the
-// statuses of jobs a skip passed, asked one by one, those of the full
-// list. It fails if too few walks skipped.
+// walk skip (skip.go): DRS over one cohort and StrictPriority in turns, no
+// preemption, ample quota, backfill, jobs reshaped by skipWorldJob, a
+// backlog first and then submissions, ends, ticks and cycles. Each step's
+// decisions and full pending statuses must equal those of an engine that
+// walks every job with every cache off (as in
+// TestLazyPendingMatchesFullWalk), and the statuses of jobs a skip
+// passed, asked one by one, those of the full list. It fails if too few
+// walks skipped under either policy.
 func TestSkipMatchesFullWalk(t *testing.T) {
 	n := 300
 	if testing.Short() {
 		n = 30
 	}
 	r := rand.New(rand.NewPCG(33, 37))
-	skip0, asked0 := fuzzSkipCycles, fuzzAskedSkipped
-	for range n {
-		seed := 1<<32 | 1<<37 | uint64(r.IntN(2))<<38 | uint64(r.IntN(1<<20))*3 // seed % 3 == 0: DRS
+	asked0 := fuzzAskedSkipped
+	var skips [2]int
+	for i := range n {
+		// seed % 3: 0 DRS, 1 StrictPriority (fuzzPolicy).
+		pol := i % 2
+		seed := 1<<32 | 1<<37 | uint64(pol)<<38 | uint64(r.IntN(1<<20))*3
 		ops := make([]byte, 0, 240)
 		for range 12 + r.IntN(20) {
 			ops = append(ops, 0)
@@ -96,11 +96,14 @@ func TestSkipMatchesFullWalk(t *testing.T) {
 		for len(ops) < 120+r.IntN(120) {
 			ops = append(ops, []byte{0, 1, 0, 2, 4, 9, 10, 9}[r.IntN(8)])
 		}
+		skip0 := fuzzSkipCycles
 		runFuzz(t, seed, ops, false)
+		skips[pol] += fuzzSkipCycles - skip0
 	}
-	skips, asked := fuzzSkipCycles-skip0, fuzzAskedSkipped-asked0
-	t.Logf("cycles whose walk skipped: %d; statuses of jobs passed computed on demand and compared: %d", skips, asked)
-	if skips < n/4 || asked < n/2 {
-		t.Errorf("only %d cycles skipped and %d statuses of jobs passed were compared", skips, asked)
+	asked := fuzzAskedSkipped - asked0
+	t.Logf("cycles whose walk skipped: %d under DRS, %d under StrictPriority; statuses of jobs passed computed on demand and compared: %d",
+		skips[0], skips[1], asked)
+	if skips[0] < n/8 || skips[1] < n/8 || asked < n/2 {
+		t.Errorf("only %v cycles skipped and %d statuses of jobs passed were compared", skips, asked)
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/berthsched/berth/queue"
@@ -11,14 +12,17 @@ import (
 // run"). Where the walk may not cut because some size class can still
 // start (noneStartable), only the pending jobs of those classes whose
 // runtime limit ends before the reservation they would overlap can start
-// at all: the candidates, few and indexed (queue.Pending.EachLimited).
-// Every other job the walk would reach before the next candidate gets a
-// status and nothing else: no placement, no reservation (the walk's
-// reservations are made: cutHere's preconditions hold), no quota check
-// that can fail (QuotaIdle), and none of the marks a later job reads
-// (below). So, where the policy's cursor can skip (queue.Skipper: DRS
-// with one level of cohorts), the walk jumps from the job it is on to the
-// next candidate in the policy's order, and the jobs passed get their
+// at all, or every job of a class that fits beside all the reservations:
+// the candidates, indexed (queue.Pending.EachLimited lists them; a
+// StrictPriority cursor finds a whole class's next job itself,
+// queue.ClassSkipper). Every other job the walk would reach before the
+// next candidate gets a status and nothing else: no placement, no
+// reservation (the walk's reservations are made: cutHere's preconditions
+// hold), no quota check that can fail (QuotaIdle), and none of the marks
+// a later job reads (below). So, where the policy's cursor can skip
+// (queue.Skipper: DRS with one level of cohorts, StrictPriority), the
+// walk jumps from the job it is on to the next candidate in the policy's
+// order, and the jobs passed get their
 // statuses on demand, computed by consider on the plan as it was at the
 // skip (a clone: the candidate may bind), like the jobs after a cut.
 //
@@ -39,8 +43,10 @@ import (
 //     job is next considered.
 //
 // Elastic jobs (grow may drop reservations after the walk) and
-// BackfillNone turn the skip off; so does a candidate set larger than
-// maxSkipCands.
+// BackfillNone turn the skip off; so does a listed candidate set larger
+// than maxSkipCands (the 120% month's walks passed a thousand jobs and
+// more to reach the first of 1,100 one-GPU jobs before StrictPriority
+// found whole classes itself).
 
 // skipState is the walk's skip state (part of cycleState).
 type skipState struct {
@@ -56,6 +62,10 @@ type skipState struct {
 	candFor  cutKey
 	skipList []*queue.Job
 	skipSet  map[*queue.Job]bool
+	// skipWhole are the classes every job of which is a candidate, when
+	// the cursor finds them itself (queue.ClassSkipper); skipList and
+	// skipSet then hold the other classes' candidates.
+	skipWhole []queue.AskClass
 	// skipNext is the candidate the cursor must yield next (checked
 	// while skipped; nil: the cursor must be at its end).
 	skipNext *queue.Job
@@ -86,6 +96,7 @@ func (cs *cycleState) resetSkips() {
 	clear(cs.skipList)
 	cs.skipList = cs.skipList[:0]
 	clear(cs.skipSet)
+	cs.skipWhole = cs.skipWhole[:0]
 	cs.skipNext, cs.skipped, cs.skips = nil, false, nil
 }
 
@@ -112,7 +123,13 @@ func (e *Engine) skipHere(cur queue.Cursor, j *queue.Job) bool {
 		}
 		clear(cs.skipSet)
 		over := false
+		_, byClass := cur.(queue.ClassSkipper)
+		cs.skipWhole = cs.skipWhole[:0]
 		for _, sc := range cs.skipCls {
+			if byClass && sc.lim == math.MaxInt64 {
+				cs.skipWhole = append(cs.skipWhole, sc.c) // found by the cursor, not listed
+				continue
+			}
 			e.pending.EachLimited(sc.c, sc.lim, func(c *queue.Job) bool {
 				if len(cs.skipList) == maxSkipCands {
 					over = true
@@ -131,12 +148,23 @@ func (e *Engine) skipHere(cur queue.Cursor, j *queue.Job) bool {
 	if cs.skipSet[j] {
 		return false // it may start: consider it
 	}
+	for _, c := range cs.skipWhole {
+		if c.Has(j) {
+			return false
+		}
+	}
 	for id := range e.lastRes {
 		if h := e.jobs[id]; h != nil && h.st == statePending && h.walked != cs.gen {
 			return false // a job passed would yield to it (yieldTo)
 		}
 	}
-	first, passed, ok := sk.Skip(cs.skipList)
+	var first *queue.Job
+	var passed *queue.Skipped
+	if len(cs.skipWhole) > 0 {
+		first, passed, ok = cur.(queue.ClassSkipper).SkipTo(cs.skipList, cs.skipWhole)
+	} else {
+		first, passed, ok = sk.Skip(cs.skipList)
+	}
 	if !ok {
 		cs.skipOff = key
 		return false

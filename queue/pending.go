@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,9 @@ type Pending struct {
 	asks    [maxAsk + 1][askTotals]askBucket
 	askMask [maxAsk + 1]uint32
 	seq     uint64
+	// classOrder: askBucket.order is kept (turned on by the first
+	// StrictPriority SkipTo, for good).
+	classOrder bool
 	// qver counts, by node index, the changes to each queue's pending set
 	// (touch): DRS's skip index (skip.go) rebuilds a queue's part when it
 	// moved.
@@ -175,8 +179,16 @@ const (
 
 type askBucket struct {
 	n, unlimited int
-	limits       *btree.BTreeG[limitKey] // the others' limits; made on first use
+	// limits holds every job of the class by limit, those with none
+	// last (noLimit): EachLimited lists them. Made on first use.
+	limits *btree.BTreeG[limitKey]
+	// order holds every job of the class in the order within queues
+	// (less), once Pending.classOrder is on (StrictPriority's SkipTo).
+	order *btree.BTreeG[*entry]
 }
+
+// noLimit is the limit askBucket.limits files a job without one under.
+const noLimit = time.Duration(math.MaxInt64)
 
 type limitKey struct {
 	lim time.Duration
@@ -240,7 +252,7 @@ func (p *Pending) AskClasses(maxPerMember int, fn func(AskClass) bool) {
 				c.MinTotal = 1<<(t-1)/2 + 1 // 1 for t == 1
 			}
 			if b.limits != nil {
-				if lk, ok := b.limits.Min(); ok {
+				if lk, ok := b.limits.Min(); ok && lk.lim != noLimit {
 					c.ShortestLimit = lk.lim
 				}
 			}
@@ -251,15 +263,47 @@ func (p *Pending) AskClasses(maxPerMember int, fn func(AskClass) bool) {
 	}
 }
 
-// EachLimited calls fn for the pending jobs of class c (as AskClasses
-// gave it, with no job added or removed since) that have a runtime limit
-// of at most maxLimit, shortest limit first, until fn returns false. It
-// costs O(log n) plus O(1) a job.
-func (p *Pending) EachLimited(c AskClass, maxLimit time.Duration, fn func(*Job) bool) {
-	k, t := c.PerMember, 0 // the class's bucket (askOf)
+func (b *askBucket) addOrder(e *entry) {
+	if b.order == nil {
+		b.order = btree.NewG(btreeDegree, less)
+	}
+	b.order.ReplaceOrInsert(e)
+}
+
+// keepClassOrder turns classOrder on, filing the jobs pending now.
+func (p *Pending) keepClassOrder() {
+	if p.classOrder {
+		return
+	}
+	p.classOrder = true
+	for _, e := range p.byID {
+		p.asks[e.ask][e.askT].addOrder(e)
+	}
+}
+
+// bucket is the index of c's jobs in Pending.asks (askOf).
+func (c AskClass) bucket() (k, t int) {
+	k = c.PerMember
 	if c.MinTotal > 0 {
 		t = min(bits.Len(uint(c.MinTotal-1))+1, askTotals-1)
 	}
+	return k, t
+}
+
+// Has reports whether j belongs to class c.
+func (c AskClass) Has(j *Job) bool {
+	k, t := c.bucket()
+	jk, jt := askOf(j)
+	return int(jk) == k && int(jt) == t
+}
+
+// EachLimited calls fn for the pending jobs of class c (as AskClasses
+// gave it, with no job added or removed since) that have a runtime limit
+// of at most maxLimit, shortest limit first, until fn returns false;
+// maxLimit math.MaxInt64 lists every job of the class, those without a
+// limit last. It costs O(log n) plus O(1) a job.
+func (p *Pending) EachLimited(c AskClass, maxLimit time.Duration, fn func(*Job) bool) {
+	k, t := c.bucket()
 	if k < 0 || k > maxAsk {
 		return
 	}
@@ -369,14 +413,15 @@ func (p *Pending) Add(j *Job) error {
 	b := &p.asks[e.ask][e.askT]
 	b.n++
 	p.askMask[e.ask] |= 1 << e.askT
-	if j.RuntimeLimit > 0 {
-		if b.limits == nil {
-			b.limits = btree.NewG(8, limitLess)
-		}
-		b.limits.ReplaceOrInsert(limitKey{j.RuntimeLimit, e.seq, e})
-	} else {
+	if b.limits == nil {
+		b.limits = btree.NewG(8, limitLess)
+	}
+	lim := j.RuntimeLimit
+	if lim <= 0 {
+		lim = noLimit
 		b.unlimited++
 	}
+	b.limits.ReplaceOrInsert(limitKey{lim, e.seq, e})
 	if len(d.vec) <= len(e.small) {
 		e.vec = e.small[:len(d.vec):len(d.vec)]
 		copy(e.vec, d.vec)
@@ -389,6 +434,9 @@ func (p *Pending) Add(j *Job) error {
 	p.byID[j.ID] = e
 	p.byQueue[d.queue].ReplaceOrInsert(e)
 	p.byAccount[d.account].ReplaceOrInsert(e)
+	if p.classOrder {
+		b.addOrder(e) // keyed: after e.key
+	}
 	p.touch(d.queue)
 	p.version++
 	return nil
@@ -416,10 +464,14 @@ func (p *Pending) Remove(id string) (*Job, bool) {
 	if b.n--; b.n == 0 {
 		p.askMask[e.ask] &^= 1 << e.askT
 	}
-	if e.job.RuntimeLimit > 0 {
-		b.limits.Delete(limitKey{e.job.RuntimeLimit, e.seq, nil})
-	} else {
+	lim := e.job.RuntimeLimit
+	if lim <= 0 {
+		lim = noLimit
 		b.unlimited--
+	}
+	b.limits.Delete(limitKey{lim, e.seq, nil})
+	if p.classOrder {
+		b.order.Delete(e)
 	}
 	p.byQueue[e.d.queue].Delete(e)
 	p.byAccount[e.d.account].Delete(e)

@@ -46,10 +46,14 @@ type strictPolicy struct{ c strictCursor }
 func (*strictPolicy) Name() string { return "priority" }
 
 type strictCursor struct {
+	p    *Pending
 	ws   []walker // by leaf queue position
 	head []*entry // cached head of each walker, the heap key
 	h    []int32
 	last int32
+	// Skip's (skip_strict.go).
+	cands strictCands
+	cuts  []strictCut
 }
 
 func (sp *strictPolicy) Order(p *Pending, _ time.Time) Cursor {
@@ -59,7 +63,7 @@ func (sp *strictPolicy) Order(p *Pending, _ time.Time) Cursor {
 		c.ws = make([]walker, len(t.queues))
 		c.head = make([]*entry, len(t.queues))
 	}
-	c.h, c.last = c.h[:0], -1
+	c.p, c.h, c.last = p, c.h[:0], -1
 	for i, q := range t.queues {
 		c.ws[i].reset(p.byQueue[q])
 		if c.head[i] = c.ws[i].peek(); c.head[i] != nil {

@@ -29,7 +29,8 @@ import (
 // itself a queue or a cohort whose children with jobs are all queues.
 // Elsewhere it declines and the engine walks job by job.
 
-// Skipper is a Cursor that can pass jobs without yielding them (DRS).
+// Skipper is a Cursor that can pass jobs without yielding them (DRS and
+// StrictPriority).
 type Skipper interface {
 	Cursor
 	// Skip moves the cursor, right after Next returned a job j (which was
@@ -48,20 +49,46 @@ type Skipped struct {
 	p      *Pending
 	t      *Tree
 	ranges []skipRange
-	n      int
+	n      int // -1 until Len counts them (StrictPriority's skip)
+	// strict: the jobs are merged by the order within queues alone
+	// (StrictPriority); otherwise by share first (DRS).
+	strict bool
 }
 
-// skipRange is a run of consecutive jobs of one queue passed by a skip,
-// with the queue's usage then (their keys in the merge).
+// skipRange is a run of consecutive jobs of one queue passed by a skip
+// (first to last, both included), with the queue's usage then (their keys
+// in DRS's merge).
 type skipRange struct {
 	q           int32
 	first, last *entry
-	n           int
+	n           int // 0 when not counted (StrictPriority's skip)
 	usage       []Amount
 }
 
-// Len is the number of jobs passed.
-func (s *Skipped) Len() int { return s.n }
+// Len is the number of jobs passed. StrictPriority's skip does not count
+// them: the first call does, reading them (the same conditions as Each).
+func (s *Skipped) Len() int {
+	if s.n < 0 {
+		s.n = 0
+		for i := range s.ranges {
+			s.n += len(s.rangeEnts(&s.ranges[i]))
+		}
+	}
+	return s.n
+}
+
+// rangeEnts is the jobs of r, in order.
+func (s *Skipped) rangeEnts(r *skipRange) []*entry {
+	ents := make([]*entry, 0, r.n)
+	s.p.byQueue[r.q].AscendGreaterOrEqual(r.first, func(e *entry) bool {
+		if less(r.last, e) {
+			return false
+		}
+		ents = append(ents, e)
+		return true
+	})
+	return ents
+}
 
 // Contains reports whether j is one of the jobs passed.
 func (s *Skipped) Contains(j *Job) bool {
@@ -91,14 +118,12 @@ func (s *Skipped) Each(fn func(*Job) bool) {
 	runs := make([]run, len(s.ranges))
 	for k := range s.ranges {
 		r := &s.ranges[k]
-		ents := make([]*entry, 0, r.n)
-		s.p.byQueue[r.q].AscendGreaterOrEqual(r.first, func(e *entry) bool {
-			ents = append(ents, e)
-			return len(ents) < r.n
-		})
-		key := make([]float64, len(ents))
-		for i, e := range ents {
-			key[i] = s.t.shareWith(r.q, r.usage, e.vec)
+		ents := s.rangeEnts(r)
+		key := make([]float64, len(ents)) // StrictPriority: all 0, the job order alone
+		if !s.strict {
+			for i, e := range ents {
+				key[i] = s.t.shareWith(r.q, r.usage, e.vec)
+			}
 		}
 		runs[k] = run{ents: ents, key: key}
 	}

@@ -65,15 +65,39 @@ func skipWorld(t *testing.T, seed uint64) (*Tree, *Pending, int) {
 // passed in the visiting cursor's order, with binds (charges) between
 // skips and a second walk (Order kept across walks) after the first.
 func TestDRSSkip(t *testing.T) {
-	skips, declined := 0, 0
+	skips, declined := testSkip(t, DRS)
+	require.Greater(t, skips, 500)
+	require.Greater(t, declined, 50)
+}
+
+// TestStrictSkip: the same for StrictPriority, which skips whatever the
+// tree's shape (its order is the job order alone).
+func TestStrictSkip(t *testing.T) {
+	skips, declined := testSkip(t, StrictPriority)
+	require.Greater(t, skips, 500)
+	require.Zero(t, declined)
+}
+
+func testSkip(t *testing.T, policy func() Policy) (skips, declined int) {
+	strict := policy().Name() == "priority"
 	for seed := range uint64(400) {
 		trA, pA, shape := skipWorld(t, seed)
 		trB, pB, _ := skipWorld(t, seed)
-		polA, polB := DRS(), DRS()
+		polA, polB := policy(), policy()
+		var prev []*Job // the last skip's candidates, given again at times
 		rng := rand.New(rand.NewPCG(seed, 99))
 		t0 := time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC)
 		for walk := range 3 {
 			now := t0.Add(time.Duration(walk) * time.Minute)
+			// Jobs added between walks (after a skip's indexes were built).
+			for i := range 3 * walk {
+				mk := func() *Job {
+					return &Job{ID: fmt.Sprintf("w%d-%d", walk, i), Queue: "q0", Submit: now, Priority: int32(i % 3),
+						Request: gang.Request{Groups: []gang.Group{{Members: 1 + i%2, GPUsPerMember: 1 + i%4}}}}
+				}
+				require.NoError(t, pA.Add(mk()))
+				require.NoError(t, pB.Add(mk()))
+			}
 			curA, curB := polA.Order(pA, now), polB.Order(pB, now)
 			jA, okA := curA.Next()
 			for okA {
@@ -89,14 +113,53 @@ func TestDRSSkip(t *testing.T) {
 				case r < 6: // skip from it to a few candidates
 					var cands []*Job
 					var want map[string]bool = map[string]bool{}
-					for _, id := range sortedIDs(pA) {
-						if id != jA.ID && rng.IntN(12) == 0 {
-							j, _ := pA.Get(id)
-							cands = append(cands, j)
-							want[id] = true
+					again := rng.IntN(2) == 0 // the last list, when all still pending
+					for _, c := range prev {
+						if j, ok := pA.Get(c.ID); !ok || j != c || c == jA {
+							again = false
 						}
 					}
-					first, passed, ok := curA.(Skipper).Skip(cands)
+					if again && len(prev) > 0 {
+						cands = slices.Clone(prev)
+						for _, c := range cands {
+							want[c.ID] = true
+						}
+					} else {
+						for _, id := range sortedIDs(pA) {
+							if id != jA.ID && rng.IntN(12) == 0 {
+								j, _ := pA.Get(id)
+								cands = append(cands, j)
+								want[id] = true
+							}
+						}
+					}
+					prev = cands
+					// StrictPriority: at times whole classes too (not jA's).
+					var classes []AskClass
+					if strict && rng.IntN(3) == 0 {
+						pA.AskClasses(64, func(c AskClass) bool {
+							if !c.Has(jA) && rng.IntN(2) == 0 {
+								classes = append(classes, c)
+							}
+							return true
+						})
+						for _, id := range sortedIDs(pA) {
+							j, _ := pA.Get(id)
+							for _, c := range classes {
+								if c.Has(j) {
+									want[id] = true
+								}
+							}
+						}
+					}
+					var first *Job
+					var passed *Skipped
+					var ok bool
+					if len(classes) > 0 {
+						first, passed, ok = curA.(ClassSkipper).SkipTo(cands, classes)
+					} else {
+						first, passed, ok = curA.(Skipper).Skip(cands)
+					}
 					// The visiting cursor: from jB to the first candidate.
 					seen := []string{jB.ID}
 					var firstB *Job
@@ -113,6 +176,7 @@ func TestDRSSkip(t *testing.T) {
 					}
 					if !ok {
 						declined++
+						require.False(t, strict, "seed %d: StrictPriority declined", seed)
 						require.NotContains(t, []int{0, 1}, shape, "seed %d: one cohort level declined", seed)
 						// Nothing changed: A visits too.
 						for {
@@ -139,7 +203,8 @@ func TestDRSSkip(t *testing.T) {
 							j, _ := pA.Get(id)
 							require.True(t, passed.Contains(j))
 						}
-						for _, c := range cands {
+						for id := range want {
+							c, _ := pA.Get(id)
 							require.False(t, passed.Contains(c), "seed %d: a candidate passed", seed)
 						}
 						if firstB == nil {
@@ -174,8 +239,7 @@ func TestDRSSkip(t *testing.T) {
 		}
 	}
 	t.Logf("%d skips, %d declined", skips, declined)
-	require.Greater(t, skips, 500)
-	require.Greater(t, declined, 50)
+	return skips, declined
 }
 
 func sortedIDs(p *Pending) []string {

@@ -26,6 +26,7 @@ import (
 // scripts[name] with %[1]q the directory and %[2]s the real command.
 func wrappedCommands(t *testing.T, scripts map[string]string) string {
 	t.Helper()
+	slurmConf(t) // skips (or fails under BERTH_REQUIRE_INTEGRATION=1) without the test cluster
 	dir := t.TempDir()
 	for _, name := range []string{"scontrol", "squeue", "sinfo", "scancel", "sbatch"} {
 		real, err := exec.LookPath(name)
