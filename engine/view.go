@@ -127,6 +127,16 @@ func (v *View) EachPending(fn func(*queue.Job) bool) {
 	}
 }
 
+// MinPendingPerMember returns the fewest whole GPUs a member of any
+// pending job asks (queue.Snapshot.MinPerMember: 0 for a fractional, MIG
+// or GPU-less member); ok is false when nothing is pending. O(1).
+func (v *View) MinPendingPerMember() (k int, ok bool) {
+	if v.queues == nil {
+		return 0, false
+	}
+	return v.queues.MinPerMember()
+}
+
 // Queues returns the usage, quotas and fair share of every leaf queue. It
 // allocates.
 func (v *View) Queues() []queue.QueueStatus {

@@ -15,10 +15,12 @@ type snapState struct {
 	Len    int
 	Queues []QueueStatus
 	Jobs   []string
+	MinAsk int
 }
 
 func stateOf(s *Snapshot) snapState {
 	st := snapState{At: s.At(), Len: s.Len(), Queues: s.Queues()}
+	st.MinAsk, _ = s.MinPerMember()
 	s.Each(func(j *Job) bool { st.Jobs = append(st.Jobs, j.ID); return true })
 	return st
 }
@@ -90,6 +92,16 @@ func TestRecycleSnapshots(t *testing.T) {
 				default:
 					a, b := plain.Publish(now), rec.Publish(now)
 					require.Equal(t, stateOf(a), stateOf(b), "op %d", i)
+					// MinPerMember: the least member ask of the jobs pending.
+					want := -1
+					for _, j := range pendingIDs {
+						if k, _ := askOf(j); want < 0 || int(k) < want {
+							want = int(k)
+						}
+					}
+					got, ok := a.MinPerMember()
+					require.Equal(t, want >= 0, ok, "op %d", i)
+					require.Equal(t, want, got, "op %d: MinPerMember", i)
 					kept, keptState = append(kept, a), append(keptState, stateOf(a))
 					published = append(published, b)
 				}

@@ -17,6 +17,7 @@ type Snapshot struct {
 	res     []ResourceName
 	qIndex  map[string]int
 	n       int
+	minAsk  int // MinPerMember, -1 when nothing is pending
 	// static is what never changes after NewPending (names, cohorts,
 	// nominal quota), shared by every snapshot of the Pending.
 	static []snapStatic
@@ -107,6 +108,13 @@ func (p *Pending) Publish(now time.Time) *Snapshot {
 		}
 		s.share[i], s.gpuSeconds[i] = t.share(qi, nil), n.decayed
 	}
+	s.minAsk = -1
+	for k := range p.askMask {
+		if p.askMask[k] != 0 {
+			s.minAsk = k
+			break
+		}
+	}
 	p.dirtyN = 0
 	p.snap.Store(s)
 	return s
@@ -165,6 +173,13 @@ func (s *Snapshot) status(i int) QueueStatus {
 		}
 	}
 	return st
+}
+
+// MinPerMember returns the fewest whole GPUs a member of any pending job
+// asks (AskClass.PerMember: 0 for a fractional, MIG or GPU-less member,
+// 64 for 64 or more); ok is false when no job is pending. O(1).
+func (s *Snapshot) MinPerMember() (k int, ok bool) {
+	return s.minAsk, s.minAsk >= 0
 }
 
 // Each calls fn for every pending job, queue by queue (in the tree's

@@ -834,16 +834,16 @@ func (o *observer) measure(hist []int, v *engine.View) (frag, largest float64) {
 	}
 	largest = float64(max(best, whole*per+bestPartial))
 	// The smallest per-member ask among the pending jobs (all of them:
-	// the View's pending sets include those after the walk's cut).
-	ask, some := per+1, false
-	v.EachPending(func(j *queue.Job) bool {
-		some = true
-		ask = min(ask, minPer(j))
-		return ask > 1
-	})
+	// the View's pending sets include those after the walk's cut), in
+	// O(1): reading the jobs cost a thousand a cycle and more where the
+	// one-GPU jobs waited behind the larger ones (the 120% month). A
+	// replay's requests ask their smallest member last (replayRequest),
+	// and a fractional job counts as asking 1.
+	k, some := v.MinPendingPerMember()
 	if !some {
 		return 0, largest
 	}
+	ask := max(1, k)
 	n := 0
 	for f, c := range hist {
 		if f < ask {
