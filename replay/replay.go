@@ -397,15 +397,6 @@ func (in *replayIn) gpuMilli(w *workload.Job) int64 {
 	return int64(w.GPUs) * 1000
 }
 
-// minPer is the smallest GPU count a job of the replay asks of one node
-// (its last member group's; 1 for a fraction of a GPU).
-func minPer(j *queue.Job) int {
-	if len(j.Request.Groups) == 0 {
-		return 1
-	}
-	return max(1, j.Request.Groups[len(j.Request.Groups)-1].GPUsPerMember)
-}
-
 // replayRequest splits g whole GPUs into members of at most per GPUs:
 // full nodes, then one member with the rest.
 func replayRequest(g, per int) gang.Request {
