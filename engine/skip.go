@@ -160,8 +160,8 @@ func (e *Engine) skipHere(cur queue.Cursor, j *queue.Job) bool {
 	}
 	var first *queue.Job
 	var passed *queue.Skipped
-	if len(cs.skipWhole) > 0 {
-		first, passed, ok = cur.(queue.ClassSkipper).SkipTo(cs.skipList, cs.skipWhole)
+	if cls, byClass := cur.(queue.ClassSkipper); byClass {
+		first, passed, ok = cls.SkipTo(cs.skipList, cs.skipWhole)
 	} else {
 		first, passed, ok = sk.Skip(cs.skipList)
 	}

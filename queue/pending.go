@@ -190,6 +190,14 @@ type askBucket struct {
 // noLimit is the limit askBucket.limits files a job without one under.
 const noLimit = time.Duration(math.MaxInt64)
 
+// filedLimit is j's key in askBucket.limits: its limit, or noLimit.
+func filedLimit(j *Job) time.Duration {
+	if j.RuntimeLimit <= 0 {
+		return noLimit
+	}
+	return j.RuntimeLimit
+}
+
 type limitKey struct {
 	lim time.Duration
 	seq uint64
@@ -416,12 +424,10 @@ func (p *Pending) Add(j *Job) error {
 	if b.limits == nil {
 		b.limits = btree.NewG(8, limitLess)
 	}
-	lim := j.RuntimeLimit
-	if lim <= 0 {
-		lim = noLimit
+	if j.RuntimeLimit <= 0 {
 		b.unlimited++
 	}
-	b.limits.ReplaceOrInsert(limitKey{lim, e.seq, e})
+	b.limits.ReplaceOrInsert(limitKey{filedLimit(j), e.seq, e})
 	if len(d.vec) <= len(e.small) {
 		e.vec = e.small[:len(d.vec):len(d.vec)]
 		copy(e.vec, d.vec)
@@ -464,12 +470,10 @@ func (p *Pending) Remove(id string) (*Job, bool) {
 	if b.n--; b.n == 0 {
 		p.askMask[e.ask] &^= 1 << e.askT
 	}
-	lim := e.job.RuntimeLimit
-	if lim <= 0 {
-		lim = noLimit
+	if e.job.RuntimeLimit <= 0 {
 		b.unlimited--
 	}
-	b.limits.Delete(limitKey{lim, e.seq, nil})
+	b.limits.Delete(limitKey{filedLimit(e.job), e.seq, nil})
 	if p.classOrder {
 		b.order.Delete(e)
 	}

@@ -22,6 +22,17 @@ type strictCands struct {
 	ents []*entry
 }
 
+// cmpEntry is less as a three-way comparison.
+func cmpEntry(a, b *entry) int {
+	switch {
+	case less(a, b):
+		return -1
+	case less(b, a):
+		return 1
+	}
+	return 0
+}
+
 // strictCut is where a skip moves the walker of queue position k (nil:
 // to its end).
 type strictCut struct {
@@ -63,29 +74,12 @@ func (c *strictCursor) SkipTo(cands []*Job, classes []AskClass) (*Job, *Skipped,
 				sc.ents = append(sc.ents, e)
 			}
 		}
-		slices.SortFunc(sc.ents, func(a, b *entry) int {
-			switch {
-			case less(a, b):
-				return -1
-			case less(b, a):
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(sc.ents, cmpEntry)
 	}
 	// The first candidate at or after ej.
-	lo, hi := 0, len(sc.ents)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if less(sc.ents[m], ej) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
 	var first *entry
-	if lo < len(sc.ents) {
-		first = sc.ents[lo]
+	if i, _ := slices.BinarySearchFunc(sc.ents, ej, cmpEntry); i < len(sc.ents) {
+		first = sc.ents[i]
 	}
 	if len(classes) > 0 {
 		p.keepClassOrder()
