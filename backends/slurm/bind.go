@@ -25,12 +25,11 @@ type bindReq struct {
 }
 
 // bind runs req's update, batched with the binds that arrive within
-// bindWindow: the long-lived update scontrol (showproc.go) runs them one
-// after the other, with an answer for each (starting scontrol costs about
-// as much as the update itself, and the Runner binds a cycle's gangs in
-// parallel). The first caller of a batch runs it; the others wait for its
-// answer, whatever their ctx says: a bind that was applied must not be
-// reported failed.
+// bindWindow: one scontrol process reads them all from its standard input
+// (starting scontrol costs about as much as the update itself, and the
+// Runner binds a cycle's gangs in parallel). The first caller of a batch
+// runs it; the others wait for its answer, whatever their ctx says: a bind
+// that was applied must not be reported failed.
 func (b *Backend) bind(ctx context.Context, req *bindReq) error {
 	b.bmu.Lock()
 	b.batch = append(b.batch, req)
@@ -48,51 +47,34 @@ func (b *Backend) bind(ctx context.Context, req *bindReq) error {
 	return <-req.done
 }
 
-// runBatch applies a batch and answers each request. An update scontrol
-// printed nothing about succeeded. For the others, and for all when the
-// process failed (killed at the timeout: any of them may have been
-// applied), squeue tells which jobs moved with their node lists: those
-// succeeded; a job moved without its node list is moved back (SLURM could
-// start it anywhere); the others are run one by one for their own answer.
+// runBatch applies a batch and answers each request. When scontrol
+// reports a failure (it does not say which line failed), squeue tells
+// which jobs moved with their node lists: those succeeded; a job moved
+// without its node list is moved back (SLURM could start it anywhere);
+// the others are run one by one for their own answer.
 func (b *Backend) runBatch(ctx context.Context, batch []*bindReq) {
 	b.mu.Lock()
 	b.stats.Batches++
 	b.mu.Unlock()
-	cmds := make([]string, len(batch))
-	for i, r := range batch {
-		cmds[i] = strings.Join(r.args, " ")
+	var in strings.Builder
+	for _, r := range batch {
+		in.WriteString(strings.Join(r.args, " "))
+		in.WriteByte('\n')
 	}
 	start := time.Now()
-	texts, err := b.updates(ctx, cmds)
-	failed := batch
-	if err == nil {
-		failed = nil
-		for i, r := range batch {
-			if texts[i] == "" {
-				r.done <- nil
-				continue
-			}
-			failed = append(failed, r)
-			if err == nil {
-				err = fmt.Errorf("%w: scontrol %s: %s", ErrCommand, cmds[i], texts[i])
-			}
-		}
-	}
+	_, err := b.cli.runInput(ctx, in.String(), "scontrol")
 	b.mu.Lock()
 	b.stats.BatchTime += time.Since(start)
 	if err != nil {
 		b.stats.BatchFails++
 	}
 	b.mu.Unlock()
-	if len(failed) == 0 {
+	if err == nil {
+		for _, r := range batch {
+			r.done <- nil
+		}
 		return
 	}
-	b.resolveBatch(ctx, failed, err)
-}
-
-// resolveBatch answers the requests of a batch whose outcome scontrol did
-// not tell (err: why), from squeue.
-func (b *Backend) resolveBatch(ctx context.Context, batch []*bindReq, err error) {
 	ids := make([]string, len(batch))
 	for i, r := range batch {
 		ids[i] = r.job

@@ -211,7 +211,6 @@ type Backend struct {
 	hints     []string   // job IDs the end log named, not yet confirmed (Next's goroutine only)
 	confirm   chan bool  // the confirmation in flight: true asks for a poll (Next's goroutine only)
 	show      showProc   // the long-lived scontrol of confirmations (showproc.go)
-	upd       showProc   // the long-lived scontrol of bind batches (mergeErr)
 
 	// Ends confirmed while their job's bind was in flight, to confirm
 	// again once it answered (endlog.go); under mu.
@@ -354,7 +353,6 @@ func New(cfg Config) (*Backend, error) {
 		inSpec: map[string]bool{}, timers: map[string]*time.Timer{},
 		shown: map[string]string{}, held: map[string]bool{}, devRead: map[string]devRead{}, completing: map[string]int{},
 		toSlurm: map[string]string{}, toBerth: map[string]string{},
-		upd: showProc{mergeErr: true},
 	}, nil
 }
 
@@ -376,7 +374,6 @@ func (b *Backend) Close() {
 	}
 	b.mu.Unlock()
 	b.show.close()
-	b.upd.close()
 }
 
 func (b *Backend) skip(id string, err error) {
