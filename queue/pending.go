@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -92,14 +93,18 @@ type entry struct {
 
 // less is the order within a queue and an account: aged priority, then
 // submit time, then ID.
-func less(a, b *entry) bool {
+func less(a, b *entry) bool { return cmpEntry(a, b) < 0 }
+
+// cmpEntry is less as a three-way comparison: the higher key first, then
+// the earlier submission, then the job ID.
+func cmpEntry(a, b *entry) int {
 	if c := a.key.cmp(b.key); c != 0 {
-		return c > 0
+		return -c
 	}
-	if a.submit != b.submit {
-		return a.submit < b.submit
+	if c := cmp.Compare(a.submit, b.submit); c != 0 {
+		return c
 	}
-	return a.job.ID < b.job.ID
+	return strings.Compare(a.job.ID, b.job.ID)
 }
 
 const btreeDegree = 32

@@ -22,17 +22,6 @@ type strictCands struct {
 	ents []*entry
 }
 
-// cmpEntry is less as a three-way comparison.
-func cmpEntry(a, b *entry) int {
-	switch {
-	case less(a, b):
-		return -1
-	case less(b, a):
-		return 1
-	}
-	return 0
-}
-
 // strictCut is where a skip moves the walker of queue position k (nil:
 // to its end).
 type strictCut struct {
